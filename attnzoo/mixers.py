@@ -1,0 +1,229 @@
+"""The five token mixers, each an nn.Module mapping (B, N, D) -> (B, N, D), and their registry.
+
+A mixer is built by name with `build_mixer(name, dim=..., heads=..., causal=..., impl=..., **options)`.
+Every mixer class declares its own options as keyword arguments of its constructor; a new mixer
+is one class decorated with `@register("name")` and one YAML under conf/mixer/.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from attnzoo import kernels
+
+MIXERS: dict[str, type[nn.Module]] = {}
+
+# Arguments every mixer receives from the block; everything else is a mixer-specific option.
+COMMON_ARGS = ("dim", "heads", "causal", "impl")
+
+
+def register(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+    def add(cls: type[nn.Module]) -> type[nn.Module]:
+        if name in MIXERS:
+            raise ValueError(f"mixer {name!r} is registered twice")
+        MIXERS[name] = cls
+        cls.mixer_name = name
+        return cls
+
+    return add
+
+
+def mixer_options(name: str) -> dict[str, object]:
+    """The mixer-specific options of `name` with their defaults."""
+    params = inspect.signature(mixer_class(name).__init__).parameters
+    return {k: p.default for k, p in params.items() if k != "self" and k not in COMMON_ARGS}
+
+
+def mixer_class(name: str) -> type[nn.Module]:
+    if name not in MIXERS:
+        raise ValueError(f"unknown mixer {name!r}; registered mixers: {sorted(MIXERS)}")
+    return MIXERS[name]
+
+
+def build_mixer(
+    name: str,
+    dim: int,
+    heads: int = 1,
+    causal: bool = False,
+    impl: str = "auto",
+    **options: object,
+) -> nn.Module:
+    allowed = mixer_options(name)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"mixer {name!r} has no option(s) {unknown}; its options are {sorted(allowed) or 'none'}"
+        )
+    return mixer_class(name)(dim=dim, heads=heads, causal=causal, impl=impl, **options)
+
+
+def _check_heads(dim: int, heads: int) -> None:
+    if not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"heads must be a positive int, got {heads!r}")
+    if dim % heads != 0:
+        raise ValueError(f"dim={dim} must be divisible by heads={heads} (dim % heads == 0)")
+
+
+def _check_input(x_bnd: torch.Tensor, dim: int) -> None:
+    if x_bnd.dim() != 3 or x_bnd.shape[-1] != dim:
+        raise ValueError(
+            f"mixer input must have shape (batch, tokens, {dim}), got {tuple(x_bnd.shape)}"
+        )
+
+
+@register("scaled_dot")
+class ScaledDotAttention(nn.Module):
+    """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+        super().__init__()
+        _check_heads(dim, heads)
+        self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        q_bhnk, k_bhnk, v_bhnk = rearrange(
+            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
+        )
+        out_bhnk = kernels.scaled_dot_attention(
+            q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
+        )
+        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+
+
+@register("quadratic")
+class QuadraticFormAttention(nn.Module):
+    """Scores xᵀ U⁽ʰ⁾ x' with a full D×D matrix per head; H D² + 2 D² parameters.
+
+    U is initialised so that the scores have the same spread as scaled-dot's at init (variance
+    about 1/9 for unit-variance inputs), which keeps the two comparable from step 0.
+    """
+
+    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+        super().__init__()
+        _check_heads(dim, heads)
+        self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.u = nn.Parameter(torch.randn(heads, dim, dim) / (3 * math.sqrt(dim)))
+        self.value = nn.Linear(dim, dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        v_bhnk = rearrange(self.value(x_bnd), "b n (h k) -> b h n k", h=self.heads)
+        out_bhnk = kernels.quadratic_attention(
+            x_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
+        )
+        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+
+
+METRIC_PARAMS = ("sym", "psd", "diag", "identity")
+
+
+@register("metric")
+class MetricTensorAttention(nn.Module):
+    """Scores pᵀ M⁽ʰ⁾ p' under a learned symmetric metric per head, values p; p = P x.
+
+    `metric_param` picks how M is built from its free entries: `sym` = (C + Cᵀ)/2 from the upper
+    triangle, `psd` = L Lᵀ from a lower triangle, `diag`, or the fixed `identity`. Parameters:
+    2 D² + H dk(dk+1)/2 for `sym` and `psd`, 2 D² + H dk for `diag`, 2 D² for `identity`.
+    """
+
+    def __init__(
+        self, dim: int, heads: int, causal: bool, impl: str, metric_param: str = "sym"
+    ) -> None:
+        super().__init__()
+        _check_heads(dim, heads)
+        if metric_param not in METRIC_PARAMS:
+            raise ValueError(f"metric_param={metric_param!r} is not one of {METRIC_PARAMS}")
+        self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.metric_param = metric_param
+        dk = dim // heads
+        self.dk = dk
+        self.p = nn.Linear(dim, dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+        rows, cols = torch.triu_indices(dk, dk)
+        self.register_buffer("_rows", rows, persistent=False)
+        self.register_buffer("_cols", cols, persistent=False)
+        n_tri = rows.numel()
+        # Init so that p M p' / sqrt(dk) spreads like scaled-dot's scores, with no bias towards
+        # a token attending to itself (a zero-mean M) where the parametrisation allows it.
+        if metric_param == "sym":
+            self.m_free = nn.Parameter(torch.randn(heads, n_tri) / math.sqrt(dk))
+        elif metric_param == "psd":
+            self.m_free = nn.Parameter(torch.randn(heads, n_tri) * dk**-0.75)
+        elif metric_param == "diag":
+            self.m_free = nn.Parameter(torch.randn(heads, dk) / math.sqrt(dk))
+        else:
+            self.register_parameter("m_free", None)
+
+    def metric(self) -> torch.Tensor:
+        """The metric tensors M, (H, dk, dk), symmetric."""
+        h, dk = self.heads, self.dk
+        if self.metric_param == "identity":
+            return torch.eye(dk, device=self.p.weight.device).expand(h, dk, dk)
+        if self.metric_param == "diag":
+            return torch.diag_embed(self.m_free)
+        tri_hkk = self.m_free.new_zeros(h, dk, dk)
+        tri_hkk[:, self._rows, self._cols] = self.m_free
+        if self.metric_param == "sym":
+            return (
+                tri_hkk
+                + tri_hkk.transpose(1, 2)
+                - torch.diag_embed(tri_hkk.diagonal(dim1=1, dim2=2))
+            )
+        lower_hkk = tri_hkk.transpose(1, 2)
+        return lower_hkk @ lower_hkk.transpose(1, 2)
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        p_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
+        out_bhnk = kernels.metric_attention(
+            p_bhnk, self.metric().to(x_bnd.dtype), self.causal, key_padding_mask, impl=self.impl
+        )
+        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+
+
+@register("pooling")
+class Pooling(nn.Module):
+    """PoolFormer's mixer: mean over a window of tokens minus the token; no parameters."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, impl: str, window: int = 3) -> None:
+        super().__init__()
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+            raise ValueError(f"pooling window must be a positive odd int, got {window!r}")
+        self.dim, self.causal, self.impl, self.window = dim, causal, impl, window
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        return kernels.pool_mix(x_bnd, self.window, self.causal, key_padding_mask, impl=self.impl)
+
+
+@register("identity")
+class Identity(nn.Module):
+    """No mixing at all: the baseline that tells what the rest of the block does alone."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        return x_bnd
