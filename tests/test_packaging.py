@@ -1,0 +1,84 @@
+"""The built wheel holds every module and every config file, and works outside the checkout."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (path,) = out.glob("attnzoo-*.whl")
+    return path
+
+
+def test_wheel_contains_every_module_and_config(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        f"attnzoo/{p.relative_to(ROOT / 'attnzoo')}" for p in (ROOT / "attnzoo").rglob("*.py")
+    }
+    expected |= {
+        f"attnzoo/kernels/{p.relative_to(ROOT / 'kernels')}"
+        for p in (ROOT / "kernels").rglob("*.py")
+    }
+    expected |= {
+        f"attnzoo/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
+    }
+    assert expected <= names, sorted(expected - names)
+    assert not any(n.startswith("kernels/") for n in names), (
+        "a top-level `kernels` package would clobber PyPI's"
+    )
+
+
+def test_installed_wheel_works_outside_the_checkout(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    code = (
+        "import attnzoo, attnzoo.kernels, torch;"
+        f"assert attnzoo.__file__.startswith({str(target)!r}), attnzoo.__file__;"
+        f"assert attnzoo.kernels.__file__.startswith({str(target)!r});"
+        "m = attnzoo.build_mixer('metric', dim=16, heads=2);"
+        "print(tuple(m(torch.randn(1, 5, 16)).shape))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(1, 5, 16)"
