@@ -12,6 +12,7 @@ is masked (causal and padding together) gets a zero output.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 
@@ -23,15 +24,15 @@ from ._checks import check_attention, check_impl, check_mask, check_same, check_
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _triton_ops():
-    """The Triton implementations, imported on first use (triton is optional off Linux)."""
+def _triton(module: str):
+    """The Triton implementations in kernels/<module>.py (`attention` or `pooling`), imported on
+    first use: triton is optional off Linux, and importing it is slow."""
     try:
-        from . import triton_ops
+        return importlib.import_module(f"{__package__}.{module}")
     except ImportError as err:  # pragma: no cover - depends on the platform
         raise NotImplementedError(
-            f"impl='triton' needs triton, which failed to import: {err}"
+            f"impl='triton' needs triton and attnzoo.kernels.{module}, which failed to import: {err}"
         ) from err
-    return triton_ops
 
 
 def _use_triton(impl: str, t: torch.Tensor) -> bool:
@@ -69,7 +70,7 @@ def scaled_dot_attention(
     """
     check_attention(q, k, v, key_padding_mask)
     scale = _scale(scale, q.shape[-1])
-    ops = _triton_ops() if _use_triton(impl, q) else reference
+    ops = _triton("attention") if _use_triton(impl, q) else reference
     return ops.scaled_dot_attention(q, k, v, causal, key_padding_mask, scale)
 
 
@@ -103,7 +104,7 @@ def quadratic_attention(
         )
     check_mask(key_padding_mask, b, n, x.device)
     scale = _scale(scale, d)
-    ops = _triton_ops() if _use_triton(impl, x) else reference
+    ops = _triton("attention") if _use_triton(impl, x) else reference
     return ops.quadratic_attention(x, u, v, causal, key_padding_mask, scale)
 
 
@@ -131,7 +132,7 @@ def metric_attention(
         )
     check_mask(key_padding_mask, b, n, p.device)
     scale = _scale(scale, dk)
-    ops = _triton_ops() if _use_triton(impl, p) else reference
+    ops = _triton("attention") if _use_triton(impl, p) else reference
     return ops.metric_attention(p, m, causal, key_padding_mask, scale)
 
 
@@ -154,5 +155,5 @@ def pool_mix(
     if not causal and window % 2 == 0:
         raise ValueError(f"window must be odd for a centred (non-causal) pool, got {window}")
     check_mask(key_padding_mask, x.shape[0], x.shape[1], x.device)
-    ops = _triton_ops() if _use_triton(impl, x) else reference
+    ops = _triton("pooling") if _use_triton(impl, x) else reference
     return ops.pool_mix(x, window, causal, key_padding_mask)
