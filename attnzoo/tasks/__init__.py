@@ -100,3 +100,16 @@ def build_task(name: str, data_dir: str, seed: int, **options: object) -> Task:
             f"task {name!r} has no option(s) {unknown}; its options are {sorted(allowed)}"
         )
     return TASKS[name](data_dir=data_dir, seed=seed, **options)
+
+
+def _import_task_modules() -> None:
+    """Import every module in this package, so that each one's @register_task runs: adding a
+    task is adding a module, with no list to keep in step."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_task_modules()
