@@ -371,6 +371,16 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         data_dir = resolve_data_dir(cfg.data_dir, _launch_dir())
         task, model = build_task_and_model(cfg, data_dir)
         device = _device(cfg)
+        if (
+            enum_value(cfg.impl) == "triton"
+            and device.type != "cuda"
+            and os.environ.get("TRITON_INTERPRET") != "1"
+        ):
+            raise ConfigError(
+                f"impl=triton needs a CUDA device, and this run is on {device.type}; allowed "
+                "here: impl=auto or impl=torch (or TRITON_INTERPRET=1 to run the Triton kernels "
+                "in the interpreter, slowly)"
+            )
         plain_cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         assert isinstance(plain_cfg, dict)
         plain_cfg["data_dir"] = str(data_dir)
@@ -507,6 +517,8 @@ def _train(
             fig.savefig(run_dir / "rank_decay.png")
             if wb.active:
                 _log_rank_media(wb, fig, rank_history, step)
+            if wb.active and cfg.logger.attention_maps:
+                _log_attention_media(wb, model, probe, step)
         finally:
             import matplotlib.pyplot as plt
 
@@ -664,6 +676,36 @@ def _log_rank_media(
         wb._fail("building rank media", err)
         return
     wb.log(media, step=step)
+
+
+def _log_attention_media(wb: WandbRun, model: Model, probe: Batch, step: int) -> None:
+    """Attention maps per layer and head, and the learned U or M, as W&B images."""
+    import matplotlib.pyplot as plt
+
+    from attnzoo.attention_maps import (
+        attention_maps,
+        learned_matrices,
+        maps_figure,
+        matrices_figure,
+    )
+
+    figs = {}
+    try:
+        maps = attention_maps(model, probe.inputs, probe.key_padding_mask)
+        if maps:
+            figs["attention/maps"] = maps_figure(maps, step)
+        mats = learned_matrices(model)
+        if mats:
+            figs["attention/learned_matrices"] = matrices_figure(mats, step)
+        media = {k: wb.wandb.Image(f) for k, f in figs.items()}
+    except Exception as err:
+        wb._fail("building attention images", err)
+        return
+    finally:
+        for f in figs.values():
+            plt.close(f)
+    if media:
+        wb.log(media, step=step)
 
 
 def _progress(enabled: bool, total: int, initial: int) -> Any | None:

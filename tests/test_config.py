@@ -100,6 +100,7 @@ SEMANTIC_ERRORS = [
     (["task.seq_len=16", "model.max_len=8"], ["task.seq_len", "model.max_len=8", "<="]),
     (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
     (["model.depth=0"], ["model.depth", "positive"]),
+    (["model.dropout=1.5"], ["model.dropout", "[0, 1)"]),
 ]
 
 
@@ -135,6 +136,13 @@ def test_cli_exits_nonzero_naming_the_key(overrides, words, code, tmp_path):
     for word in words:
         assert word in out.stderr, out.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_triton_on_cpu_without_the_interpreter_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    cfg = compose(["impl=triton", "train.device=cpu", "logger.mode=disabled"])
+    with pytest.raises(ConfigError, match="impl=triton needs a CUDA device.*impl=torch"):
+        run(cfg, tmp_path)
 
 
 def test_data_dir_default_env_and_relative(tmp_path, monkeypatch):

@@ -305,6 +305,7 @@ def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
             assert any(k.startswith("rank/table") for k in logged)
             assert any(k.startswith("rank/vs_depth") for k in logged)
             assert any(k.startswith("rank/plot") for k in logged)
+            assert any(k.startswith("attention/maps") for k in logged)
 
 
 def test_wandb_failure_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
