@@ -135,7 +135,11 @@ def build_task_and_model(cfg: DictConfig, data_dir: Path) -> tuple[Task, Model]:
             head=task.head,
         )
     except ValueError as err:
-        raise ConfigError(f"mixer={mixer_name} / model: {err}") from err
+        # Name the mixer option the message is about, so the user sees which key to change.
+        opts = options(cfg.mixer)
+        keys = [f"mixer.{k}={v!r}" for k, v in opts.items() if k in str(err)]
+        where = ", ".join(keys) if keys else f"mixer={mixer_name} with model.*"
+        raise ConfigError(f"{where}: {err}") from err
     return task, model
 
 

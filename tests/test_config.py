@@ -96,7 +96,7 @@ SEMANTIC_ERRORS = [
     (["train.lr=-0.001"], ["train.lr", "> 0"]),
     (["train.lr=0"], ["train.lr", "> 0"]),
     (["train.max_steps=0"], ["train.max_steps", ">= 1"]),
-    (["mixer=pooling", "mixer.window=4"], ["window", "odd"]),
+    (["mixer=pooling", "mixer.window=4"], ["mixer.window=4", "odd"]),
     (["task.seq_len=16", "model.max_len=8"], ["task.seq_len", "model.max_len=8", "<="]),
     (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
     (["model.depth=0"], ["model.depth", "positive"]),

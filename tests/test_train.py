@@ -319,3 +319,76 @@ def test_wandb_failure_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
         summary = run(tiny("logger.mode=online"), tmp_path)
     assert summary["status"] == "completed"
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")][-1] == 30
+
+
+def test_preemption_hands_the_signal_on_to_a_previous_handler(tmp_path, monkeypatch):
+    """Under submitit, SIGUSR2's handler requeues the job: it must run after our checkpoint."""
+    seen = []
+
+    def submitit_like(signum, frame):
+        seen.append((signum, read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"]))
+
+    previous = signal.signal(signal.SIGUSR2, submitit_like)
+    original, calls = Sort.batch, {"n": 0}
+
+    def batch(self, split, batch_size, generator):
+        if split == "train":
+            calls["n"] += 1
+            if calls["n"] == 13:
+                os.kill(os.getpid(), signal.SIGUSR2)
+        return original(self, split, batch_size, generator)
+
+    monkeypatch.setattr(Sort, "batch", batch)
+    try:
+        summary = run(tiny(), tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert summary["status"] == "preempted" and summary["step"] == 13
+    assert seen == [(signal.SIGUSR2, 13)]
+    assert signal.getsignal(signal.SIGTERM) is not None  # our handlers were taken down again
+
+
+def test_a_requeued_slurm_job_resumes_by_itself(tmp_path, monkeypatch):
+    with monkeypatch.context() as m:
+        _crash_at_train_batch(m, 15)
+        with pytest.raises(_Crash):
+            run(tiny(), tmp_path)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    summary = run(tiny(), tmp_path)  # same overrides, no train.resume=true
+    assert summary["status"] == "completed" and summary["resumed_from"] == 10
+
+
+def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
+    sweep = tmp_path / "my-sweep"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnzoo.train",
+            "-m",
+            *TINY,
+            "train.max_steps=10",
+            "logger.mode=offline",
+            "mixer=pooling",
+            "mixer.window=2,3",
+            f"hydra.sweep.dir={sweep}",
+        ],  # fmt: skip
+        env={**_env(tmp_path), "WANDB_SILENT": "true"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode != 0  # the sweep reports the failed job ...
+    failed = json.loads((sweep / "0" / "summary.json").read_text())
+    assert failed["status"] == "failed" and "mixer.window=2" in failed["error"]
+    done = json.loads((sweep / "1" / "summary.json").read_text())
+    assert done["status"] == "completed"  # ... and still ran the next one
+    rows = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(sweep / "1" / "wandb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout.splitlines()
+    info = next(json.loads(r)["run"] for r in rows if '"type":"run"' in r)
+    assert info["run_group"] == "my-sweep" and info["job_type"] == "pooling"
