@@ -65,6 +65,8 @@ def save_checkpoint(state: dict[str, Any], folder: Path) -> Path:
             last.unlink()
     os.replace(tmp, last)
     _fsync_dir(folder)
+    for stale in folder.glob(f".{LAST}.tmp-*"):  # left by a process killed while writing
+        stale.unlink(missing_ok=True)
     return last
 
 

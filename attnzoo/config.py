@@ -80,7 +80,7 @@ class ModelSchema:
     """The block stack (`attnzoo.model.ModelConfig` minus what the mixer and task decide)."""
 
     dim: int = 64
-    depth: int = 2
+    depth: int = 4
     heads: int = 4
     skip: bool = True
     mlp: bool = True

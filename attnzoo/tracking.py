@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import contextlib
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _jsonable(v: Any) -> Any:
@@ -78,6 +79,7 @@ def rank_figure(history: Sequence[tuple[int, Sequence[float]]], title: str = "")
         ax.plot(range(len(ranks)), [max(r, 1e-16) for r in ranks], marker="o", ms=3,
                 color=colour, label=f"step {step}")  # fmt: skip
     ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("depth (0 = embedding, l = output of block l)")
     ax.set_ylabel("relative residual ‖res(H)‖ / ‖H‖")
     ax.set_title(title or "rank decay over training")

@@ -160,6 +160,7 @@ def test_corrupt_or_truncated_checkpoint_falls_back_to_the_previous(tmp_path):
 
 
 def test_save_keeps_the_previous_good_checkpoint(tmp_path):
+    (tmp_path / ".last.pt.tmp-999999").write_bytes(b"half a checkpoint from a killed process")
     for step in (1, 2, 3):
         save_checkpoint({"step": step, "w": torch.full((3,), float(step))}, tmp_path)
     assert read_checkpoint(tmp_path / "last.pt")["step"] == 3
