@@ -393,3 +393,18 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
     ).stdout.splitlines()
     info = next(json.loads(r)["run"] for r in rows if '"type":"run"' in r)
     assert info["run_group"] == "my-sweep" and info["job_type"] == "pooling"
+
+
+def test_language_model_samples_are_printed_and_logged_at_every_eval(tmp_path, monkeypatch, capsys):
+    def sample_text(self, model, generator):
+        assert not model.training  # sampled in eval mode
+        return "to be or not " + str(int(torch.randint(0, 9, (1,), generator=generator)))
+
+    monkeypatch.setattr(Sort, "sample_text", sample_text)
+    run(tiny(), tmp_path)
+    samples = [
+        r["val/sample_text"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/loss" in r
+    ]
+    assert len(samples) == 4 and len(set(samples)) == 1  # same generator seed at every eval
+    assert samples[0].startswith("to be or not")
+    assert capsys.readouterr().err.count(f"sample: {samples[0]}") == 4
