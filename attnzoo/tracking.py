@@ -128,7 +128,9 @@ class WandbRun:
                 config=config,
                 id=resume_id,
                 resume="allow" if resume_id else None,
-                settings=wandb.Settings(init_timeout=90, console="off", x_disable_stats=True),
+                settings=wandb.Settings(
+                    init_timeout=90, console="off", x_disable_stats=True, quiet=True
+                ),
             )
         except Exception as err:  # no network, no login, bad entity, ...
             self._fail("wandb.init", err)

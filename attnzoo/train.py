@@ -726,6 +726,15 @@ def _report(run_dir: Path, summary: dict[str, Any], wb: WandbRun) -> None:
     lines = [
         f"attnzoo.train: {summary['status']} at step {summary['step']}"
         + (f" ({summary['error']})" if summary.get("error") else ""),
+        "  final          "
+        + (
+            "  ".join(
+                f"{k}={v:.4g}"
+                for k, v in summary.get("final", {}).items()
+                if k.startswith("val/") or k == "rank/last"
+            )
+            or "(no evaluation yet)"
+        ),
         f"  run directory  {d}",
         f"  metrics        {d / 'metrics.jsonl'}",
         f"  summary        {d / 'summary.json'}",
