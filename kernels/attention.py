@@ -469,13 +469,18 @@ for _kernel in ("attn_bwd_dkdv", "attn_bwd_dq"):
 
 
 def block_configs(
-    kernel: str, dtype: torch.dtype, head: int, metric: bool, chunked: bool
+    kernel: str,
+    dtype: torch.dtype,
+    head: int,
+    metric: bool,
+    chunked: bool,
+    interpret: bool = INTERPRET,
 ) -> list[tuple[int, int, int, int]]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner may try for one kernel variant.
 
     One config under the interpreter: it only checks semantics, and 32×32 tiles make sequences
     of 17..257 tokens span one to nine ragged tiles."""
-    if INTERPRET:
+    if interpret:
         return [(32, 32, 4, 1)]
     kind = "fp32" if dtype == torch.float32 else "half"
     variant = "metric" if metric else ("chunked" if chunked else "plain")
@@ -857,11 +862,14 @@ def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
 
 
 def aot_specs() -> list[AotSpec]:
-    """One spec per kernel and per configuration the launchers can pick."""
+    """One spec per kernel and per configuration the launchers can pick on a GPU (the GPU
+    tables, also when this process runs the interpreter)."""
     specs = []
     for kernel, dtype, head, metric, chunked in spec_cases():
         sig = _signature(kernel, dtype)
-        for bm, bn, warps, stages in block_configs(kernel, dtype, head, metric, chunked):
+        for bm, bn, warps, stages in block_configs(
+            kernel, dtype, head, metric, chunked, interpret=False
+        ):
             constexprs = {
                 "METRIC": metric,
                 "HEAD": head,
