@@ -487,24 +487,24 @@ def block_configs(
     return _GPU_CONFIGS[(kernel, kind, variant)][head]
 
 
-def _as_triton_configs(kernel: str) -> list[triton.Config]:
+def _as_triton_configs(kernel: str, interpret: bool = INTERPRET) -> list[triton.Config]:
+    """Every config of `kernel` in the table, for the autotuner; the pruner narrows it per call."""
     seen: dict[tuple[int, int, int, int], triton.Config] = {}
     for name, dtype, head, metric, chunked in spec_cases():
         if name != kernel:
             continue
-        for bm, bn, w, s in block_configs(kernel, dtype, head, metric, chunked):
+        for bm, bn, w, s in block_configs(kernel, dtype, head, metric, chunked, interpret):
             seen[(bm, bn, w, s)] = triton.Config(
                 {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s
             )
     return list(seen.values())
 
 
-def _pruner(kernel: str):
+def _pruner(kernel: str, interpret: bool = INTERPRET):
     def prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+        dtype, head = named_args["Q"].dtype, kwargs["HEAD"]
         wanted = set(
-            block_configs(
-                kernel, named_args["Q"].dtype, kwargs["HEAD"], kwargs["METRIC"], kwargs["CHUNKED"]
-            )
+            block_configs(kernel, dtype, head, kwargs["METRIC"], kwargs["CHUNKED"], interpret)
         )
         keep = [
             c

@@ -64,7 +64,11 @@ CASES = [
     Case("scaled_dot", 40, 2, 48, 16, True, "empty"),  # dk > dv: chunked scores
     Case("scaled_dot", 100, 2, 32, 32, True, "empty", F16),
     Case("scaled_dot", 17, 4, 16, 16, False, "pad", F16),
+    Case("scaled_dot", 23, 2, 8, 8, True, "pad"),  # head dim 8, padded to 16
+    Case("scaled_dot", 30, 1, 24, 24, False, "empty"),  # 24, padded to 32
+    Case("quadratic", 1, 1, 16, 16, True, "none"),
     Case("quadratic", 17, 2, 32, 16, False, "pad"),
+    Case("quadratic", 257, 2, 32, 16, True, "pad", F16),
     Case("quadratic", 100, 1, 64, 64, True, "none"),
     Case("quadratic", 33, 4, 48, 16, True, "empty"),
     Case("quadratic", 17, 2, 160, 32, False, "empty"),  # D = 160 > 128: five feature chunks
@@ -174,6 +178,53 @@ def test_quadratic_reads_x_once_for_all_heads(monkeypatch: pytest.MonkeyPatch) -
         x, torch.randn(3, 16, 16), torch.randn(2, 3, 9, 16), False, None, 0.25
     )
     assert seen[0].stride(1) == 0 and seen[0].data_ptr() == x.data_ptr()
+
+
+def test_every_launch_uses_a_variant_the_aot_report_compiles() -> None:
+    """The report compiles spec_cases(); whatever widths a user passes, the launcher lands there."""
+    compiled = {(d, h, m, c) for _, d, h, m, c in attention.spec_cases()}
+    for dtype in attention.DTYPES:
+        for d_v in range(1, attention.MAX_HEAD + 1):
+            for d_qk, metric in ((d_v, True), (d_v, False), (3 * d_v + 5, False)):
+                head = attention.head_width(d_v)
+                chunked = -(-d_qk // head) > 1
+                assert (dtype, head, metric, chunked) in compiled, (dtype, d_v, d_qk, metric)
+
+
+def test_gpu_autotuner_tries_exactly_the_table_configs() -> None:
+    """On a GPU the autotuner holds every config of a kernel and the pruner keeps, per call, the
+    ones of that variant's row: the same configs the AOT report compiles."""
+    for kernel in attention.KERNELS:
+        configs = attention._as_triton_configs(kernel, interpret=False)
+        prune = attention._pruner(kernel, interpret=False)
+        for name, dtype, head, metric, chunked in attention.spec_cases():
+            if name != kernel:
+                continue
+            kept = prune(
+                configs,
+                {"Q": torch.empty(0, dtype=dtype)},
+                HEAD=head,
+                METRIC=metric,
+                CHUNKED=chunked,
+            )
+            got = [
+                (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept
+            ]
+            want = attention.block_configs(kernel, dtype, head, metric, chunked, interpret=False)
+            assert sorted(got) == sorted(want), (kernel, dtype, head, metric, chunked)
+
+
+@pytest.mark.parametrize("op", ["scaled_dot", "quadratic", "metric"])
+def test_results_do_not_depend_on_the_tile_shape(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU configs use unequal query and key tiles (e.g. 128×64, 16×32); the causal loop bounds
+    and the ragged last tiles must not assume BLOCK_M == BLOCK_N."""
+    tiles = {"_fwd": (64, 16), "_bwd_dkdv": (16, 32), "_bwd_dq": (32, 16)}
+    for name, (bm, bn) in tiles.items():
+        config = attention.triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
+        monkeypatch.setattr(getattr(attention, name), "configs", [config])
+    dk = {"scaled_dot": 32, "quadratic": 40, "metric": 16}[op]
+    case = Case(op, 70, 2, dk, 16, True, "empty")
+    test_forward_and_backward_match_reference(case)
 
 
 # ---------------------------------------------------------------------------------------------
