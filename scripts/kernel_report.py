@@ -9,6 +9,7 @@ MMA) instructions were emitted. The exit status is 1 if any spec fails to compil
 
     python scripts/kernel_report.py                 # Markdown table on stdout
     python scripts/kernel_report.py --json out.json # also the rows as JSON
+    python scripts/kernel_report.py --summary       # plus one line per kernel and target
     python scripts/kernel_report.py --only attn_fwd --cc 90
 
 TRITON_INTERPRET is removed from the environment before triton is imported: under the
@@ -142,6 +143,29 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def summary_markdown(rows: list[dict]) -> str:
+    """One row per kernel and target: how many configs, register and shared-memory ranges,
+    total spills, and how many configs use wgmma."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["kernel"], r["cc"]), []).append(r)
+    lines = [
+        "| kernel | cc | configs | failed | registers | shared mem (B) | spills (B) | wgmma |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (kernel, cc), group in groups.items():
+        ok = [r for r in group if not r.get("error")]
+        regs = [r["registers"] for r in ok] or [0]
+        shared = [r["shared"] for r in ok] or [0]
+        wgmma = f"{sum(bool(r['wgmma']) for r in ok)}/{len(ok)}" if cc >= 90 else "–"
+        lines.append(
+            f"| {kernel} | sm_{cc} | {len(group)} | {len(group) - len(ok)} | "
+            f"{min(regs)}–{max(regs)} | {min(shared)}–{max(shared)} | "
+            f"{sum(r['spills'] or 0 for r in ok)} | {wgmma} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cc", type=int, nargs="+", default=list(CCS), choices=CCS)
@@ -149,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--summary", action="store_true", help="after the table, one line per kernel and target"
+    )
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
@@ -171,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [compile_one(job) for job in jobs]
 
     table = markdown(rows)
+    if args.summary:
+        table += "\n\n" + summary_markdown(rows)
     failed = [r for r in rows if r.get("error")]
     spilled = [r for r in rows if not r.get("error") and r["spills"]]
     print(table)
