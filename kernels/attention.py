@@ -867,6 +867,13 @@ def aot_specs() -> list[AotSpec]:
     specs = []
     for kernel, dtype, head, metric, chunked in spec_cases():
         sig = _signature(kernel, dtype)
+        # 16-byte aligned pointers, as the JIT specialises them for tensors torch allocates
+        # (the common case at run time; other alignments compile a variant with narrower loads).
+        aligned = {
+            (i,): [["tt.divisibility", 16]]
+            for i, name in enumerate(KERNELS[kernel].arg_names)
+            if sig[name].startswith("*")
+        }
         for bm, bn, warps, stages in block_configs(
             kernel, dtype, head, metric, chunked, interpret=False
         ):
@@ -892,6 +899,7 @@ def aot_specs() -> list[AotSpec]:
                     num_warps=warps,
                     num_stages=stages,
                     label=label,
+                    attrs=aligned,
                 )
             )
     return specs
