@@ -10,21 +10,25 @@ What the three ops feed the same kernels:
 
 - `scaled_dot_attention`: q, k, v as given.
 - `quadratic_attention`: q = x·U[h] and k = x for every head. q is formed *before* the kernel, as
-  one batched matmul. Why, from the counts (B batch, H heads, N tokens, D width): forming q costs
-  2·B·H·N·D² FLOPs wherever it happens, but inside the kernel each query tile would have to stream
-  the whole D×D matrix U[h] through registers for every tile (H·D² elements per tile, i.e.
-  B·H·(N/BLOCK_M)·D² reads) and hold a BLOCK_M×D result that does not fit for wide models.
-  Outside, cuBLAS does it at peak and the price is one write and one read of q (2·B·H·N·D
-  elements), which is small next to the attention itself (4·B·H·N²·D FLOPs, with N ≫ D/2 per
-  byte). k = x is read for all heads through a zero head-stride view (`x[:, None].expand(...)`),
-  never copied per head. Scores run over the full width D, which may exceed 128: the kernels loop
-  over feature chunks of the value width.
+  one batched matmul. Why, from the counts (B batch, H heads, N tokens, D width, dv value width):
+  forming q costs 2·B·H·N·D² FLOPs wherever it happens. Inside the kernel, every query tile would
+  multiply its BLOCK_M×D slice of x by the whole D×D matrix U[h], reading U once per tile
+  (B·H·⌈N/BLOCK_M⌉·D² elements: at N = 4096, BLOCK_M = 128 that is 32·D² per head against N·D
+  for q itself, 4× more at D = 512) and holding a BLOCK_M×D fp32 product in registers, which does
+  not fit once D > 128. Outside, cuBLAS runs the product near peak and the price is one write and
+  one read of q, 2·B·H·N·D elements, next to the attention's 2·B·H·N²·(D + dv) FLOPs: about N
+  FLOPs per element of extra traffic, far above any GPU's FLOP-to-byte ratio. k = x is read for
+  all heads through a zero head-stride view (`x[:, None].expand(...)`), never copied per head.
+  Scores run over the full width D, which may exceed 128: the kernels loop over feature chunks
+  of the value width (`CHUNKED`).
 - `metric_attention` (fused prologue): reads only p (B, H, N, dk) and M (H, dk, dk). q = p·M is
-  formed in registers from the p tile already loaded, and k = v = p: one tile load per key block
-  serves both the scores and the weighted sum. Against running scaled-dot on (p·M, p, p) this saves
-  the q tensor (one write and one read of B·H·N·dk elements), one of the two key/value streams
-  (B·H·N·dk elements per query tile, halving the K/V traffic of the inner loop and its shared
-  memory), and in the backward one gradient write: dk and dv are summed in the kernel.
+  formed in registers (16 columns of p against 16 rows of M at a time, so M never sits in
+  registers whole), and k = v = p: one tile load per key block serves both the scores and the
+  weighted sum. Against running scaled-dot on (p·M, p, p) this saves the q tensor (one write and
+  one read of B·H·N·dk elements, and the matmul launch), one of the two key/value streams of the
+  inner loop (B·H·N·dk elements per query tile: half the K/V traffic and shared memory), and in
+  the backward one gradient tensor: dk and dv are summed in the kernel. The backward forms q = p·M
+  again per tile rather than storing it.
 
 Feature widths: the value width dv is padded to a power of two `HEAD` in [16, 128]; the q/k width
 is walked in chunks of `HEAD` (so any dk works for scaled-dot and quadratic; metric needs
