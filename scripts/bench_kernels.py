@@ -135,7 +135,8 @@ def bench_gpu(shapes: list[Shape]) -> None:
             grad = torch.randn_like(run_op(op, inputs, s.causal))
             causal = s.causal
             fwd_ms = do_bench(
-                lambda op=op, inputs=inputs, causal=causal: run_op(op, inputs, causal)
+                lambda op=op, inputs=inputs, causal=causal: run_op(op, inputs, causal),
+                return_mode="median",
             )
 
             def step(op=op, inputs=inputs, grad=grad, causal=causal):
@@ -143,7 +144,7 @@ def bench_gpu(shapes: list[Shape]) -> None:
                     t.grad = None
                 run_op(op, inputs, causal).backward(grad)
 
-            both_ms = do_bench(step)
+            both_ms = do_bench(step, return_mode="median")
             results[(op, s.n)] = both_ms
             c = cost(op, s)
             vs_sdpa = results[("sdpa", s.n)] / both_ms
