@@ -1,0 +1,909 @@
+"""Flash attention in Triton: one kernel family, three prologues (scaled-dot, quadratic, metric).
+
+The scheme is FlashAttention-2's: a program owns a tile of queries, walks the keys tile by tile
+with an online softmax (running max and running sum), and never holds the N×N score matrix in
+memory. The forward saves the log-sum-exp of every row (in base-2 units); the backward recomputes
+the probabilities from it in two kernels, one per key tile (dk, dv) and one per query tile (dq),
+so no gradient needs an atomic add. Both backward kernels handle causal and bidirectional masks.
+
+What the three ops feed the same kernels:
+
+- `scaled_dot_attention`: q, k, v as given.
+- `quadratic_attention`: q = x·U[h] and k = x for every head. q is formed *before* the kernel, as
+  one batched matmul. Why, from the counts (B batch, H heads, N tokens, D width, dv value width):
+  forming q costs 2·B·H·N·D² FLOPs wherever it happens. Inside the kernel, every query tile would
+  multiply its BLOCK_M×D slice of x by the whole D×D matrix U[h], reading U once per tile
+  (B·H·⌈N/BLOCK_M⌉·D² elements: at N = 4096, BLOCK_M = 128 that is 32·D² per head against N·D
+  for q itself, 4× more at D = 512) and holding a BLOCK_M×D fp32 product in registers, which does
+  not fit once D > 128. Outside, cuBLAS runs the product near peak and the price is one write and
+  one read of q, 2·B·H·N·D elements, next to the attention's 2·B·H·N²·(D + dv) FLOPs: about N
+  FLOPs per element of extra traffic, far above any GPU's FLOP-to-byte ratio. k = x is read for
+  all heads through a zero head-stride view (`x[:, None].expand(...)`), never copied per head.
+  Scores run over the full width D, which may exceed 128: the kernels loop over feature chunks
+  of the value width (`CHUNKED`).
+- `metric_attention` (fused prologue): reads only p (B, H, N, dk) and M (H, dk, dk). q = p·M is
+  formed in registers (16 columns of p against 16 rows of M at a time, so M never sits in
+  registers whole), and k = v = p: one tile load per key block serves both the scores and the
+  weighted sum. Against running scaled-dot on (p·M, p, p) this saves the q tensor (one write and
+  one read of B·H·N·dk elements, and the matmul launch), one of the two key/value streams of the
+  inner loop (B·H·N·dk elements per query tile: half the K/V traffic and shared memory), and in
+  the backward one gradient tensor: dk and dv are summed in the kernel. The backward forms q = p·M
+  again per tile rather than storing it.
+
+Feature widths: the value width dv is padded to a power of two `HEAD` in [16, 128]; the q/k width
+is walked in chunks of `HEAD` (so any dk works for scaled-dot and quadratic; metric needs
+dk ≤ 128). Inputs fp16/bf16/fp32, accumulation in fp32 (fp32 inputs use IEEE fp32 dots, not TF32).
+A query whose every key is masked (causal and padding together) gets zeros, and zero gradients.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+
+import torch
+import triton
+import triton.language as tl
+
+from ._aot import AotSpec
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.4426950408889634
+MAX_HEAD = 128
+HEADS_PADDED = (16, 32, 64, 128)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Tests set this to True: outputs are then allocated full of NaN, so an element the kernel never
+# writes shows up as NaN instead of as whatever memory held before.
+POISON_OUTPUTS = False
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_rows(base, offs_r, stride_r, offs_f, n_rows, n_feat):
+    """A (rows, features) tile; rows past n_rows and features past n_feat read as zero."""
+    ptrs = base + offs_r[:, None] * stride_r + offs_f[None, :]
+    return tl.load(ptrs, mask=(offs_r[:, None] < n_rows) & (offs_f[None, :] < n_feat), other=0.0)
+
+
+@triton.jit
+def _query_tile(
+    Q,
+    M,
+    q_base,
+    m_base,
+    offs_m,
+    sqn,
+    smr,
+    offs_d,
+    N,
+    d_qk,
+    METRIC: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """First feature chunk of the queries; for the metric prologue q = p·M, formed in registers
+    16 rows of M at a time, so M (up to 128×128) never sits in registers whole."""
+    if METRIC:
+        HEAD: tl.constexpr = offs_d.shape[0]
+        q = tl.zeros([offs_m.shape[0], HEAD], tl.float32)
+        for c in tl.static_range(0, HEAD, 16):
+            offs_k = c + tl.arange(0, 16)
+            p_c = _load_rows(Q + q_base, offs_m, sqn, offs_k, N, d_qk)
+            m_c = _load_rows(M + m_base, offs_k, smr, offs_d, d_qk, d_qk)
+            q += tl.dot(p_c, m_c, input_precision=DOT_PREC)
+        q = q.to(Q.dtype.element_ty)
+    else:
+        q = _load_rows(Q + q_base, offs_m, sqn, offs_d, N, d_qk)
+    return q
+
+
+@triton.jit
+def _scores(
+    q0,
+    k0,
+    Q,
+    K,
+    q_base,
+    k_base,
+    offs_m,
+    offs_n,
+    sqn,
+    skn,
+    offs_d,
+    N,
+    d_qk,
+    n_chunks,
+    HEAD: tl.constexpr,
+    CHUNKED: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """q·kᵀ over the full q/k width: chunk 0 from registers, the other chunks (if the width
+    exceeds HEAD) streamed. CHUNKED is a compile-time switch because the chunk loop nested in the
+    key loop costs registers even when it runs zero times."""
+    s = tl.dot(q0, tl.trans(k0), input_precision=DOT_PREC)
+    if CHUNKED:
+        s = _more_chunks(s, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
+                         n_chunks, HEAD, DOT_PREC)  # fmt: skip
+    return s
+
+
+@triton.jit
+def _more_chunks(
+    s,
+    Q,
+    K,
+    q_base,
+    k_base,
+    offs_m,
+    offs_n,
+    sqn,
+    skn,
+    offs_d,
+    N,
+    d_qk,
+    n_chunks,
+    HEAD: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    for c in range(1, n_chunks):
+        offs_c = c * HEAD + offs_d
+        qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
+        kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
+        s += tl.dot(qc, tl.trans(kc), input_precision=DOT_PREC)
+    return s
+
+
+@triton.jit
+def _allowed(offs_m, offs_n, key_ok, causal):
+    return key_ok[None, :] & ((offs_m[:, None] >= offs_n[None, :]) | (causal == 0))
+
+
+@triton.jit
+def _key_ok(Mask, mask_base, offs_n, N, has_mask):
+    ok = offs_n < N
+    if has_mask != 0:
+        pad = tl.load(Mask + mask_base + offs_n, mask=ok, other=1)
+        ok = ok & (pad == 0)
+    return ok
+
+
+@triton.jit
+def _attn_fwd(
+    Q, K, V, M, Out, Lse, Mask,
+    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sob, soh, son, smb,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_base = b * sqb + h * sqh
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD)
+    q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC, DOT_PREC)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
+    hi = N
+    if causal != 0:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
+                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        ok = _allowed(offs_m, offs_n, _key_ok(Mask, b * smb, offs_n, N, has_mask), causal)
+        s = tl.where(ok, s * scale2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
+            v = k0
+        else:
+            v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.log2(l_safe))
+    o_ptrs = Out + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
+    o_mask = (offs_m[:, None] < N) & (offs_d[None, :] < d_v)
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+    tl.store(Lse + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+
+
+@triton.jit
+def _attn_bwd_dkdv(
+    Q, K, V, M, DO, Lse, Delta, DK, DV, Mask,
+    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
+    sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One key tile and one q/k feature chunk: dk for that chunk, dv (chunk 0 stores it).
+
+    Metric (k = v = p): stores dk + dv into DK, the two roles' sum."""
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    pid_c = tl.program_id(2)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_base = b * sqb + h * sqh
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
+    do_base = b * sdob + h * sdoh
+    row_base = pid_bh.to(tl.int64) * N
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD)
+    offs_c = pid_c * HEAD + offs_d
+    k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
+    if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
+        v = k0
+    else:
+        v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
+    key_ok = _key_ok(Mask, b * smb, offs_n, N, has_mask)
+
+    dk = tl.zeros([BLOCK_N, HEAD], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
+    lo = 0
+    if causal != 0:
+        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
+    for start_m in range(lo, N, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC,
+                         DOT_PREC)  # fmt: skip
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
+                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
+        ok = _allowed(offs_m, offs_n, key_ok, causal)
+        p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
+        do = _load_rows(DO + do_base, offs_m, sdon, offs_d, N, d_v)
+        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PREC)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+        ds = p * (dp - delta[:, None])
+        if CHUNKED:  # noqa: SIM108
+            qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
+        else:
+            qc = q0
+        dk += tl.dot(tl.trans(ds).to(qc.dtype), qc, input_precision=DOT_PREC)
+
+    dk = dk * scale
+    if METRIC:
+        dk = dk + dv
+    dk_ptrs = DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_c[None, :]
+    dk_mask = (offs_n[:, None] < N) & (offs_c[None, :] < d_qk)
+    tl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=dk_mask)
+    if not METRIC:  # noqa: SIM102 (compile-time test, then a runtime one)
+        if pid_c == 0:
+            dv_ptrs = DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :]
+            dv_mask = (offs_n[:, None] < N) & (offs_d[None, :] < d_v)
+            tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=dv_mask)
+
+
+@triton.jit
+def _attn_bwd_dq(
+    Q, K, V, M, DO, Lse, Delta, DQ, Mask,
+    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
+    sdqb, sdqh, sdqn, smb,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One query tile and one q/k feature chunk: dq = scale · dS · k for that chunk."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    pid_c = tl.program_id(2)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_base = b * sqb + h * sqh
+    k_base = b * skb + h * skh
+    v_base = b * svb + h * svh
+    row_base = pid_bh.to(tl.int64) * N
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD)
+    offs_c = pid_c * HEAD + offs_d
+    q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC, DOT_PREC)
+    do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v)
+    lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
+    delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+
+    dq = tl.zeros([BLOCK_M, HEAD], tl.float32)
+    hi = N
+    if causal != 0:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
+                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        ok = _allowed(offs_m, offs_n, _key_ok(Mask, b * smb, offs_n, N, has_mask), causal)
+        p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
+        if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
+            v = k0
+        else:
+            v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        ds = p * (dp - delta[:, None])
+        if CHUNKED:  # noqa: SIM108
+            kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
+        else:
+            kc = k0
+        dq += tl.dot(ds.to(kc.dtype), kc, input_precision=DOT_PREC)
+
+    dq = dq * scale
+    dq_ptrs = DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqn + offs_c[None, :]
+    dq_mask = (offs_m[:, None] < N) & (offs_c[None, :] < d_qk)
+    tl.store(dq_ptrs, dq.to(DQ.dtype.element_ty), mask=dq_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Configurations: the one table the autotuner and the ahead-of-time report both read
+# --------------------------------------------------------------------------------------------
+
+KERNELS = {"attn_fwd": _attn_fwd, "attn_bwd_dkdv": _attn_bwd_dkdv, "attn_bwd_dq": _attn_bwd_dq}
+
+
+def _dtype_kind(dtype: torch.dtype) -> str:
+    return "fp32" if dtype == torch.float32 else "half"
+
+
+def spec_cases() -> Iterator[tuple[str, torch.dtype, int, bool, bool]]:
+    """(kernel, dtype, head, metric, chunked) for every variant the launchers can compile.
+
+    Causal or not, padding mask or not, and the sequence length are runtime arguments: they do
+    not multiply the variants. Metric attention is never chunked (dk = dv ≤ 128)."""
+    for kernel in KERNELS:
+        for dtype in DTYPES:
+            for head in HEADS_PADDED:
+                for metric, chunked in ((False, False), (False, True), (True, False)):
+                    yield kernel, dtype, head, metric, chunked
+
+
+# (kernel, "half" | "fp32", "plain" | "metric" | "chunked") -> {HEAD: configs}, each config
+# (BLOCK_M, BLOCK_N, num_warps, num_stages). Picked from the ahead-of-time compile report so that
+# nothing spills on sm_80 or sm_90 (ptxas's register allocation is not monotone in the tile size,
+# hence the irregular entries); the half-precision forward keeps two configs to autotune between.
+_A, _B = (128, 64, 4, 3), (64, 64, 4, 3)
+_GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int]]]] = {
+    ("attn_fwd", "half", "plain"): {
+        16: [_A, _B],
+        32: [_A, _B],
+        64: [(128, 64, 8, 3), _B],
+        128: [(64, 32, 8, 1)],
+    },
+    ("attn_fwd", "half", "metric"): {
+        16: [_A, _B],
+        32: [_A, _B],
+        64: [(64, 32, 8, 2)],
+        128: [(64, 32, 8, 1)],
+    },
+    ("attn_fwd", "half", "chunked"): {
+        16: [(128, 64, 8, 2), (64, 64, 4, 2)],
+        32: [(128, 64, 8, 2), (64, 64, 4, 2)],
+        64: [(64, 32, 8, 2)],
+        128: [(32, 32, 8, 1), (32, 16, 4, 1)],
+    },
+    ("attn_fwd", "fp32", "plain"): {
+        16: [(64, 32, 8, 2)],
+        32: [(64, 32, 8, 2)],
+        64: [(64, 32, 8, 2)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_fwd", "fp32", "metric"): {
+        16: [(64, 32, 8, 2)],
+        32: [(64, 32, 8, 2)],
+        64: [(32, 32, 8, 1)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_fwd", "fp32", "chunked"): {
+        16: [(64, 32, 8, 2)],
+        32: [(64, 32, 8, 2)],
+        64: [(32, 16, 4, 1)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_bwd_dkdv", "half", "plain"): {
+        16: [(64, 64, 4, 2)],
+        32: [(64, 64, 4, 2)],
+        64: [(64, 64, 8, 2)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_bwd_dkdv", "half", "chunked"): {
+        16: [(32, 32, 8, 1)],
+        32: [(32, 32, 4, 1)],
+        64: [(32, 32, 4, 1)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_bwd_dkdv", "fp32", "plain"): {
+        16: [(16, 32, 4, 1)],
+        32: [(16, 32, 4, 1)],
+        64: [(16, 32, 4, 1)],
+        128: [(16, 16, 4, 1)],
+    },
+    ("attn_bwd_dkdv", "fp32", "chunked"): {
+        16: [(16, 16, 8, 1)],
+        32: [(16, 32, 4, 1)],
+        64: [(16, 16, 8, 1)],
+        128: [(16, 16, 4, 1)],
+    },
+    ("attn_bwd_dq", "half", "plain"): {
+        16: [(64, 64, 4, 2)],
+        32: [(64, 64, 4, 2)],
+        64: [(64, 64, 8, 2)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_bwd_dq", "half", "chunked"): {
+        16: [(32, 32, 4, 1)],
+        32: [(32, 32, 4, 1)],
+        64: [(32, 32, 4, 1)],
+        128: [(32, 32, 8, 1)],
+    },
+    ("attn_bwd_dq", "fp32", "plain"): {
+        16: [(16, 32, 4, 1)],
+        32: [(16, 32, 4, 1)],
+        64: [(16, 32, 4, 1)],
+        128: [(16, 16, 8, 1)],
+    },
+    ("attn_bwd_dq", "fp32", "chunked"): {
+        16: [(16, 32, 4, 1)],
+        32: [(16, 32, 4, 1)],
+        64: [(16, 32, 4, 1)],
+        128: [(16, 16, 8, 1)],
+    },
+}
+# The backward's metric variant uses the plain tables (verified by the report like the rest).
+for _kernel in ("attn_bwd_dkdv", "attn_bwd_dq"):
+    for _kind in ("half", "fp32"):
+        _GPU_CONFIGS[(_kernel, _kind, "metric")] = _GPU_CONFIGS[(_kernel, _kind, "plain")]
+
+
+def block_configs(
+    kernel: str,
+    dtype: torch.dtype,
+    head: int,
+    metric: bool,
+    chunked: bool,
+    interpret: bool = INTERPRET,
+) -> list[tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner may try for one kernel variant.
+
+    One config under the interpreter: it only checks semantics, and 32×32 tiles make sequences
+    of 17..257 tokens span one to nine ragged tiles."""
+    if interpret:
+        return [(32, 32, 4, 1)]
+    kind = "fp32" if dtype == torch.float32 else "half"
+    variant = "metric" if metric else ("chunked" if chunked else "plain")
+    return _GPU_CONFIGS[(kernel, kind, variant)][head]
+
+
+def _as_triton_configs(kernel: str, interpret: bool = INTERPRET) -> list[triton.Config]:
+    """Every config of `kernel` in the table, for the autotuner; the pruner narrows it per call."""
+    seen: dict[tuple[int, int, int, int], triton.Config] = {}
+    for name, dtype, head, metric, chunked in spec_cases():
+        if name != kernel:
+            continue
+        for bm, bn, w, s in block_configs(kernel, dtype, head, metric, chunked, interpret):
+            seen[(bm, bn, w, s)] = triton.Config(
+                {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s
+            )
+    return list(seen.values())
+
+
+def _pruner(kernel: str, interpret: bool = INTERPRET):
+    def prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+        dtype, head = named_args["Q"].dtype, kwargs["HEAD"]
+        wanted = set(
+            block_configs(kernel, dtype, head, kwargs["METRIC"], kwargs["CHUNKED"], interpret)
+        )
+        keep = [
+            c
+            for c in configs
+            if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in wanted
+        ]
+        return keep
+
+    return prune
+
+
+def _autotuned(kernel: str):
+    return triton.autotune(
+        configs=_as_triton_configs(kernel),
+        key=["N", "d_qk", "d_v", "HEAD", "CHUNKED", "METRIC"],
+        prune_configs_by={"early_config_prune": _pruner(kernel)},
+    )(KERNELS[kernel])
+
+
+_fwd = _autotuned("attn_fwd")
+_bwd_dkdv = _autotuned("attn_bwd_dkdv")
+_bwd_dq = _autotuned("attn_bwd_dq")
+
+
+# --------------------------------------------------------------------------------------------
+# Launchers: check what the kernel will read, pick the grid
+# --------------------------------------------------------------------------------------------
+
+
+def head_width(d_v: int) -> int:
+    """The padded feature tile: the value width rounded up to a power of two, at least 16."""
+    return max(16, triton.next_power_of_2(d_v))
+
+
+def _check_operand(name: str, t: torch.Tensor, shape: tuple[int, ...], like: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    if t.dtype not in DTYPES:
+        raise ValueError(f"{name} has dtype {t.dtype}; the kernels take {DTYPES}")
+    if t.dtype != like.dtype:
+        raise ValueError(f"{name} has dtype {t.dtype}, expected {like.dtype} like the other inputs")
+    if t.device != like.device:
+        raise ValueError(f"{name} is on {t.device}, expected {like.device} like the other inputs")
+    if not t.is_cuda and not INTERPRET:
+        raise ValueError(f"{name} is on {t.device}: the kernels need CUDA (or TRITON_INTERPRET=1)")
+    if t.numel() > 0 and t.stride(-1) != 1:
+        raise ValueError(
+            f"{name} must have unit stride in its last (feature) dim, got strides {t.stride()}; "
+            "call .contiguous()"
+        )
+    if any(s < 0 for s in t.stride()):
+        raise ValueError(f"{name} has negative strides {t.stride()}")
+    reach = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    if reach >= 2**31:
+        raise ValueError(f"{name} spans {reach} elements; the kernels index rows with int32")
+
+
+def _check_mask(mask: torch.Tensor | None, b: int, n: int, like: torch.Tensor) -> None:
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise ValueError("key_padding_mask must be a bool tensor (True marks padding)")
+    if tuple(mask.shape) != (b, n):
+        raise ValueError(f"key_padding_mask must have shape {(b, n)}, got {tuple(mask.shape)}")
+    if mask.device != like.device:
+        raise ValueError(f"key_padding_mask is on {mask.device}, expected {like.device}")
+
+
+def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+class _Problem:
+    """Everything the three kernels share for one call: operands, sizes, flags, mask."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        m: torch.Tensor | None,
+        causal: bool,
+        mask: torch.Tensor | None,
+        scale: float,
+    ) -> None:
+        if not isinstance(q, torch.Tensor) or q.dim() != 4:
+            raise ValueError("q must be a 4-dim tensor (batch, heads, tokens, features)")
+        b, h, n, d_qk = q.shape
+        if not isinstance(v, torch.Tensor) or v.dim() != 4:
+            raise ValueError("v must be a 4-dim tensor (batch, heads, tokens, dv)")
+        d_v = v.shape[-1]
+        _check_operand("q", q, (b, h, n, d_qk), q)
+        _check_operand("k", k, (b, h, n, d_qk), q)
+        _check_operand("v", v, (b, h, n, d_v), q)
+        if d_v > MAX_HEAD or d_v < 1:
+            raise ValueError(f"v's head dim is {d_v}; the kernels take 1..{MAX_HEAD}")
+        if m is not None:
+            _check_operand("m", m, (h, d_qk, d_qk), q)
+            if d_qk != d_v:
+                raise ValueError(f"metric attention needs k = v = p, got dk={d_qk}, dv={d_v}")
+        _check_mask(mask, b, n, q)
+        if not isinstance(causal, bool):
+            raise ValueError(f"causal must be a bool, got {causal!r}")
+        if not (isinstance(scale, float) and math.isfinite(scale)):
+            raise ValueError(f"scale must be a finite float, got {scale!r}")
+        self.q, self.k, self.v, self.m = q, k, v, m
+        self.b, self.h, self.n, self.d_qk, self.d_v = b, h, n, d_qk, d_v
+        self.head = head_width(d_v)
+        self.n_chunks = triton.cdiv(d_qk, self.head)
+        self.causal, self.scale = causal, scale
+        self.metric = m is not None
+        self.has_mask = int(mask is not None)
+        self.mask_i8 = (
+            mask.to(torch.int8).contiguous()
+            if mask is not None
+            else torch.zeros(1, dtype=torch.int8, device=q.device)
+        )
+        self.m_or_q = m if m is not None else q
+        self.m_strides = (m.stride(0), m.stride(1)) if m is not None else (0, 0)
+
+    def inputs(self) -> tuple:
+        return (self.q, self.k, self.v, self.m_or_q)
+
+    def strides(self) -> tuple[int, ...]:
+        q, k, v = self.q, self.k, self.v
+        return (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *self.m_strides)
+
+    def sizes(self) -> tuple:
+        return (self.h, self.n, self.d_qk, self.d_v, self.n_chunks, self.has_mask, int(self.causal))
+
+    def flags(self) -> dict:
+        return {
+            "METRIC": self.metric,
+            "HEAD": self.head,
+            "CHUNKED": self.n_chunks > 1,
+            "DOT_PREC": _dot_precision(self.q.dtype),
+        }
+
+
+def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
+    """out (B, H, N, dv) in the input dtype, and the base-2 log-sum-exp (B·H, N) in fp32."""
+    out = _alloc((p.b, p.h, p.n, p.d_v), p.q.dtype, p.q.device)
+    lse = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+    if p.n == 0 or p.b * p.h == 0:
+        return out, lse
+    grid = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
+    _fwd[grid](
+        *p.inputs(), out, lse, p.mask_i8,
+        *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
+        *p.sizes(), p.scale * LOG2E,
+        **p.flags(),
+    )  # fmt: skip
+    return out, lse
+
+
+def attention_backward(
+    p: _Problem, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor, grad_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`; for metric dv is None and
+    dk holds the key and value roles' sum."""
+    if d_out.stride(-1) != 1:
+        d_out = d_out.contiguous()
+    _check_operand("d_out", d_out, tuple(out.shape), p.q)
+    delta = (d_out.float() * out.float()).sum(-1).reshape(p.b * p.h, p.n).contiguous()
+    dq = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
+    dk = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
+    dv = None if p.metric else _alloc((p.b, p.h, p.n, p.d_v), grad_dtype, p.q.device)
+    if p.n == 0 or p.b * p.h == 0:
+        return dq, dk, dv
+    dv_arg = dk if dv is None else dv
+    smb = p.mask_i8.stride(0) if p.has_mask else 0
+    common = (*p.sizes(), p.scale * LOG2E, p.scale)
+    grid_n = lambda meta: (triton.cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, p.n_chunks)
+    _bwd_dkdv[grid_n](
+        *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8,
+        *p.strides(), *d_out.stride()[:3], *dk.stride()[:3], *dv_arg.stride()[:3], smb,
+        *common, **p.flags(),
+    )  # fmt: skip
+    grid_m = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, p.n_chunks)
+    _bwd_dq[grid_m](
+        *p.inputs(), d_out, lse, delta, dq, p.mask_i8,
+        *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
+        *common, **p.flags(),
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd
+# --------------------------------------------------------------------------------------------
+
+
+def _unit_feature_stride(t: torch.Tensor) -> torch.Tensor:
+    """The kernels read features contiguously; anything else is copied once, here."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+class _ScaledDot(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, mask, scale):
+        q, k, v = (_unit_feature_stride(t) for t in (q, k, v))
+        prob = _Problem(q, k, v, None, causal, mask, scale)
+        out, lse = attention_forward(prob)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        prob = _Problem(q, k, v, None, ctx.causal, mask, ctx.scale)
+        dq, dk, dv = attention_backward(prob, out, lse, d_out, q.dtype)
+        return dq, dk, dv, None, None, None
+
+
+class _Quadratic(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, u, v, causal, mask, scale):
+        x, v = _unit_feature_stride(x), _unit_feature_stride(v)
+        b, n, d = x.shape
+        h = u.shape[0]
+        q = _project(x, u)
+        k = x[:, None].expand(b, h, n, d)  # zero head-stride: one x for every head, no copy
+        prob = _Problem(q, k, v, None, causal, mask, scale)
+        out, lse = attention_forward(prob)
+        ctx.save_for_backward(x, u, q, v, out, lse, mask)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        x, u, q, v, out, lse, mask = ctx.saved_tensors
+        b, n, d = x.shape
+        h = u.shape[0]
+        k = x[:, None].expand(b, h, n, d)
+        prob = _Problem(q, k, v, None, ctx.causal, mask, ctx.scale)
+        dq_bhnd, dk_bhnd, dv = attention_backward(prob, out, lse, d_out, x.dtype)
+        xf, uf, dq_bhnd = x.float(), u.float(), dq_bhnd.float()
+        # q = x U[h]: dx gets dq U[h]ᵀ from every head, dU[h] = xᵀ dq; k = x: dx gets Σ_h dk.
+        dx = dk_bhnd.float().sum(1) + torch.einsum("bhne,hde->bnd", dq_bhnd, uf)
+        du = torch.einsum("bnd,bhne->hde", xf, dq_bhnd)
+        return dx.to(x.dtype), du.to(u.dtype), dv.to(v.dtype), None, None, None
+
+
+def _project(x_bnd: torch.Tensor, u_hdd: torch.Tensor) -> torch.Tensor:
+    """q = x U[h] for every head, (B, H, N, D): one batched matmul in fp32 accumulation."""
+    if x_bnd.is_cuda:
+        return torch.einsum("bnd,hde->bhne", x_bnd, u_hdd).contiguous()
+    return torch.einsum("bnd,hde->bhne", x_bnd.float(), u_hdd.float()).to(x_bnd.dtype)
+
+
+class _Metric(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, p, m, causal, mask, scale):
+        p, m = _unit_feature_stride(p), _unit_feature_stride(m)
+        prob = _Problem(p, p, p, m, causal, mask, scale)
+        out, lse = attention_forward(prob)
+        ctx.save_for_backward(p, m, out, lse, mask)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        p, m, out, lse, mask = ctx.saved_tensors
+        prob = _Problem(p, p, p, m, ctx.causal, mask, ctx.scale)
+        dq, dkv, _ = attention_backward(prob, out, lse, d_out, p.dtype)
+        # p plays three roles: q = p M (dq Mᵀ), and k and v (their sum came out of the kernel).
+        dq = dq.float()
+        dp = dkv.float() + torch.einsum("bhnj,hij->bhni", dq, m.float())
+        dm = torch.einsum("bhni,bhnj->hij", p.float(), dq)
+        return dp.to(p.dtype), dm.to(m.dtype), None, None, None
+
+
+# --------------------------------------------------------------------------------------------
+# Public functions: same arguments, same order as kernels/reference.py
+# --------------------------------------------------------------------------------------------
+
+
+def scaled_dot_attention(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v per head, (B, H, N, dk) × 2, (B, H, N, dv) -> (B, H, N, dv)."""
+    return _ScaledDot.apply(q_bhnk, k_bhnk, v_bhnv, causal, key_padding_mask, float(scale))
+
+
+def quadratic_attention(
+    x_bnd: torch.Tensor,
+    u_hdd: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """Scores x[i] U[h] x[j] · scale: x (B, N, D), U (H, D, D), v (B, H, N, dv) -> (B, H, N, dv)."""
+    if not isinstance(x_bnd, torch.Tensor) or x_bnd.dim() != 3:
+        raise ValueError("x must be a 3-dim tensor (batch, tokens, dim)")
+    if not isinstance(u_hdd, torch.Tensor) or u_hdd.dim() != 3:
+        raise ValueError("u must be a 3-dim tensor (heads, dim, dim)")
+    d = x_bnd.shape[-1]
+    _check_operand("u", u_hdd, (u_hdd.shape[0], d, d), x_bnd)
+    return _Quadratic.apply(x_bnd, u_hdd, v_bhnv, causal, key_padding_mask, float(scale))
+
+
+def metric_attention(
+    p_bhnk: torch.Tensor,
+    m_hkk: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """Scores p[i] M[h] p[j] · scale with values p: p (B, H, N, dk), M (H, dk, dk) -> like p."""
+    if isinstance(p_bhnk, torch.Tensor) and p_bhnk.dim() == 4 and p_bhnk.shape[-1] > MAX_HEAD:
+        raise ValueError(f"p's head dim is {p_bhnk.shape[-1]}; metric attention takes ≤ {MAX_HEAD}")
+    return _Metric.apply(p_bhnk, m_hkk, causal, key_padding_mask, float(scale))
+
+
+# --------------------------------------------------------------------------------------------
+# Ahead-of-time compilation specs (scripts/kernel_report.py)
+# --------------------------------------------------------------------------------------------
+
+_TRITON_DTYPE = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
+    fn = KERNELS[kernel]
+    ptr = f"*{_TRITON_DTYPE[dtype]}"
+    sig: dict[str, str] = {}
+    for name in fn.arg_names:
+        if name in ("METRIC", "HEAD", "CHUNKED", "BLOCK_M", "BLOCK_N", "DOT_PREC"):
+            sig[name] = "constexpr"
+        elif name == "Mask":
+            sig[name] = "*i8"
+        elif name in ("Lse", "Delta"):
+            sig[name] = "*fp32"
+        elif name in ("Q", "K", "V", "M", "Out", "DO", "DQ", "DK", "DV"):
+            sig[name] = ptr
+        elif name in ("scale", "scale2"):
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def aot_specs() -> list[AotSpec]:
+    """One spec per kernel and per configuration the launchers can pick on a GPU (the GPU
+    tables, also when this process runs the interpreter)."""
+    specs = []
+    for kernel, dtype, head, metric, chunked in spec_cases():
+        sig = _signature(kernel, dtype)
+        # 16-byte aligned pointers, as the JIT specialises them for tensors torch allocates
+        # (the common case at run time; other alignments compile a variant with narrower loads).
+        aligned = {
+            (i,): [["tt.divisibility", 16]]
+            for i, name in enumerate(KERNELS[kernel].arg_names)
+            if sig[name].startswith("*")
+        }
+        for bm, bn, warps, stages in block_configs(
+            kernel, dtype, head, metric, chunked, interpret=False
+        ):
+            constexprs = {
+                "METRIC": metric,
+                "HEAD": head,
+                "CHUNKED": chunked,
+                "BLOCK_M": bm,
+                "BLOCK_N": bn,
+                "DOT_PREC": _dot_precision(dtype),
+            }
+            prologue = "metric" if metric else ("chunked" if chunked else "plain")
+            label = (
+                f"{_TRITON_DTYPE[dtype]} {prologue} HEAD={head} "
+                f"BLOCK_M={bm} BLOCK_N={bn} w{warps} s{stages}"
+            )
+            specs.append(
+                AotSpec(
+                    name=kernel,
+                    fn=KERNELS[kernel],
+                    signature=sig,
+                    constexprs=constexprs,
+                    num_warps=warps,
+                    num_stages=stages,
+                    label=label,
+                    attrs=aligned,
+                )
+            )
+    return specs

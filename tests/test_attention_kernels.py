@@ -1,0 +1,345 @@
+"""The Triton attention kernels against the PyTorch references, in Triton's interpreter.
+
+Forward and backward for scaled-dot, quadratic and metric attention: odd sequence lengths (one
+to nine ragged 32-token tiles), 1-4 heads, head dims 16/32/64 (and a q/k width wider than the
+value width, which takes the chunked path), causal on and off, padding masks including rows with
+no visible key at all. Outputs are allocated full of NaN (attention.POISON_OUTPUTS), so an element
+the kernel never writes fails the comparison. The cases are a covering set, not the cartesian
+product: the interpreter runs each tile op in numpy and is slow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+from attnzoo.kernels import attention, ops, reference
+
+from attnzoo import Model, ModelConfig
+
+TOL = {torch.float32: 1e-4, torch.float16: 1e-2}
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention, "POISON_OUTPUTS", True)
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """‖got − want‖ / ‖want‖; the absolute error where want is exactly zero (e.g. dq with one
+    key: the softmax of a single score is constant)."""
+    got, want = got.detach().double(), want.detach().double()
+    assert torch.isfinite(got).all(), "the kernel left NaN/inf (an element never written?)"
+    norm = want.norm()
+    return float((got - want).norm() / (norm if norm > 0 else 1.0))
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    n: int
+    heads: int
+    dk: int  # q/k width (D for quadratic)
+    dv: int
+    causal: bool
+    mask: str  # "none", "pad" (ragged real lengths), "empty" (a row with no visible key)
+    dtype: torch.dtype = torch.float32
+
+    def __str__(self) -> str:
+        dt = str(self.dtype).removeprefix("torch.")
+        causal = "causal" if self.causal else "full"
+        return (
+            f"{self.op}-n{self.n}-h{self.heads}-dk{self.dk}-dv{self.dv}-{causal}-{self.mask}-{dt}"
+        )
+
+
+F16 = torch.float16
+CASES = [
+    Case("scaled_dot", 1, 1, 16, 16, False, "none"),
+    Case("scaled_dot", 17, 2, 32, 32, True, "pad"),
+    Case("scaled_dot", 100, 3, 64, 64, False, "empty"),
+    Case("scaled_dot", 257, 1, 16, 16, True, "none"),
+    Case("scaled_dot", 40, 2, 48, 16, True, "empty"),  # dk > dv: chunked scores
+    Case("scaled_dot", 100, 2, 32, 32, True, "empty", F16),
+    Case("scaled_dot", 17, 4, 16, 16, False, "pad", F16),
+    Case("scaled_dot", 23, 2, 8, 8, True, "pad"),  # head dim 8, padded to 16
+    Case("scaled_dot", 30, 1, 24, 24, False, "empty"),  # 24, padded to 32
+    Case("quadratic", 1, 1, 16, 16, True, "none"),
+    Case("quadratic", 17, 2, 32, 16, False, "pad"),
+    Case("quadratic", 257, 2, 32, 16, True, "pad", F16),
+    Case("quadratic", 100, 1, 64, 64, True, "none"),
+    Case("quadratic", 33, 4, 48, 16, True, "empty"),
+    Case("quadratic", 17, 2, 160, 32, False, "empty"),  # D = 160 > 128: five feature chunks
+    Case("quadratic", 60, 3, 48, 16, False, "pad", F16),
+    Case("metric", 1, 1, 16, 16, True, "none"),
+    Case("metric", 17, 3, 32, 32, False, "pad"),
+    Case("metric", 100, 2, 64, 64, True, "empty"),
+    Case("metric", 257, 1, 16, 16, False, "pad", F16),
+    Case("metric", 40, 4, 16, 16, True, "empty", F16),
+]
+
+
+def make_mask(kind: str, b: int, n: int, causal: bool) -> torch.Tensor | None:
+    if kind == "none":
+        return None
+    mask = torch.zeros(b, n, dtype=torch.bool)
+    lengths = torch.randint(1, n + 1, (b,))
+    lengths[0] = n
+    mask |= torch.arange(n)[None, :] >= lengths[:, None]
+    if kind == "empty":
+        if causal:
+            mask[0, 0] = True  # query 0 of item 0 sees only key 0, which is padding
+        else:
+            mask[1, :] = True  # every key of item 1 is padding
+    return mask
+
+
+def empty_rows(mask: torch.Tensor | None, n: int, causal: bool) -> torch.Tensor | None:
+    """(B, N) bool: queries with no visible key."""
+    if mask is None:
+        return None
+    allowed = (~mask)[:, None, :].expand(-1, n, -1)
+    if causal:
+        allowed = allowed & torch.ones(n, n, dtype=torch.bool).tril()
+    return ~allowed.any(-1)
+
+
+def make_inputs(case: Case, b: int = 2) -> tuple[list[torch.Tensor], float]:
+    h, n, dk, dv, dt = case.heads, case.n, case.dk, case.dv, case.dtype
+    if case.op == "scaled_dot":
+        tensors = [torch.randn(b, h, n, dk), torch.randn(b, h, n, dk), torch.randn(b, h, n, dv)]
+        scale = 1 / math.sqrt(dk)
+    elif case.op == "quadratic":
+        tensors = [torch.randn(b, n, dk), torch.randn(h, dk, dk) / 3, torch.randn(b, h, n, dv)]
+        scale = 1 / math.sqrt(dk)
+    else:
+        c = torch.randn(h, dk, dk) / math.sqrt(dk)
+        tensors = [torch.randn(b, h, n, dk), (c + c.transpose(1, 2)) / 2]
+        scale = 1 / math.sqrt(dk)
+    return [t.to(dt).requires_grad_() for t in tensors], scale
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_forward_and_backward_match_reference(case: Case) -> None:
+    inputs, scale = make_inputs(case)
+    mask = make_mask(case.mask, 2, case.n, case.causal)
+    kernel_fn = getattr(attention, f"{case.op}_attention")
+    ref_fn = getattr(reference, f"{case.op}_attention")
+
+    out = kernel_fn(*inputs, case.causal, mask, scale)
+    ref_inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    ref = ref_fn(*ref_inputs, case.causal, mask, scale)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    tol = TOL[case.dtype]
+    assert rel_err(out, ref) <= tol
+
+    empty = empty_rows(mask, case.n, case.causal)
+    if empty is not None and case.mask == "empty":
+        assert empty.any()
+        assert (out.detach().transpose(1, 2)[empty] == 0).all(), "masked rows must be zeros"
+
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, inputs, d_out)
+    ref_grads = torch.autograd.grad(ref, ref_inputs, d_out)
+    for i, (g, r) in enumerate(zip(grads, ref_grads, strict=True)):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        assert rel_err(g, r) <= tol, f"gradient of input {i}"
+    if empty is not None and case.mask == "empty" and case.op == "scaled_dot":
+        # a query with no visible key gets no gradient (its output is a constant zero)
+        assert (grads[0].detach().transpose(1, 2)[empty] == 0).all()
+
+
+def test_ops_dispatch_to_the_kernels_and_accept_strided_views() -> None:
+    """impl="triton" through the public ops, with q/k/v as views of one fused projection whose
+    feature stride is not 1 (transposed), the way a user might pass them."""
+    b, h, n, dk = 2, 2, 19, 16
+    qkv = torch.randn(b, h, 3 * dk, n).transpose(-1, -2)  # feature stride n, not 1
+    q, k, v = qkv.split(dk, dim=-1)
+    assert q.stride(-1) != 1
+    got = ops.scaled_dot_attention(q, k, v, causal=True, impl="triton")
+    want = ops.scaled_dot_attention(q, k, v, causal=True, impl="torch")
+    assert rel_err(got, want) <= 1e-4
+
+
+def test_quadratic_reads_x_once_for_all_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel sees k = x through a zero head stride, never a per-head copy."""
+    seen = []
+    original = attention._Problem.__init__
+
+    def spy(self, q, k, *args, **kwargs):
+        seen.append(k)
+        original(self, q, k, *args, **kwargs)
+
+    monkeypatch.setattr(attention._Problem, "__init__", spy)
+    x = torch.randn(2, 9, 16)
+    attention.quadratic_attention(
+        x, torch.randn(3, 16, 16), torch.randn(2, 3, 9, 16), False, None, 0.25
+    )
+    assert seen[0].stride(1) == 0 and seen[0].data_ptr() == x.data_ptr()
+
+
+def test_every_launch_uses_a_variant_the_aot_report_compiles() -> None:
+    """The report compiles spec_cases(); whatever widths a user passes, the launcher lands there."""
+    compiled = {(d, h, m, c) for _, d, h, m, c in attention.spec_cases()}
+    for dtype in attention.DTYPES:
+        for d_v in range(1, attention.MAX_HEAD + 1):
+            for d_qk, metric in ((d_v, True), (d_v, False), (3 * d_v + 5, False)):
+                head = attention.head_width(d_v)
+                chunked = -(-d_qk // head) > 1
+                assert (dtype, head, metric, chunked) in compiled, (dtype, d_v, d_qk, metric)
+
+
+def test_gpu_autotuner_tries_exactly_the_table_configs() -> None:
+    """On a GPU the autotuner holds every config of a kernel and the pruner keeps, per call, the
+    ones of that variant's row: the same configs the AOT report compiles."""
+    for kernel in attention.KERNELS:
+        configs = attention._as_triton_configs(kernel, interpret=False)
+        prune = attention._pruner(kernel, interpret=False)
+        for name, dtype, head, metric, chunked in attention.spec_cases():
+            if name != kernel:
+                continue
+            kept = prune(
+                configs,
+                {"Q": torch.empty(0, dtype=dtype)},
+                HEAD=head,
+                METRIC=metric,
+                CHUNKED=chunked,
+            )
+            got = [
+                (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept
+            ]
+            want = attention.block_configs(kernel, dtype, head, metric, chunked, interpret=False)
+            assert sorted(got) == sorted(want), (kernel, dtype, head, metric, chunked)
+
+
+@pytest.mark.parametrize("op", ["scaled_dot", "quadratic", "metric"])
+def test_results_do_not_depend_on_the_tile_shape(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU configs use unequal query and key tiles (e.g. 128×64, 16×32); the causal loop bounds
+    and the ragged last tiles must not assume BLOCK_M == BLOCK_N."""
+    tiles = {"_fwd": (64, 16), "_bwd_dkdv": (16, 32), "_bwd_dq": (32, 16)}
+    for name, (bm, bn) in tiles.items():
+        config = attention.triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
+        monkeypatch.setattr(getattr(attention, name), "configs", [config])
+    dk = {"scaled_dot": 32, "quadratic": 40, "metric": 16}[op]
+    case = Case(op, 70, 2, dk, 16, True, "empty")
+    test_forward_and_backward_match_reference(case)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: a ValueError that names the argument, before any kernel runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _qkv(n: int = 8, dk: int = 16, dv: int = 16, dtype: torch.dtype = torch.float32):
+    return (
+        torch.randn(1, 2, n, dk, dtype=dtype),
+        torch.randn(1, 2, n, dk, dtype=dtype),
+        torch.randn(1, 2, n, dv, dtype=dtype),
+    )
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda q, k, v: (q, k[:, :1], v), "k must have shape"),
+        (lambda q, k, v: (q, k, v[..., :4, :]), "v must have shape"),
+        (lambda q, k, v: (q, k.half(), v), "k has dtype torch.float16"),
+        (lambda q, k, v: (q.double(), k.double(), v.double()), "q has dtype torch.float64"),
+        (lambda q, k, v: (q, k, torch.randn(1, 2, 8, 160)), "head dim is 160"),
+        (lambda q, k, v: (q[0], k, v), "q must be a 4-dim"),
+        (lambda q, k, v: (q, k.to("meta"), v), "k is on meta"),
+    ],
+)
+def test_launcher_rejects_bad_operands(change, match) -> None:
+    q, k, v = change(*_qkv())
+    with pytest.raises(ValueError, match=match):
+        attention.scaled_dot_attention(q, k, v, False, None, 0.25)
+
+
+def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
+    q, k, v = _qkv()
+    k_strided = torch.randn(1, 2, 16, 8).transpose(-1, -2)
+    with pytest.raises(ValueError, match="k must have unit stride"):
+        attention._Problem(q, k_strided, v, None, False, None, 0.25)
+
+
+@pytest.mark.parametrize(
+    "mask,match",
+    [
+        (torch.zeros(1, 8, dtype=torch.int64), "bool tensor"),
+        (torch.zeros(1, 7, dtype=torch.bool), r"shape \(1, 8\)"),
+    ],
+)
+def test_launcher_rejects_bad_masks(mask, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        attention.scaled_dot_attention(*_qkv(), False, mask, 0.25)
+
+
+def test_metric_and_quadratic_reject_bad_shapes() -> None:
+    p = torch.randn(1, 2, 8, 16)
+    with pytest.raises(ValueError, match=r"m must have shape \(2, 16, 16\)"):
+        attention.metric_attention(p, torch.randn(2, 16, 8), False, None, 0.25)
+    with pytest.raises(ValueError, match="metric attention takes"):
+        attention.metric_attention(
+            torch.randn(1, 1, 4, 144), torch.randn(1, 144, 144), False, None, 0.1
+        )
+    with pytest.raises(ValueError, match=r"u must have shape"):
+        attention.quadratic_attention(
+            torch.randn(1, 8, 16),
+            torch.randn(2, 16, 12),
+            torch.randn(1, 2, 8, 8),
+            False,
+            None,
+            0.25,
+        )
+    with pytest.raises(ValueError, match="scale must be a finite float"):
+        attention.metric_attention(p, torch.randn(2, 16, 16), False, None, float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The mixers on the kernels: a tiny model gives the same loss and gradients as on PyTorch
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mixer,causal", [("scaled_dot", True), ("quadratic", False), ("metric", True)]
+)
+def test_tiny_model_on_triton_matches_torch_and_trains(mixer: str, causal: bool) -> None:
+    def build(impl: str) -> Model:
+        torch.manual_seed(1)
+        cfg = ModelConfig(dim=32, depth=2, heads=2, mixer=mixer, causal=causal, impl=impl)
+        return Model(cfg, out_features=11, max_len=24, vocab_size=11, head="lm")
+
+    tokens = torch.randint(0, 11, (2, 21))
+    mask = torch.zeros(2, 21, dtype=torch.bool)
+    mask[1, 15:] = True
+    models = {impl: build(impl) for impl in ("torch", "triton")}
+    losses, grads = {}, {}
+    for impl, model in models.items():
+        logits = model(tokens, mask)
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, 11), tokens[:, 1:].reshape(-1)
+        )
+        loss.backward()
+        losses[impl] = loss.item()
+        grads[impl] = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert losses["triton"] == pytest.approx(losses["torch"], rel=1e-5)
+    assert grads["triton"].keys() == grads["torch"].keys()
+    for name, g in grads["triton"].items():
+        assert rel_err(g, grads["torch"][name]) <= 1e-4, name
+
+    model = models["triton"]
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    history = []
+    for _ in range(4):
+        opt.zero_grad()
+        logits = model(tokens, mask)
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, 11), tokens[:, 1:].reshape(-1)
+        )
+        loss.backward()
+        opt.step()
+        history.append(loss.item())
+    assert history[-1] < history[0]
