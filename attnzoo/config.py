@@ -128,6 +128,7 @@ class LoggerSchema:
     name: str | None = None
     tags: list[str] = field(default_factory=list)
     attention_maps: bool = True  # images of attention maps and learned U / M at every eval
+    init_timeout: float = 90.0  # seconds wandb.init may wait for the server before going offline
 
 
 @dataclass

@@ -92,7 +92,8 @@ def rank_figure(history: Sequence[tuple[int, Sequence[float]]], title: str = "")
 
 class WandbRun:
     """A W&B run that never takes the training run down: every call is guarded, and after the
-    first failure W&B is switched off for the rest of the run with one warning."""
+    first failure W&B is switched off for the rest of the run with one warning. An online run
+    that cannot start (no network, no login) falls back to an offline run, to sync later."""
 
     def __init__(
         self,
@@ -106,34 +107,51 @@ class WandbRun:
         name: str | None,
         tags: list[str],
         resume_id: str | None,
+        init_timeout: float = 90.0,
     ) -> None:
         self.run = None
         self.wandb = None
+        self.mode = mode
         if mode == "disabled":
             return
+        kwargs = dict(
+            dir=str(run_dir),
+            project=project,
+            entity=entity,
+            group=group,
+            job_type=job_type,
+            name=name,
+            tags=tags or None,
+            config=config,
+            id=resume_id,
+            resume="allow" if resume_id else None,
+        )
         try:
             import wandb
 
             self.wandb = wandb
             (run_dir / "wandb").mkdir(parents=True, exist_ok=True)
-            self.run = wandb.init(
-                mode=mode,
-                dir=str(run_dir),
-                project=project,
-                entity=entity,
-                group=group,
-                job_type=job_type,
-                name=name,
-                tags=tags or None,
-                config=config,
-                id=resume_id,
-                resume="allow" if resume_id else None,
-                settings=wandb.Settings(
-                    init_timeout=90, console="off", x_disable_stats=True, quiet=True
-                ),
-            )
+            self.run = wandb.init(mode=mode, settings=self._settings(init_timeout), **kwargs)
+            return
         except Exception as err:  # no network, no login, bad entity, ...
-            self._fail("wandb.init", err)
+            if mode != "online" or self.wandb is None:
+                self._fail("wandb.init", err)
+                return
+            warnings.warn(
+                f"W&B failed in wandb.init ({type(err).__name__}: {err}); logging to an offline "
+                f"run in {run_dir / 'wandb'} instead (upload it later with `wandb sync`)",
+                stacklevel=2,
+            )
+        try:  # online failed: keep the W&B record locally
+            self.mode = "offline"
+            self.run = self.wandb.init(mode="offline", settings=self._settings(30), **kwargs)
+        except Exception as err:
+            self._fail("wandb.init (offline fallback)", err)
+
+    def _settings(self, init_timeout: float) -> Any:
+        return self.wandb.Settings(
+            init_timeout=init_timeout, console="off", x_disable_stats=True, quiet=True
+        )
 
     @property
     def active(self) -> bool:

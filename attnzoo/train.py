@@ -473,8 +473,9 @@ def _train(
         name=_wandb_name(cfg),
         tags=list(cfg.logger.tags),
         resume_id=wandb_id,
+        init_timeout=float(cfg.logger.init_timeout),
     )
-    summary["wandb"] = {"id": wb.id, "dir": wb.dir, "mode": enum_value(cfg.logger.mode)}
+    summary["wandb"] = {"id": wb.id, "dir": wb.dir, "mode": wb.mode if wb.active else "disabled"}
     probe = probe_batch(task, cfg, device)
     preempt = Preemption()
     preempt.install()

@@ -309,7 +309,7 @@ def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
             assert any(k.startswith("attention/maps") for k in logged)
 
 
-def test_wandb_failure_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
+def test_wandb_that_cannot_start_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
     import wandb
 
     def broken_init(*args, **kwargs):
@@ -318,8 +318,44 @@ def test_wandb_failure_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
     monkeypatch.setattr(wandb, "init", broken_init)
     with pytest.warns(UserWarning, match="W&B failed in wandb.init"):
         summary = run(tiny("logger.mode=online"), tmp_path)
-    assert summary["status"] == "completed"
+    assert summary["status"] == "completed" and summary["wandb"]["mode"] == "disabled"
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")][-1] == 30
+
+
+def test_online_wandb_without_network_falls_back_to_an_offline_run(tmp_path, monkeypatch):
+    import wandb
+
+    real_init = wandb.init
+
+    def init(*args, **kwargs):
+        if kwargs.get("mode") == "online":
+            raise wandb.errors.UsageError("No API key configured")
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
+    with pytest.warns(UserWarning, match="offline run"):
+        summary = run(tiny("logger.mode=online"), tmp_path)
+    assert summary["status"] == "completed" and summary["wandb"]["mode"] == "offline"
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 1
+
+
+def test_wandb_raising_inside_log_leaves_metrics_complete(tmp_path, monkeypatch):
+    from attnzoo import tracking
+
+    real_log, calls = tracking.WandbRun.log, {"n": 0}
+
+    def flaky_log(self, data, step):
+        calls["n"] += 1
+        if calls["n"] == 3 and self.run is not None:
+            self.run.log = lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+        return real_log(self, data, step)
+
+    monkeypatch.setattr(tracking.WandbRun, "log", flaky_log)
+    with pytest.warns(UserWarning, match="W&B failed in log .*disk full"):
+        summary = run(tiny("logger.mode=offline"), tmp_path)
+    assert summary["status"] == "completed"
+    steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == [0, 5, 10, 15, 20, 25, 30]
 
 
 def test_preemption_hands_the_signal_on_to_a_previous_handler(tmp_path, monkeypatch):
