@@ -213,6 +213,17 @@ class Preemption:
             previous(self.signum, None)
 
 
+def _was_preempted(run_dir: Path) -> bool:
+    """True if the last run in `run_dir` stopped on a pre-emption signal: a job that a scheduler
+    (submitit, SLURM) starts again with the same arguments continues where it stopped."""
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status") == "preempted"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _requeued() -> bool:
     """True in a SLURM job that was requeued (its earlier attempt left a checkpoint)."""
     try:
@@ -388,7 +399,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         plain_cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         assert isinstance(plain_cfg, dict)
         plain_cfg["data_dir"] = str(data_dir)
-        resume = bool(cfg.train.resume) or _requeued()
+        resume = bool(cfg.train.resume) or _requeued() or _was_preempted(run_dir)
         has_ckpt = any((ckpt_dir / n).exists() for n in ("last.pt", "prev.pt"))
         if has_ckpt and not resume:
             raise ConfigError(
@@ -760,8 +771,9 @@ def _report(run_dir: Path, summary: dict[str, Any], wb: WandbRun) -> None:
 _exit_code = EXIT_OK
 
 
-@hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)
-def _hydra_main(cfg: DictConfig) -> dict[str, Any] | None:
+def task_function(cfg: DictConfig) -> dict[str, Any] | None:
+    """One Hydra job. A module-level function (not the decorated one), so that launchers that
+    ship jobs to other processes (joblib, submitit) pickle it by reference."""
     global _exit_code
     hc = _hydra_runtime()
     multirun = hc is not None and str(hc.mode).endswith("MULTIRUN")
@@ -779,9 +791,15 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any] | None:
 
 def main() -> None:
     """`python -m attnzoo.train key=value ...`; see the module docstring for exit codes."""
-    _hydra_main()
+    hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
+        task_function
+    )()
     sys.exit(_exit_code)
 
 
 if __name__ == "__main__":
-    main()
+    # Run the copy imported as attnzoo.train, not this __main__ module: jobs sent to other
+    # processes must refer to functions by an importable name.
+    from attnzoo.train import main as _main
+
+    _main()

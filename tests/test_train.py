@@ -383,6 +383,12 @@ def test_preemption_hands_the_signal_on_to_a_previous_handler(tmp_path, monkeypa
     assert summary["status"] == "preempted" and summary["step"] == 13
     assert seen == [(signal.SIGUSR2, 13)]
     assert signal.getsignal(signal.SIGTERM) is not None  # our handlers were taken down again
+    # submitit requeues the job with the same arguments (no train.resume=true): it continues
+    monkeypatch.setattr(Sort, "batch", original)
+    again = run(tiny(), tmp_path)
+    assert again["status"] == "completed" and again["resumed_from"] == 13
+    steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) and steps[-1] == 30
 
 
 def test_a_requeued_slurm_job_resumes_by_itself(tmp_path, monkeypatch):
