@@ -208,7 +208,7 @@ def test_nonfinite_skip_drops_the_step_and_goes_on(tmp_path, monkeypatch):
     assert summary["status"] == "completed" and summary["step"] == 30
     assert summary["skipped_steps"] == 1
     records = read_metrics(tmp_path / "metrics.jsonl")
-    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)
+    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)  # no NaN logged
     assert records[-1]["train/skipped_steps"] == 1
 
 
@@ -450,3 +450,19 @@ def test_language_model_samples_are_printed_and_logged_at_every_eval(tmp_path, m
     assert len(samples) == 4 and len(set(samples)) == 1  # same generator seed at every eval
     assert samples[0].startswith("to be or not")
     assert capsys.readouterr().err.count(f"sample: {samples[0]}") == 4
+
+
+def test_metrics_file_drops_steps_after_the_checkpoint_and_a_torn_last_line(tmp_path):
+    from attnzoo.tracking import MetricsFile
+
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "train/loss": 1.0 / (s + 1)}) for s in (0, 5, 10)]
+    path.write_text("\n".join(lines) + '\n{"step": 15, "train/lo')  # killed mid-write
+    m = MetricsFile(path, truncate_after_step=10)
+    m.write({"step": 15, "train/loss": float("nan")})
+    m.close()
+    records = read_metrics(path)
+    assert [r["step"] for r in records] == [0, 5, 10, 15]
+    assert records[-1]["train/loss"] is None  # JSON has no NaN: null, and the file stays JSON
+    MetricsFile(path, truncate_after_step=5).close()
+    assert [r["step"] for r in read_metrics(path)] == [0, 5]
