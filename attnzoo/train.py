@@ -406,7 +406,14 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
                 f"{run_dir} already holds a checkpoint; pass train.resume=true to continue "
                 "that run, or choose another directory (hydra.run.dir=...)"
             )
-    except ConfigError as err:
+        loaded = load_checkpoint(ckpt_dir) if resume else None
+        if resume and loaded is None:
+            warnings.warn(
+                f"train.resume=true but {ckpt_dir} has no checkpoint; starting fresh", stacklevel=2
+            )
+        if loaded is not None:
+            _check_same_run(loaded[0]["config"], plain_cfg)
+    except (ConfigError, CheckpointError) as err:
         summary["error"] = str(err)
         _write_json(run_dir / "summary.json", summary)
         raise
@@ -414,7 +421,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
     if not hydra_cfg.exists():  # the Python API: leave the same record the CLI leaves
         hydra_cfg.parent.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_cfg)
-    return _train(cfg, plain_cfg, task, model, device, run_dir, resume, summary)
+    return _train(cfg, plain_cfg, task, model, device, run_dir, loaded, summary)
 
 
 def _train(
@@ -424,7 +431,7 @@ def _train(
     model: Model,
     device: torch.device,
     run_dir: Path,
-    resume: bool,
+    loaded: tuple[dict[str, Any], Path] | None,
     summary: dict[str, Any],
 ) -> dict[str, Any]:
     t = cfg.train
@@ -452,27 +459,20 @@ def _train(
     train_gen = torch.Generator().manual_seed(int(t.seed))
     step, best, rank_history, wandb_id, skipped = 0, {}, [], None, 0
     resumed_from, last_good = None, None
-    if resume:
-        loaded = load_checkpoint(ckpt_dir)
-        if loaded is None:
-            warnings.warn(
-                f"train.resume=true but {ckpt_dir} has no checkpoint; starting fresh", stacklevel=2
-            )
-        else:
-            state, path = loaded
-            _check_same_run(state["config"], plain_cfg)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            _set_rng_state(state["rng"], train_gen)
-            step, best = int(state["step"]), dict(state.get("best", {}))
-            rank_history = [tuple(x) for x in state.get("rank_history", [])]
-            wandb_id, skipped = state.get("wandb_id"), int(state.get("skipped_steps", 0))
-            resumed_from = step
-            last_good = path
-            print(f"resuming from {path} at step {step}", file=sys.stderr)
+    if loaded is not None:
+        state, path = loaded
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"], train_gen)
+        step, best = int(state["step"]), dict(state.get("best", {}))
+        rank_history = [tuple(x) for x in state.get("rank_history", [])]
+        wandb_id, skipped = state.get("wandb_id"), int(state.get("skipped_steps", 0))
+        resumed_from = step
+        last_good = path
+        print(f"resuming from {path} at step {step}", file=sys.stderr)
     summary["resumed_from"] = resumed_from
-    metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=step if resume else None)
+    metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=step if loaded else None)
     wb = WandbRun(
         mode=enum_value(cfg.logger.mode),
         run_dir=run_dir,

@@ -132,6 +132,10 @@ def test_resume_refuses_a_different_model(tmp_path):
     run(tiny(), tmp_path)
     with pytest.raises(ValueError, match="model"):
         run(tiny("model.dim=32", "train.resume=true", "train.max_steps=40"), tmp_path)
+    refused = json.loads((tmp_path / "summary.json").read_text())
+    assert refused["status"] == "failed"
+    assert "'dim': 16" in refused["error"] and "'dim': 32" in refused["error"]
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 30  # untouched
 
 
 def test_corrupt_or_truncated_checkpoint_falls_back_to_the_previous(tmp_path):
