@@ -24,7 +24,9 @@ backward is the same windowed sum run over the transposed window (i = j + left -
 needs neither x nor the mask (keep_j is r_j > 0, since a real token always counts itself).
 
 Layouts: x and the upstream gradient are read through their strides (any view: transposed,
-sliced, expanded); outputs are allocated contiguous. Inputs fp16 / bf16 / fp32, accumulation fp32.
+sliced, expanded); outputs are allocated contiguous. Offsets inside one sequence are int32 (the
+launcher refuses a sequence spanning 2**31 elements or more), the batch offset int64. Inputs
+fp16 / bf16 / fp32, accumulation fp32.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def _pool_fwd_kernel(
     n_ok = offs_n < N
     d_ok = offs_d < D
     x_b = x_ptr + b * stride_xb
-    col_x = offs_d.to(tl.int64)[None, :] * stride_xd
+    col_x = offs_d[None, :] * stride_xd
     pad_b = pad_ptr + b * stride_pb
 
     acc_nd = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
@@ -86,25 +88,27 @@ def _pool_fwd_kernel(
         src_n = offs_n - left + o
         ok_n = (src_n >= 0) & (src_n < N)
         if HAS_MASK:
-            pad_n = tl.load(pad_b + src_n.to(tl.int64) * stride_pn, mask=ok_n, other=1)
+            pad_n = tl.load(pad_b + src_n * stride_pn, mask=ok_n, other=1)
             ok_n = ok_n & (pad_n == 0)
         count_n += ok_n.to(tl.float32)
-        rows = src_n.to(tl.int64)[:, None] * stride_xn
+        rows = src_n[:, None] * stride_xn
         xs_nd = tl.load(x_b + rows + col_x, mask=ok_n[:, None] & d_ok[None, :], other=0.0)
         acc_nd += xs_nd.to(tl.float32)
 
     keep_n = n_ok
     if HAS_MASK:
-        own_pad_n = tl.load(pad_b + offs_n.to(tl.int64) * stride_pn, mask=n_ok, other=1)
+        own_pad_n = tl.load(pad_b + offs_n * stride_pn, mask=n_ok, other=1)
         keep_n = keep_n & (own_pad_n == 0)
-    rows = offs_n.to(tl.int64)[:, None] * stride_xn
+    rows = offs_n[:, None] * stride_xn
     x_nd = tl.load(x_b + rows + col_x, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
     count_n = tl.maximum(count_n, 1.0)
     out_nd = acc_nd / count_n[:, None] - x_nd.to(tl.float32)
     out_nd = tl.where(keep_n[:, None], out_nd, 0.0)
-    out_offs = (b * N + offs_n.to(tl.int64))[:, None] * D + offs_d[None, :]
+    out_offs = offs_n[:, None] * D + offs_d[None, :]
     tl.store(
-        out_ptr + out_offs, out_nd.to(out_ptr.dtype.element_ty), mask=n_ok[:, None] & d_ok[None, :]
+        out_ptr + b * N * D + out_offs,
+        out_nd.to(out_ptr.dtype.element_ty),
+        mask=n_ok[:, None] & d_ok[None, :],
     )
     if pid_d == 0:
         rcount_n = tl.where(keep_n, 1.0 / count_n, 0.0)
@@ -136,7 +140,7 @@ def _pool_bwd_kernel(
     n_ok = offs_n < N
     d_ok = offs_d < D
     g_b = g_ptr + b * stride_gb
-    col_g = offs_d.to(tl.int64)[None, :] * stride_gd
+    col_g = offs_d[None, :] * stride_gd
     r_b = rcount_ptr + b * N
 
     acc_nd = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
@@ -144,30 +148,33 @@ def _pool_bwd_kernel(
         dst_n = offs_n + left - o
         ok_n = (dst_n >= 0) & (dst_n < N)
         r_n = tl.load(r_b + dst_n, mask=ok_n, other=0.0)
-        rows = dst_n.to(tl.int64)[:, None] * stride_gn
+        rows = dst_n[:, None] * stride_gn
         gs_nd = tl.load(g_b + rows + col_g, mask=ok_n[:, None] & d_ok[None, :], other=0.0)
         acc_nd += gs_nd.to(tl.float32) * r_n[:, None]
 
     own_r_n = tl.load(r_b + offs_n, mask=n_ok, other=0.0)
-    rows = offs_n.to(tl.int64)[:, None] * stride_gn
+    rows = offs_n[:, None] * stride_gn
     g_nd = tl.load(g_b + rows + col_g, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
     dx_nd = tl.where(own_r_n[:, None] > 0.0, acc_nd - g_nd.to(tl.float32), 0.0)
-    dx_offs = (b * N + offs_n.to(tl.int64))[:, None] * D + offs_d[None, :]
+    dx_offs = offs_n[:, None] * D + offs_d[None, :]
     tl.store(
-        dx_ptr + dx_offs, dx_nd.to(dx_ptr.dtype.element_ty), mask=n_ok[:, None] & d_ok[None, :]
+        dx_ptr + b * N * D + dx_offs,
+        dx_nd.to(dx_ptr.dtype.element_ty),
+        mask=n_ok[:, None] & d_ok[None, :],
     )
 
 
 # ------------------------------------------------------------------------------------ autotune
 
-# Memory-bound elementwise-like work: 4096 elements per program (32 per thread at 4 warps) is
-# enough to hide latency; the three tiles differ only in shape, so narrow models (D <= 32) do not
-# waste lanes on a 128-wide feature block. Under the interpreter one small tile, so the tests
-# cross several token and feature tiles with small tensors.
+# Memory-bound work: 4096 elements per program at 8 warps is 16 per thread, which ptxas fits in
+# about 100 registers with no spills (4 warps, 32 per thread, took 170-250 registers and would
+# halve occupancy); num_stages does not change the plain-load loop. The three tiles differ only in
+# shape, so narrow models (D <= 32) do not waste lanes on a 128-wide feature block. Under the
+# interpreter one small tile, so the tests cross several token and feature tiles with small tensors.
 GPU_CONFIGS = [
-    triton.Config({"BLOCK_N": 128, "BLOCK_D": 32}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_N": 64, "BLOCK_D": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_N": 32, "BLOCK_D": 128}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_N": 128, "BLOCK_D": 32}, num_warps=8, num_stages=1),
+    triton.Config({"BLOCK_N": 64, "BLOCK_D": 64}, num_warps=8, num_stages=1),
+    triton.Config({"BLOCK_N": 32, "BLOCK_D": 128}, num_warps=8, num_stages=1),
 ]
 INTERPRETER_CONFIGS = [triton.Config({"BLOCK_N": 32, "BLOCK_D": 32}, num_warps=4, num_stages=1)]
 CONFIGS = INTERPRETER_CONFIGS if INTERPRET else GPU_CONFIGS
@@ -244,6 +251,18 @@ def check_pool_args(
             )
 
 
+def _check_int32_offsets(name: str, t: torch.Tensor) -> None:
+    """The kernels index inside one sequence in int32 (the batch offset is int64), which halves
+    the registers that 64-bit per-element addresses would take; refuse what would overflow."""
+    _, n, d = t.shape
+    span = max(n * d, (n - 1) * t.stride(1) + (d - 1) * t.stride(2) + 1)
+    if span >= 2**31:
+        raise ValueError(
+            f"{name}: one sequence spans {span} elements (shape {tuple(t.shape)}, strides "
+            f"{t.stride()}); the Triton pool_mix indexes a sequence in int32, so at most 2**31 - 1"
+        )
+
+
 def _left(window: int, causal: bool) -> int:
     """How many tokens before the token its window starts."""
     return window - 1 if causal else window // 2
@@ -277,6 +296,7 @@ def pool_mix_forward(
     if x_bnd.numel() == 0:
         rcount_bn.zero_()
         return out_bnd, rcount_bn
+    _check_int32_offsets("x", x_bnd)
     if key_padding_mask is None:
         pad_bn = torch.zeros((1, 1), dtype=torch.uint8, device=x_bnd.device)  # never read
     else:
@@ -313,6 +333,7 @@ def pool_mix_backward(
     _check_out("dx_bnd", dx_bnd, (b, n, d), grad_bnd)
     if grad_bnd.numel() == 0:
         return dx_bnd
+    _check_int32_offsets("grad", grad_bnd)
     _pool_bwd[_grid(b, n, d)](
         grad_bnd, rcount_bn, dx_bnd, n, d, window, _left(window, causal), *grad_bnd.stride()
     )

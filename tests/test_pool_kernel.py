@@ -171,3 +171,9 @@ def test_bad_output_buffers_raise_value_error():
         pooling.pool_mix_forward(x, 3, False, None, rcount_bn=torch.empty(2, 5).half())
     with pytest.raises(ValueError, match="dx_bnd"):
         pooling.pool_mix_backward(x, torch.ones(2, 5), 3, False, dx_bnd=torch.empty(2, 4, 5).mT)
+
+
+def test_sequence_beyond_int32_indexing_raises_value_error():
+    x = torch.randn(1, 1, 1).expand(1, 2**16, 2**15)  # 2**31 elements per sequence, no memory
+    with pytest.raises(ValueError, match="x: one sequence spans"):
+        pooling.pool_mix(x, 3, False, None)
