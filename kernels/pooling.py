@@ -36,6 +36,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ._aot import AotSpec
 
@@ -358,6 +359,7 @@ class PoolMix(torch.autograd.Function):
         return out_bnd
 
     @staticmethod
+    @once_differentiable  # the backward kernel is not itself differentiable: say so, loudly
     def backward(ctx, grad_bnd):  # type: ignore[override]
         (rcount_bn,) = ctx.saved_tensors
         dx_bnd = pool_mix_backward(grad_bnd, rcount_bn, ctx.window, ctx.causal)
