@@ -4,7 +4,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `metrics.jsonl` a
 (nothing from the network, nothing from W&B) and writes to --out (default: the sweep folder):
 
 - summary.md, summary.csv: mixer, skip, MLP, norm, depth, task, final validation loss and metric,
-  final rank, steps/s, parameters, status. A job that failed, diverged or was preempted keeps the
+  final rank, steps/s, parameters, status, and the job's own overrides. A job that failed, diverged or was preempted keeps the
   status its summary.json gives; a job with metrics but no summary is "incomplete" (still running
   or killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
   A job number the sweep's launcher never reached (a gap in 0..max, or fewer folders than the
@@ -33,6 +33,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 COLUMNS = (
     "job",
@@ -49,6 +50,7 @@ COLUMNS = (
     "steps_per_s",
     "params",
     "status",
+    "overrides",
     "note",
 )
 RANK_LAYER = re.compile(r"^rank/layer_(\d+)$")
@@ -239,6 +241,7 @@ def row(job: Job) -> dict[str, Any]:
         "steps_per_s": summary.get("steps_per_s"),
         "params": summary.get("params"),
         "status": job.status,
+        "overrides": " ".join(str(o) for o in overrides),
         "note": "; ".join(job.notes),
     }
 
@@ -287,6 +290,7 @@ def plot_rank(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
                         label=label)  # fmt: skip
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("layer (0 = embedding)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if not panels:

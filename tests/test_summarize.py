@@ -98,7 +98,7 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
     assert float(done["final_metric"]) == pytest.approx(0.5)
     assert float(done["final_rank"]) == pytest.approx(0.125)
     assert float(done["steps_per_s"]) == 12.5 and done["params"] == "1234"
-    assert "ValueError: boom" in rows["1"]["note"]
+    assert "ValueError: boom" in rows["1"]["note"] and rows["1"]["overrides"] == "mixer=scaled_dot"
     # the truncated job still reports what it logged before it was killed
     assert float(rows["2"]["final_val_loss"]) == pytest.approx(2.2)
     assert "1 unreadable line" in rows["2"]["note"]
