@@ -13,7 +13,9 @@ loss per mixer and task), and runs/<task>/<mixer>/ (the training runs, one run f
 
     python scripts/mixer_ablation.py                                  # 2-core CPU: minutes
     python scripts/mixer_ablation.py --dim 256 --depth 6 --heads 8 --steps 5000 \\
-        --override train.batch_size=64 task.seq_len=256                 # full size (GPU)
+        --batch-size 64 --seq-len 256 --device auto                    # full size (GPU)
+
+Model and training settings default to conf/experiment/mixer_ablation.yaml; flags override them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -30,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from attnzoo import MIXERS  # noqa: E402
-from attnzoo.tasks import TASKS  # noqa: E402
+from attnzoo.tasks import TASKS, task_options  # noqa: E402
 
 COLUMNS = (
     "task",
@@ -62,31 +65,35 @@ def final_value(run_dir: Path, summary: dict, key: str):
     return value
 
 
-def train_one(task: str, mixer: str, args: argparse.Namespace, run_dir: Path) -> dict:
-    from attnzoo import train as trainer
+def overrides_for(task: str, mixer: str, args: argparse.Namespace) -> list[str]:
+    """The experiment=mixer_ablation preset, the cell of the grid, and the command line's changes."""
+    out = ["experiment=mixer_ablation", f"task={task}", f"mixer={mixer}", "logger.mode=disabled"]
+    for key, value in (
+        ("model.dim", args.dim),
+        ("model.depth", args.depth),
+        ("model.heads", args.heads),
+        ("train.max_steps", args.steps),
+        ("train.batch_size", args.batch_size),
+        ("train.seed", args.seed),
+        ("train.device", args.device),
+        ("data_dir", args.data_dir),
+    ):
+        if value is not None:
+            out.append(f"{key}={value}")
+    if args.seq_len is not None and "seq_len" in task_options(task):
+        out.append(f"task.seq_len={args.seq_len}")
+    return out + list(args.override)
 
-    overrides = [
-        f"task={task}",
-        f"mixer={mixer}",
-        f"model.dim={args.dim}",
-        f"model.depth={args.depth}",
-        f"model.heads={args.heads}",
-        "model.skip=true",
-        "model.mlp=true",
-        f"train.max_steps={args.steps}",
-        f"train.batch_size={args.batch_size}",
-        f"train.eval_every={max(args.steps // 4, 1)}",
-        f"train.seed={args.seed}",
-        "train.device=cpu",
-        "logger.mode=disabled",
-        *args.override,
-        *args.task_override.get(task, []),
-    ]
-    if args.data_dir is not None:
-        overrides.append(f"data_dir={args.data_dir}")
+
+def train_one(task: str, mixer: str, args: argparse.Namespace, run_dir: Path) -> dict:
+    """One cell of the grid: train, and read back what the table needs (a failure is a row)."""
+    from attnzoo.train import compose, run
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
     start = time.perf_counter()
     try:
-        summary = trainer.run(trainer.compose(overrides), run_dir=run_dir)
+        summary = run(compose(overrides_for(task, mixer, args)), run_dir=run_dir)
     except Exception as err:  # noqa: BLE001 - a failed run is a row of the table, not the end
         summary = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
     wall = time.perf_counter() - start
@@ -116,17 +123,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
     parser.add_argument("--tasks", nargs="+", default=["shakespeare_char", "imdb"])
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--depth", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dim", type=int, default=None)
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--seq-len", type=int, default=None, help="task.seq_len, where it has one")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
     parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
     parser.add_argument("--out", type=Path, default=Path("scripts/results/mixer_ablation"))
     args = parser.parse_args()
-    args.task_override = {"shakespeare_char": ["task.seq_len=64"], "imdb": ["task.seq_len=128"]}
     args.out.mkdir(parents=True, exist_ok=True)
 
     rows, skipped = [], []
@@ -149,9 +157,17 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+    from attnzoo.train import compose
+
+    c = compose(overrides_for(rows[0]["task"], rows[0]["mixer"], args)) if rows else None
+    shape = (
+        f"width {c.model.dim}, depth {c.model.depth}, {c.model.heads} heads, "
+        f"{c.train.max_steps} steps of batch {c.train.batch_size} (seed {c.train.seed})"
+        if c is not None
+        else "no task trained"
+    )
     lines = [
-        f"Skip + MLP + LayerNorm blocks, width {args.dim}, depth {args.depth}, {args.heads} heads, "
-        f"{args.steps} steps of batch {args.batch_size} (seed {args.seed}).",
+        f"Skip + MLP + LayerNorm blocks, {shape}; the same for every mixer.",
         "",
         "| task | mixer | status | val loss | metric | params | steps/s | final rank |",
         "|---|---|---|---|---|---|---|---|",

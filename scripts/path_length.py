@@ -9,6 +9,8 @@ against k is plotted next to the full model.
 Outputs (in --out): path_length.csv (task, k, accuracy, loss, paths used), path_length.md (the
 table and the full model's numbers), path_length.png, and runs/<task>/ (the training runs).
 
+Model and training settings default to conf/experiment/path_length.yaml; flags override them.
+
     python scripts/path_length.py                                   # 2-core CPU: a few minutes
     python scripts/path_length.py --depth 6 --heads 8 --dim 128 --steps 5000 --n-paths 100
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -31,34 +34,43 @@ from attnzoo.paths import num_heads, num_paths, path_logits, sample_paths  # noq
 from attnzoo.tasks import TASKS  # noqa: E402
 
 
-def train(task: str, args: argparse.Namespace, run_dir: Path):
-    """Train one skip+attention model on `task`; return (model, task object, summary)."""
-    from attnzoo import train as trainer
+def overrides_for(task: str, args: argparse.Namespace) -> list[str]:
+    """The trainer overrides of one training run: the experiment=path_length preset (the model
+    for which paths are exact), the task, and whatever the command line changes."""
+    out = ["experiment=path_length", f"task={task}", "train.device=cpu", "logger.mode=disabled"]
+    for key, value in (
+        ("mixer", args.mixer),
+        ("model.dim", args.dim),
+        ("model.depth", args.depth),
+        ("model.heads", args.heads),
+        ("train.max_steps", args.steps),
+        ("train.batch_size", args.batch_size),
+        ("train.lr", args.lr),
+        ("train.seed", args.seed),
+    ):
+        if value is not None:
+            out.append(f"{key}={value}")
+    return out + list(args.override)
 
-    overrides = [
-        f"task={task}",
-        f"mixer={args.mixer}",
-        f"model.dim={args.dim}",
-        f"model.depth={args.depth}",
-        f"model.heads={args.heads}",
-        "model.skip=true",
-        "model.mlp=false",
-        "model.norm=none",
-        f"train.max_steps={args.steps}",
-        f"train.batch_size={args.batch_size}",
-        f"train.lr={args.lr}",
-        f"train.eval_every={max(args.steps // 4, 1)}",
-        f"train.seed={args.seed}",
-        "train.device=cpu",
-        "logger.mode=disabled",
-        *args.override,
-    ]
-    cfg = trainer.compose(overrides)
-    summary = trainer.run(cfg, run_dir=run_dir)
-    if summary.get("status") != "completed":
-        raise RuntimeError(f"training on {task} ended {summary.get('status')}: {summary}")
-    model, task_obj = trainer.load_model(run_dir)
-    return model, task_obj, summary
+
+def train(task: str, args: argparse.Namespace, run_dir: Path):
+    """Train on `task` (with --reuse, evaluate the run already in `run_dir`); return the trained model, the task
+    and the run's config."""
+    from attnzoo.checkpoint import load_checkpoint
+    from attnzoo.config import resolve_data_dir
+    from attnzoo.train import build_task_and_model, compose, run
+
+    cfg = compose(overrides_for(task, args))
+    if run_dir.exists() and not args.reuse:
+        shutil.rmtree(run_dir)
+    if not (run_dir / "checkpoints" / "last.pt").exists():
+        summary = run(cfg, run_dir=run_dir)
+        if summary.get("status") != "completed":
+            raise RuntimeError(f"training on {task} ended {summary.get('status')}: {summary}")
+    task_obj, model = build_task_and_model(cfg, resolve_data_dir(cfg.data_dir, Path.cwd()))
+    state, _ = load_checkpoint(run_dir / "checkpoints")
+    model.load_state_dict(state["model"])
+    return model.eval(), task_obj, cfg
 
 
 @torch.no_grad()
@@ -78,17 +90,18 @@ def evaluate(model, task_obj, logits_fn, batches: int, batch_size: int, seed: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["sort", "convex_hull"])
-    parser.add_argument("--mixer", default="scaled_dot")
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--mixer", default=None)
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--dim", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--n-paths", type=int, default=50)
     parser.add_argument("--eval-batches", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
+    parser.add_argument("--reuse", action="store_true", help="evaluate the runs in --out/runs")
     parser.add_argument("--out", type=Path, default=Path("scripts/results/path_length"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +112,7 @@ def main() -> None:
             print(f"skipping task {task!r}: not registered (registered: {sorted(TASKS)})")
             continue
         start = time.perf_counter()
-        model, task_obj, summary = train(task, args, args.out / "runs" / task)
+        model, task_obj, cfg = train(task, args, args.out / "runs" / task)
         trained_s = time.perf_counter() - start
         model = model.double()  # the path sums are exact in float64 (paths reach 1e-10 scales)
 
@@ -107,20 +120,18 @@ def main() -> None:
             inputs = batch.inputs.double() if batch.inputs.is_floating_point() else batch.inputs
             return model(inputs, batch.key_padding_mask)
 
-        loss, metric = evaluate(model, task_obj, as_model, args.eval_batches, 64, args.seed + 1)
-        full[task] = (loss, metric, summary, trained_s)
-        heads = num_heads(model)
-        for k in range(args.depth + 1):
-            paths = sample_paths(args.depth, heads, k, args.n_paths, seed=args.seed + k)
+        loss, metric = evaluate(model, task_obj, as_model, args.eval_batches, 64, seed=1)
+        full[task] = (loss, metric, cfg, trained_s)
+        heads, depth = num_heads(model), len(model.blocks)
+        for k in range(depth + 1):
+            paths = sample_paths(depth, heads, k, args.n_paths, seed=k)
 
             def on_paths(batch, model=model, paths=paths):
                 inputs = batch.inputs.double() if batch.inputs.is_floating_point() else batch.inputs
                 return path_logits(model, inputs, paths, batch.key_padding_mask)
 
-            loss_k, metric_k = evaluate(
-                model, task_obj, on_paths, args.eval_batches, 64, args.seed + 1
-            )
-            rows.append((task, k, metric_k, loss_k, len(paths), num_paths(args.depth, heads, k)))
+            loss_k, metric_k = evaluate(model, task_obj, on_paths, args.eval_batches, 64, seed=1)
+            rows.append((task, k, metric_k, loss_k, len(paths), num_paths(depth, heads, k)))
             print(f"{task}: k={k} {task_obj.metric}={metric_k:.3f} loss={loss_k:.3g}")
 
     with open(args.out / "path_length.csv", "w", newline="") as f:
@@ -130,10 +141,16 @@ def main() -> None:
         for task, (loss, metric, _, _) in full.items():
             writer.writerow([task, "full", metric, loss, "all", "all"])
 
+    c = next(iter(full.values()))[2] if full else None
+    shape = (
+        f"{c.mixer.name} mixer, depth {c.model.depth}, {c.model.heads} heads, width "
+        f"{c.model.dim}, {c.train.max_steps} steps of batch {c.train.batch_size}, lr {c.train.lr}"
+        if c is not None
+        else "no task trained"
+    )
     lines = [
-        f"Skip + {args.mixer} attention (no MLP, no norm), depth {args.depth}, {args.heads} heads, "
-        f"width {args.dim}, {args.steps} steps; {args.n_paths} random paths per length, "
-        f"{args.eval_batches}×64 validation samples.",
+        f"Skip + attention blocks (no MLP, no norm): {shape}; {args.n_paths} random paths per "
+        f"length, {args.eval_batches}×64 validation samples.",
         "",
         "| task | k | accuracy | loss | paths summed | paths of length k |",
         "|---|---|---|---|---|---|",
