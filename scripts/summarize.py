@@ -176,10 +176,13 @@ def load_job(name: str, folder: Path) -> Job:
 
 
 def _expected_jobs(sweep: Path) -> int | None:
-    """How many jobs the sweep's grid has, from multirun.yaml's task overrides (None if unknown)."""
+    """How many jobs the sweep's grid has, from multirun.yaml (None if unknown)."""
     try:
         cfg = yaml.safe_load((sweep / "multirun.yaml").read_text()) or {}
-        overrides = _get(cfg, "hydra.overrides.task") or []
+        # as Hydra's basic sweeper builds the grid: hydra.sweeper.params, then the command line
+        params = _get(cfg, "hydra.sweeper.params") or {}
+        overrides = [f"{k}={v}" for k, v in params.items()]
+        overrides += _get(cfg, "hydra.overrides.task") or []
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 

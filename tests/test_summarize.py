@@ -59,8 +59,10 @@ def sweep(tmp_path):
     (root / "3" / "summary.json").write_text('{"status": "compl')  # corrupt
     (root / "5" / ".hydra").mkdir(parents=True)  # started, nothing written
     # job 4 left no folder; the grid has 7 jobs, so 6 is missing too
-    overrides = ["mixer=scaled_dot,pooling,identity", "model.skip=true,false", "+x=1,2"]
-    grid = {"hydra": {"overrides": {"task": overrides}}}
+    # the grid: a preset's sweeper params (3 mixers) times the command line's (2 x 2)
+    overrides = ["model.skip=true,false", "+x=1,2"]
+    params = {"mixer": "scaled_dot,pooling,identity"}
+    grid = {"hydra": {"overrides": {"task": overrides}, "sweeper": {"params": params}}}
     (root / "multirun.yaml").write_text(yaml.safe_dump(grid))
     return root
 
