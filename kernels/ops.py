@@ -69,10 +69,9 @@ def _sdpa(
 ) -> torch.Tensor:
     """The reference's masked attention through `F.scaled_dot_product_attention`.
 
-    Some torch versions give NaN for a query whose every key is masked; the reference gives
-    zeros. Such rows
-    are therefore let see every key (so nothing is NaN, forward or backward) and their output
-    is then zeroed, which also zeroes their gradient.
+    Some torch versions give NaN for a query whose every key is masked, where the reference
+    gives zeros. Such rows are therefore let see every key (so nothing is NaN, forward or
+    backward) and their output is then zeroed, which also zeroes their gradient.
     """
     sdpa = torch.nn.functional.scaled_dot_product_attention
     if key_padding_mask is None:

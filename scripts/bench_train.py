@@ -1,0 +1,295 @@
+"""Training benchmark on the real corpora: every mixer, and a plain PyTorch GPT of the same shape,
+trained by one loop on the same batches.
+
+Tiny Shakespeare follows the CPU recipe of nanoGPT's character-level example (the reference figure
+of ../shared/data/README.md): 4 layers, 4 heads, width 128, context 64, batch 12, 2000 AdamW
+steps (lr 1e-3, cosine to 1e-4 after 100 warmup steps, betas 0.9/0.99, weight decay 0.1 on
+matrices, gradient clipping 1.0, dropout 0); validation loss over 200 batches of the last 10%.
+Targets: scaled_dot reaches val loss <= 1.90, in <= 1.1x the plain GPT's time per step.
+
+The models train round-robin, one step each in turn, so that every model meets the same machine
+load (on a shared CPU the load drifts over minutes, which would skew back-to-back timings).
+
+    python scripts/bench_train.py                                   # both tables, every mixer
+    python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot,gpt --steps 2000
+    python scripts/bench_train.py --tasks imdb --steps 50 --eval-batches 5   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnzoo.mixers import MIXERS
+from attnzoo.model import Model, ModelConfig
+from attnzoo.rank import rank_profile
+from attnzoo.tasks import Batch, Task, build_task
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+PLAIN = "gpt"  # the name of the plain PyTorch baseline in --mixers
+
+
+@dataclass
+class Recipe:
+    task: str
+    task_options: dict
+    steps: int
+    batch_size: int
+    dim: int = 128
+    depth: int = 4
+    heads: int = 4
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_batches: int = 200
+    eval_batch_size: int = 12
+
+
+RECIPES = {
+    "shakespeare": Recipe("shakespeare_char", {"seq_len": 64}, steps=2000, batch_size=12),
+    # No published reference; the same model and optimiser, longer reviews, bigger batches.
+    "imdb": Recipe(
+        "imdb", {"seq_len": 128}, steps=600, batch_size=32, eval_batches=100, eval_batch_size=50
+    ),
+}
+
+
+class PlainGPT(nn.Module):
+    """A nanoGPT-style transformer of the same shape as attnzoo's Model with scaled_dot: pre-norm
+    blocks, fused qkv without bias, SDPA, GELU MLP of width 4D, learned positions, untied head.
+    For classification it mean-pools the real tokens, as Model does."""
+
+    class Block(nn.Module):
+        def __init__(self, dim: int, heads: int, causal: bool) -> None:
+            super().__init__()
+            self.heads, self.causal = heads, causal
+            self.ln_1 = nn.LayerNorm(dim)
+            self.c_attn = nn.Linear(dim, 3 * dim, bias=False)
+            self.c_proj = nn.Linear(dim, dim, bias=False)
+            self.ln_2 = nn.LayerNorm(dim)
+            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+        def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+            b, n, d = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+            q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            if key_padding_mask is None:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            else:  # non-causal with padding (IMDB); a review always has one real token
+                y = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=~key_padding_mask[:, None, None]
+                )
+            x = x + self.c_proj(y.transpose(1, 2).reshape(b, n, d))
+            return x + self.mlp(self.ln_2(x))
+
+    def __init__(
+        self, vocab: int, out: int, max_len: int, dim: int, depth: int, heads: int, head: str
+    ) -> None:
+        super().__init__()
+        self.head_kind = head
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Parameter(torch.zeros(max_len, dim))
+        self.blocks = nn.ModuleList(
+            [PlainGPT.Block(dim, heads, causal=head == "lm") for _ in range(depth)]
+        )
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, out)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = (
+                    0.02 / math.sqrt(2 * depth)
+                    if name.endswith(("c_proj.weight", "2.weight"))
+                    else 0.02
+                )
+                nn.init.normal_(p, std=std)
+
+    def forward(self, idx, key_padding_mask=None, return_hidden=False):
+        x = self.wte(idx) + self.wpe[: idx.shape[1]]
+        hidden = [x]
+        for block in self.blocks:
+            x = block(x, key_padding_mask)
+            hidden.append(x)
+        x = self.ln_f(x)
+        if self.head_kind == "classify":
+            keep = (~key_padding_mask)[..., None].to(x.dtype)
+            x = (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+        logits = self.head(x)
+        return (logits, hidden) if return_hidden else logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+@dataclass
+class Run:
+    name: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    step_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+
+
+def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
+    torch.manual_seed(seed)
+    if name == PLAIN:
+        model: nn.Module = PlainGPT(
+            task.vocab_size, task.out_features, task.max_len, r.dim, r.depth, r.heads, task.head
+        )
+    else:
+        cfg = ModelConfig(dim=r.dim, depth=r.depth, heads=r.heads, mixer=name, causal=task.causal)
+        model = Model(cfg, task.out_features, task.max_len, task.vocab_size, head=task.head)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": r.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=r.lr, betas=r.betas)
+    return Run(name, model, optimizer, torch.Generator().manual_seed(seed))
+
+
+def lr_at(step: int, r: Recipe) -> float:
+    if step < r.warmup:
+        return r.lr * (step + 1) / r.warmup
+    progress = min(1.0, (step - r.warmup) / max(1, r.steps - r.warmup))
+    return r.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (r.lr - r.min_lr)
+
+
+def loss_of(model: nn.Module, task: Task, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(batch.inputs, batch.key_padding_mask)
+    return task.loss(logits, batch), logits
+
+
+def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
+    batch = task.batch("train", r.batch_size, run.generator)
+    start = time.perf_counter()
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(step, r)
+    loss, _ = loss_of(run.model, task, batch)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), r.grad_clip)
+    run.optimizer.step()
+    run.step_s.append(time.perf_counter() - start)
+    run.losses.append(loss.item())
+
+
+@torch.no_grad()
+def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
+    run.model.eval()
+    generator = torch.Generator().manual_seed(seed + 1)
+    losses, accs = [], []
+    for _ in range(r.eval_batches):
+        batch = task.batch("val", r.eval_batch_size, generator)
+        loss, logits = loss_of(run.model, task, batch)
+        losses.append(loss.item())
+        accs.append(task.metrics(logits, batch)["accuracy"])
+    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2))
+    rank = rank_profile(run.model, probe.inputs, probe.key_padding_mask).mean[-1]
+    run.model.train()
+    return {"val_loss": statistics.fmean(losses), "accuracy": statistics.fmean(accs), "rank": rank}
+
+
+def bench(task_key: str, names: list[str], steps: int | None, eval_batches: int | None, seed: int):
+    base = RECIPES[task_key]
+    r = Recipe(**{**base.__dict__})
+    if steps is not None:
+        r.steps = steps
+    if eval_batches is not None:
+        r.eval_batches = eval_batches
+    task = build_task(r.task, str(SHARED_DATA), seed, **r.task_options)
+    runs = [build(name, task, r, seed) for name in names]
+    print(f"[{task_key}] {len(runs)} models x {r.steps} steps, round-robin", file=sys.stderr)
+    t0 = time.perf_counter()
+    for step in range(r.steps):
+        for run in runs:
+            train_step(run, task, r, step)
+        if (step + 1) % max(1, r.steps // 10) == 0:
+            losses = ", ".join(
+                f"{run.name} {statistics.fmean(run.losses[-50:]):.3f}" for run in runs
+            )
+            print(f"  step {step + 1} ({time.perf_counter() - t0:.0f}s): {losses}", file=sys.stderr)
+    rows = []
+    for run in runs:
+        skip = min(len(run.step_s) // 10, 50)  # the first steps pay one-off allocation costs
+        times = run.step_s[skip:]
+        rows.append(
+            {
+                "mixer": run.name,
+                "params": sum(p.numel() for p in run.model.parameters()),
+                "ms_mean": 1e3 * statistics.fmean(times),
+                "ms_median": 1e3 * statistics.median(times),
+                **evaluate(run, task, r, seed),
+            }
+        )
+    return r, rows
+
+
+def table(task_key: str, r: Recipe, rows: list[dict]) -> str:
+    plain = next((row for row in rows if row["mixer"] == PLAIN), None)
+    metric = "val loss" if task_key == "shakespeare" else "val accuracy"
+    lines = [
+        f"| mixer | params | {metric} | ms/step (mean) | ms/step (median) | final rank | time vs {PLAIN} |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        value = row["val_loss"] if task_key == "shakespeare" else row["accuracy"]
+        ratio = f"{row['ms_mean'] / plain['ms_mean']:.2f}x" if plain else "-"
+        lines.append(
+            f"| {row['mixer']} | {row['params']:,} | {value:.4f} | {row['ms_mean']:.1f} | "
+            f"{row['ms_median']:.1f} | {row['rank']:.3f} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="shakespeare,imdb", help="shakespeare, imdb or both")
+    parser.add_argument(
+        "--mixers",
+        default=",".join([*MIXERS, PLAIN]),
+        help=f"mixers, and '{PLAIN}' for the plain GPT",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
+    parser.add_argument("--eval-batches", type=int, default=None)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    names = [n for n in args.mixers.split(",") if n]
+    unknown = [n for n in names if n != PLAIN and n not in MIXERS]
+    if unknown:
+        parser.error(f"unknown mixer(s) {unknown}; choose from {[*MIXERS, PLAIN]}")
+    tasks = [t for t in args.tasks.split(",") if t]
+    if any(t not in RECIPES for t in tasks):
+        parser.error(f"--tasks takes {sorted(RECIPES)}, got {tasks}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for task_key in tasks:
+        r, rows = bench(task_key, names, args.steps, args.eval_batches, args.seed)
+        print(
+            f"\n### {task_key}: {r.task} {r.task_options}, {r.depth} layers x {r.heads} heads x "
+            f"{r.dim}, batch {r.batch_size}, {r.steps} steps, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads\n"
+        )
+        print(table(task_key, r, rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
