@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import signal
+import subprocess
+import sys
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,11 +33,14 @@ PLAY = (
 
 class Server:
     """Serves `files` (path -> bytes); a path in `dying` announces the full length, sends half
-    and drops the connection, as a server that crashes mid-transfer does."""
+    and drops the connection, as a server that crashes mid-transfer does; a path in `stalling`
+    sends half and then hangs until the server closes."""
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.dying: set[str] = set()
+        self.stalling: set[str] = set()
+        self.closing = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,9 +52,11 @@ class Server:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.path in server.dying:
+                if self.path in server.dying | server.stalling:
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
+                    if self.path in server.stalling:
+                        server.closing.wait(30)
                     self.close_connection = True
                     return
                 self.wfile.write(data)
@@ -62,6 +72,7 @@ class Server:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
 
     def close(self) -> None:
+        self.closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -124,6 +135,35 @@ def test_download_cut_off_mid_transfer_leaves_nothing(server: Server, tmp_path: 
     server.dying.clear()  # the next attempt starts afresh and succeeds
     download(server.url("/input.txt"), dest, sha(data))
     assert dest.read_bytes() == data
+
+
+def test_download_killed_mid_transfer_leaves_no_usable_file(
+    server: Server, tmp_path: Path, _isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 during a download: the partial bytes sit in a temporary file that is never read,
+    and the next run downloads afresh."""
+    data = PLAY.encode() * 20
+    server.files["/input.txt"] = data
+    server.stalling.add("/input.txt")
+    monkeypatch.delenv("ATTNZOO_OFFLINE")
+    monkeypatch.setenv("ATTNZOO_TINYSHAKESPEARE_URL", server.url("/input.txt"))
+    monkeypatch.setenv("ATTNZOO_TINYSHAKESPEARE_SHA256", sha(data))
+    code = "from attnzoo.tasks import build_task; build_task('shakespeare_char', 'nowhere', 0)"
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path)
+    folder = _isolated_cache / "downloads" / "tinyshakespeare"
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size for p in folder.glob("*.part")):
+        assert time.monotonic() < deadline and child.poll() is None, "download never started"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not (folder / "input.txt").exists()
+    (part,) = folder.glob("*.part")  # the partial bytes, under a temporary name
+    server.stalling.clear()
+    os.utime(part, (time.time() - 7200, time.time() - 7200))  # as if killed two hours ago
+    task = build_task("shakespeare_char", str(tmp_path / "nowhere"), 0, seq_len=8)
+    assert (folder / "input.txt").read_bytes() == data and task.vocab_size == len(set(PLAY))
+    assert not part.exists()  # the next download cleared the dead one's leftovers
 
 
 def test_download_http_error_and_unreachable_host(server: Server, tmp_path: Path) -> None:

@@ -10,9 +10,11 @@ Two rules hold throughout:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHUNK = 1 << 20
+STALE_PART_S = 3600.0  # a partial download untouched this long belongs to a dead process
 
 
 class CorpusError(ValueError):
@@ -111,13 +114,17 @@ def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
     The bytes go to a temporary file that is renamed to `dest` only after both checks pass; on any
     failure it is deleted and a CorpusError says what went wrong.
     """
+    for stale in dest.parent.glob(f".{dest.name}.*.part") if dest.parent.exists() else ():
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > STALE_PART_S:
+                stale.unlink()  # left by a download that was killed (kill -9, power loss)
     digest = hashlib.sha256()
     received = 0
     try:
         with atomic_path(dest) as tmp:
             with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
                 announced = response.headers.get("Content-Length")
-                while chunk := response.read(CHUNK):
+                while chunk := response.read1(CHUNK):
                     out.write(chunk)
                     digest.update(chunk)
                     received += len(chunk)
