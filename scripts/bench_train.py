@@ -62,7 +62,7 @@ RECIPES = {
     "shakespeare": Recipe("shakespeare_char", {"seq_len": 64}, steps=2000, batch_size=12),
     # No published reference; the same model and optimiser, longer reviews, bigger batches.
     "imdb": Recipe(
-        "imdb", {"seq_len": 128}, steps=600, batch_size=32, eval_batches=100, eval_batch_size=50
+        "imdb", {"seq_len": 128}, steps=300, batch_size=32, eval_batches=60, eval_batch_size=50
     ),
 }
 
