@@ -8,19 +8,31 @@ matrices, gradient clipping 1.0, dropout 0); validation loss over 200 batches of
 Targets: scaled_dot reaches val loss <= 1.90, in <= 1.1x the plain GPT's time per step.
 
 The models train round-robin, one step each in turn, so that every model meets the same machine
-load (on a shared CPU the load drifts over minutes, which would skew back-to-back timings).
+load (on a shared CPU the load drifts over minutes, which would skew back-to-back timings). A step
+is what the trainer does per step: forward, cross-entropy, backward, clipping, AdamW with the
+trainer's schedule (`attnzoo.train.lr_factor`), bf16 autocast on CUDA. The table also gives the
+cost of the trainer's rank probe (`attnzoo.train.rank_record`) as a share of training time at an
+evaluation every `--eval-every` steps (target: under 5%).
+
+`--trainer` instead trains each mixer through `attnzoo.train.run` with the task's experiment
+config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user gets from
+`python -m attnzoo.train`, evaluation, probes and checkpoints included.
 
     python scripts/bench_train.py                                   # both tables, every mixer
     python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot,gpt --steps 2000
     python scripts/bench_train.py --tasks imdb --steps 50 --eval-batches 5   # a quick look
+    python scripts/bench_train.py --tasks shakespeare --device cuda --dim 256 --seq-len 256 --batch 32
+    python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot --trainer
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnzoo import train as trainer
 from attnzoo.mixers import MIXERS
 from attnzoo.model import Model, ModelConfig
-from attnzoo.rank import rank_profile
 from attnzoo.tasks import Batch, Task, build_task
+from attnzoo.train import lr_factor, rank_record
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -56,8 +69,11 @@ class Recipe:
     grad_clip: float = 1.0
     eval_batches: int = 200
     eval_batch_size: int = 12
+    impl: str = "auto"
+    device: str = "cpu"
 
 
+EXPERIMENTS = {"shakespeare": "shakespeare_char", "imdb": "imdb"}  # conf/experiment/<name>.yaml
 RECIPES = {
     "shakespeare": Recipe("shakespeare_char", {"seq_len": 64}, steps=2000, batch_size=12),
     # No published reference; the same model and optimiser, longer reviews, bigger batches.
@@ -143,6 +159,18 @@ class Run:
     losses: list[float] = field(default_factory=list)
 
 
+def _autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA, as the trainer does; nothing on CPU."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
     torch.manual_seed(seed)
     if name == PLAIN:
@@ -150,8 +178,11 @@ def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
             task.vocab_size, task.out_features, task.max_len, r.dim, r.depth, r.heads, task.head
         )
     else:
-        cfg = ModelConfig(dim=r.dim, depth=r.depth, heads=r.heads, mixer=name, causal=task.causal)
+        cfg = ModelConfig(
+            dim=r.dim, depth=r.depth, heads=r.heads, mixer=name, causal=task.causal, impl=r.impl
+        )
         model = Model(cfg, task.out_features, task.max_len, task.vocab_size, head=task.head)
+    model.to(r.device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
@@ -163,19 +194,20 @@ def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
 
 
 def lr_at(step: int, r: Recipe) -> float:
-    if step < r.warmup:
-        return r.lr * (step + 1) / r.warmup
-    progress = min(1.0, (step - r.warmup) / max(1, r.steps - r.warmup))
-    return r.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (r.lr - r.min_lr)
+    """The trainer's schedule: linear warmup, then cosine from lr down to min_lr."""
+    return r.lr * lr_factor(step, r.warmup, r.steps, r.min_lr / r.lr)
 
 
 def loss_of(model: nn.Module, task: Task, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = model(batch.inputs, batch.key_padding_mask)
+    with _autocast(batch.inputs.device):
+        logits = model(batch.inputs, batch.key_padding_mask)
     return task.loss(logits, batch), logits
 
 
 def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
-    batch = task.batch("train", r.batch_size, run.generator)
+    device = torch.device(r.device)
+    batch = task.batch("train", r.batch_size, run.generator).to(device)
+    _sync(device)
     start = time.perf_counter()
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(step, r)
@@ -184,8 +216,24 @@ def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
     loss.backward()
     torch.nn.utils.clip_grad_norm_(run.model.parameters(), r.grad_clip)
     run.optimizer.step()
+    _sync(device)
     run.step_s.append(time.perf_counter() - start)
     run.losses.append(loss.item())
+
+
+def probe_ms(run: Run, probe: Batch) -> float:
+    """Median milliseconds of the trainer's rank probe on `probe` (the plain GPT has the same
+    `return_hidden` interface, so it is measured the same way)."""
+    device = probe.inputs.device
+    rank_record(run.model, probe)  # warm-up
+    times = []
+    for _ in range(5):
+        _sync(device)
+        start = time.perf_counter()
+        rank_record(run.model, probe)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
 
 
 @torch.no_grad()
@@ -194,23 +242,35 @@ def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
     generator = torch.Generator().manual_seed(seed + 1)
     losses, accs = [], []
     for _ in range(r.eval_batches):
-        batch = task.batch("val", r.eval_batch_size, generator)
+        batch = task.batch("val", r.eval_batch_size, generator).to(r.device)
         loss, logits = loss_of(run.model, task, batch)
         losses.append(loss.item())
-        accs.append(task.metrics(logits, batch)["accuracy"])
-    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2))
-    rank = rank_profile(run.model, probe.inputs, probe.key_padding_mask).mean[-1]
+        accs.append(task.metrics(logits.float(), batch)["accuracy"])
+    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2)).to(r.device)
     run.model.train()
-    return {"val_loss": statistics.fmean(losses), "accuracy": statistics.fmean(accs), "rank": rank}
+    return {
+        "val_loss": statistics.fmean(losses),
+        "accuracy": statistics.fmean(accs),
+        "rank": rank_record(run.model, probe)["rank/last"],
+        "probe_ms": probe_ms(run, probe),
+    }
 
 
-def bench(task_key: str, names: list[str], steps: int | None, eval_batches: int | None, seed: int):
-    base = RECIPES[task_key]
-    r = Recipe(**{**base.__dict__})
-    if steps is not None:
-        r.steps = steps
-    if eval_batches is not None:
-        r.eval_batches = eval_batches
+def recipe(task_key: str, args: argparse.Namespace) -> Recipe:
+    """The task's recipe with the command line's overrides."""
+    r = Recipe(**{**RECIPES[task_key].__dict__})
+    r.task_options = dict(r.task_options)
+    for key in ("steps", "eval_batches", "dim", "depth", "heads", "impl", "device"):
+        if getattr(args, key) is not None:
+            setattr(r, key, getattr(args, key))
+    if args.batch is not None:
+        r.batch_size = args.batch
+    if args.seq_len is not None:
+        r.task_options["seq_len"] = args.seq_len
+    return r
+
+
+def bench(task_key: str, r: Recipe, names: list[str], seed: int) -> list[dict]:
     task = build_task(r.task, str(SHARED_DATA), seed, **r.task_options)
     runs = [build(name, task, r, seed) for name in names]
     print(f"[{task_key}] {len(runs)} models x {r.steps} steps, round-robin", file=sys.stderr)
@@ -236,22 +296,57 @@ def bench(task_key: str, names: list[str], steps: int | None, eval_batches: int 
                 **evaluate(run, task, r, seed),
             }
         )
-    return r, rows
+    return rows
 
 
-def table(task_key: str, r: Recipe, rows: list[dict]) -> str:
+def table(task_key: str, rows: list[dict], eval_every: int) -> str:
     plain = next((row for row in rows if row["mixer"] == PLAIN), None)
     metric = "val loss" if task_key == "shakespeare" else "val accuracy"
     lines = [
-        f"| mixer | params | {metric} | ms/step (mean) | ms/step (median) | final rank | time vs {PLAIN} |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| mixer | params | {metric} | ms/step (mean) | ms/step (median) | final rank "
+        f"| time vs {PLAIN} | rank probe (ms) | probe share at eval_every={eval_every} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         value = row["val_loss"] if task_key == "shakespeare" else row["accuracy"]
         ratio = f"{row['ms_mean'] / plain['ms_mean']:.2f}x" if plain else "-"
+        share = row["probe_ms"] / (row["probe_ms"] + eval_every * row["ms_median"])
         lines.append(
             f"| {row['mixer']} | {row['params']:,} | {value:.4f} | {row['ms_mean']:.1f} | "
-            f"{row['ms_median']:.1f} | {row['rank']:.3f} | {ratio} |"
+            f"{row['ms_median']:.1f} | {row['rank']:.3f} | {ratio} | {row['probe_ms']:.1f} | "
+            f"{100 * share:.2f}% |"
+        )
+    return "\n".join(lines)
+
+
+def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int) -> str:
+    """Each mixer through `attnzoo.train.run` with the task's experiment config; the table of
+    what the run's summary reports."""
+    metric = "loss" if task_key == "shakespeare" else "accuracy"
+    lines = [
+        f"| mixer | params | val {metric} | steps/s (whole run) | final rank |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        if name == PLAIN:
+            continue  # the plain GPT is not an attnzoo mixer
+        overrides = [
+            f"experiment={EXPERIMENTS[task_key]}",
+            f"mixer={name}",
+            f"data_dir={SHARED_DATA}",
+            f"train.max_steps={r.steps}",
+            f"train.seed={seed}",
+            f"train.device={r.device}",
+            f"impl={r.impl}",
+            "logger.mode=disabled",
+            "train.progress=false",
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = trainer.run(trainer.compose(overrides), Path(tmp) / "run")
+        final = summary["final"]
+        lines.append(
+            f"| {name} | {summary['params']:,} | {final[f'val/{metric}']:.4f} | "
+            f"{summary['steps_per_s']:.2f} | {final['rank/last']:.3f} |"
         )
     return "\n".join(lines)
 
@@ -266,6 +361,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
     parser.add_argument("--eval-batches", type=int, default=None)
+    parser.add_argument("--dim", type=int, default=None, help="override the recipe's width")
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--seq-len", type=int, default=None, help="task.seq_len")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--impl", default=None, choices=["auto", "torch", "triton"])
+    parser.add_argument("--device", default=None, help="cpu (default) or cuda")
+    parser.add_argument("--eval-every", type=int, default=100, help="for the probe's share")
+    parser.add_argument(
+        "--trainer", action="store_true", help="train through attnzoo.train.run instead"
+    )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)"
     )
@@ -281,13 +387,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     for task_key in tasks:
-        r, rows = bench(task_key, names, args.steps, args.eval_batches, args.seed)
+        r = recipe(task_key, args)
+        where = (
+            torch.cuda.get_device_name()
+            if r.device == "cuda"
+            else f"CPU, {torch.get_num_threads()} thread(s)"
+        )
         print(
             f"\n### {task_key}: {r.task} {r.task_options}, {r.depth} layers x {r.heads} heads x "
-            f"{r.dim}, batch {r.batch_size}, {r.steps} steps, torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads\n"
+            f"{r.dim}, batch {r.batch_size}, {r.steps} steps, impl={r.impl}, "
+            f"torch {torch.__version__}, {where}{', via attnzoo.train' if args.trainer else ''}\n",
+            flush=True,
         )
-        print(table(task_key, r, rows), flush=True)
+        if args.trainer:
+            print(bench_trainer(task_key, r, names, args.seed), flush=True)
+        else:
+            print(
+                table(task_key, bench(task_key, r, names, args.seed), args.eval_every), flush=True
+            )
     return 0
 
 

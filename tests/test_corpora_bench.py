@@ -58,16 +58,48 @@ def test_plain_gpt_has_the_shape_of_scaled_dot_model(head: str) -> None:
         torch.testing.assert_close(plain(changed, mask), logits)
 
 
-def test_schedule_is_warmup_then_cosine_to_min_lr() -> None:
+def test_recipe_and_schedule_are_the_readme_recipe_on_the_trainer_schedule() -> None:
     bench = load_bench()
     r = bench.RECIPES["shakespeare"]
     assert (r.steps, r.batch_size, r.dim, r.depth, r.heads) == (2000, 12, 128, 4, 4)
-    assert bench.lr_at(0, r) == pytest.approx(r.lr / r.warmup)
-    assert bench.lr_at(r.warmup - 1, r) == pytest.approx(r.lr)
+    assert (r.lr, r.min_lr, r.warmup, r.betas, r.weight_decay, r.grad_clip) == (
+        1e-3,
+        1e-4,
+        100,
+        (0.9, 0.99),
+        0.1,
+        1.0,
+    )
+    assert bench.lr_at(0, r) < r.lr / 50  # warming up
+    assert bench.lr_at(r.warmup, r) == pytest.approx(r.lr)
     mid = r.warmup + (r.steps - r.warmup) // 2
     assert bench.lr_at(mid, r) == pytest.approx((r.lr + r.min_lr) / 2, rel=1e-3)
     assert bench.lr_at(r.steps, r) == pytest.approx(r.min_lr)
     assert all(bench.lr_at(s + 1, r) <= bench.lr_at(s, r) for s in range(r.warmup, r.steps))
+
+
+def test_experiment_configs_carry_the_bench_recipes() -> None:
+    """`python -m attnzoo.train experiment=...` trains what the bench trains."""
+    from attnzoo.train import compose
+
+    bench = load_bench()
+    for key, experiment in bench.EXPERIMENTS.items():
+        r, cfg = bench.RECIPES[key], compose([f"experiment={experiment}"])
+        t, m = cfg.train, cfg.model
+        assert cfg.task.name == r.task and cfg.task.seq_len == r.task_options["seq_len"]
+        assert (m.dim, m.depth, m.heads) == (r.dim, r.depth, r.heads)
+        assert (t.max_steps, t.batch_size, t.lr, t.warmup_steps) == (
+            r.steps,
+            r.batch_size,
+            r.lr,
+            r.warmup,
+        )
+        assert t.lr * t.min_lr_ratio == pytest.approx(r.min_lr)
+        assert ((t.beta1, t.beta2), t.weight_decay, t.grad_clip) == (
+            r.betas,
+            r.weight_decay,
+            r.grad_clip,
+        )
 
 
 @pytest.mark.skipif(
@@ -92,7 +124,33 @@ def test_quick_bench_prints_a_table(tmp_path: Path) -> None:
     names = [row.split("|")[1].strip() for row in rows[1:]]
     assert names == ["scaled_dot", "pooling", "gpt"]
     gpt = rows[-1].split("|")
-    assert gpt[-2].strip() == "1.00x"
+    assert gpt[7].strip() == "1.00x"  # the time ratio column
+    assert all(float(row.split("|")[9].strip(" %")) < 100 for row in rows[1:])  # probe share
     for row in rows[1:]:
         val_loss = float(row.split("|")[3])
         assert math.isfinite(val_loss) and 3.0 < val_loss < 4.5  # ~ln(65)=4.17 after 3 steps
+
+
+@pytest.mark.skipif(
+    not (SHARED / "tinyshakespeare" / "input.txt").exists(), reason=f"no real corpora in {SHARED}"
+)
+def test_quick_bench_through_the_trainer(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts/bench_train.py"),
+        "--tasks",
+        "shakespeare",
+        "--mixers",
+        "identity",
+        "--steps",
+        "3",
+        "--trainer",
+    ]
+    env = {**os.environ, "ATTNZOO_CACHE_DIR": str(tmp_path), "ATTNZOO_OFFLINE": "1"}
+    done = subprocess.run(
+        cmd, check=True, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| identity")]
+    assert len(rows) == 1
+    val_loss = float(rows[0].split("|")[3])
+    assert 3.0 < val_loss < 4.5

@@ -82,3 +82,35 @@ def test_installed_wheel_works_outside_the_checkout(wheel, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(1, 5, 16)"
+
+
+def test_installed_wheel_composes_the_trainer_config(wheel, tmp_path):
+    """The Hydra configs (conf/ with its group folders) are found inside the installed wheel."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    code = (
+        "import attnzoo.train as t;"
+        f"assert t.__file__.startswith({str(target)!r}), t.__file__;"
+        "c = t.compose(['mixer=metric', 'task=convex_hull', 'experiment=san_sort']);"
+        "print(c.mixer.name, c.task.name, c.model.skip)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["metric", "convex_hull", "False"]  # the command line wins

@@ -1,0 +1,265 @@
+"""The trainer's configuration: typed schemas in Hydra's ConfigStore, and the semantic checks that
+run before any work.
+
+Hydra composes `conf/config.yaml` (installed as `attnzoo.conf`) on top of `Config`, so a typo'd key,
+a value of the wrong type or an unknown choice fails at composition with Hydra's message. Mixer and
+task schemas are derived from the registries (`mixer_options`, `task_options`): each registered
+mixer `m` gets a node `schema/mixer/m` whose fields are its constructor's options, and its YAML
+(`conf/mixer/m.yaml`) starts from it with `defaults: [/schema/mixer/m@_here_, _self_]`. A new
+mixer or task is therefore its module plus one YAML; nothing here changes.
+
+`validate(cfg)` then checks what a schema cannot (dim divisible by heads, positive learning rate,
+a context that fits the model, ...) and raises `ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from attnzoo.mixers import MIXERS, mixer_class
+from attnzoo.tasks import TASKS
+
+
+class ConfigError(ValueError):
+    """A configuration that composes but cannot be trained; the message names the key."""
+
+
+class Norm(enum.Enum):
+    layernorm = "layernorm"
+    rmsnorm = "rmsnorm"
+    none = "none"
+
+
+class NormPosition(enum.Enum):
+    pre = "pre"
+    post = "post"
+
+
+class PosEmb(enum.Enum):
+    learned = "learned"
+    sinusoidal = "sinusoidal"
+    none = "none"
+
+
+class Device(enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Impl(enum.Enum):
+    auto = "auto"
+    torch = "torch"
+    triton = "triton"
+
+
+class OnNonfinite(enum.Enum):
+    stop = "stop"
+    skip = "skip"
+
+
+class LoggerMode(enum.Enum):
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
+
+
+@dataclass
+class ModelSchema:
+    """The block stack (`attnzoo.model.ModelConfig` minus what the mixer and task decide)."""
+
+    dim: int = 64
+    depth: int = 4
+    heads: int = 4
+    skip: bool = True
+    mlp: bool = True
+    mlp_ratio: float = 4.0
+    norm: Norm = Norm.layernorm
+    norm_position: NormPosition = NormPosition.pre
+    layer_scale: float | None = None
+    dropout: float = 0.0
+    pos_emb: PosEmb = PosEmb.learned
+    share_blocks: bool = False  # one block applied `depth` times (the paper's recurrent model)
+    max_len: int | None = None  # positions the model has; null: the task's context length
+
+
+@dataclass
+class TrainSchema:
+    max_steps: int = 600
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.98
+    warmup_steps: int = 50
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio at max_steps
+    grad_clip: float = 1.0  # max global grad norm; 0 turns clipping off
+    log_every: int = 10
+    eval_every: int = 100
+    eval_batches: int = 4
+    probe_batch_size: int = 16  # examples in the fixed batch the rank profile is measured on
+    ckpt_every: int = 200
+    seed: int = 0
+    device: Device = Device.auto
+    threads: int = 1  # torch intra-op threads; 1 is fastest for these sizes on a shared CPU
+    resume: bool = False
+    on_nonfinite: OnNonfinite = OnNonfinite.stop
+    progress: bool = True  # tqdm bar with loss and tokens/s
+    deterministic: bool = False  # torch.use_deterministic_algorithms (CPU runs are already)
+
+
+@dataclass
+class LoggerSchema:
+    mode: LoggerMode = LoggerMode.offline
+    project: str = "attnzoo"
+    entity: str | None = None
+    group: str | None = None  # null: the multirun sweep's name (single runs: none)
+    name: str | None = None
+    tags: list[str] = field(default_factory=list)
+    attention_maps: bool = True  # images of attention maps and learned U / M at every eval
+    init_timeout: float = 90.0  # seconds wandb.init may wait for the server before going offline
+
+
+@dataclass
+class Config:
+    mixer: Any = MISSING
+    model: ModelSchema = field(default_factory=ModelSchema)
+    task: Any = MISSING
+    train: TrainSchema = field(default_factory=TrainSchema)
+    logger: LoggerSchema = field(default_factory=LoggerSchema)
+    impl: Impl = Impl.auto
+    # null: $ATTNZOO_DATA_DIR, else the user cache folder; relative paths are taken from the
+    # directory the command was launched in.
+    data_dir: str | None = None
+
+
+def _omegaconf_type(annotation: Any) -> Any:
+    """The annotation if OmegaConf can type-check it, Optional[...] for `X | None`, else Any."""
+    simple = (int, float, bool, str)
+    if annotation in simple or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2 and args[0] in simple:
+            return Optional[args[0]]  # noqa: UP045 - OmegaConf wants typing.Optional
+    return Any
+
+
+def _options_schema(kind: str, name: str, fn: Any, skip: tuple[str, ...]) -> type:
+    """A dataclass `name: str` + one field per keyword option of `fn` (typed, with its default)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: fall back to untyped options
+        hints = {}
+    fields: list[tuple[str, Any, Any]] = [("name", str, field(default=name))]
+    for key, param in inspect.signature(fn).parameters.items():
+        if key == "self" or key in skip or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            continue
+        default = MISSING if param.default is inspect.Parameter.empty else param.default
+        typ = _omegaconf_type(hints.get(key, Any))
+        if isinstance(default, (list, dict)):
+            fields.append((key, Any, field(default_factory=lambda d=default: type(d)(d))))
+        else:
+            fields.append((key, typ, field(default=default)))
+    cls_name = "".join(p.title() for p in name.split("_")) + kind.title() + "Schema"
+    return dataclasses.make_dataclass(cls_name, fields)
+
+
+def register_configs() -> None:
+    """Put `Config` and one schema per registered mixer and task into Hydra's ConfigStore."""
+    from attnzoo.mixers import COMMON_ARGS as MIXER_ARGS
+    from attnzoo.tasks import COMMON_ARGS as TASK_ARGS
+
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for name in MIXERS:
+        schema = _options_schema("mixer", name, mixer_class(name).__init__, MIXER_ARGS)
+        cs.store(group="schema/mixer", name=name, node=schema)
+    for name, cls in TASKS.items():
+        schema = _options_schema("task", name, cls.__init__, TASK_ARGS)
+        cs.store(group="schema/task", name=name, node=schema)
+
+
+def default_data_dir() -> Path:
+    """$ATTNZOO_DATA_DIR, else $XDG_CACHE_HOME/attnzoo (~/.cache/attnzoo)."""
+    env = os.environ.get("ATTNZOO_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache).expanduser() / "attnzoo"
+
+
+def resolve_data_dir(value: str | None, launch_dir: Path) -> Path:
+    """`data_dir` as an absolute path; relative paths are relative to where the command ran."""
+    path = default_data_dir() if value in (None, "") else Path(str(value)).expanduser()
+    return path if path.is_absolute() else (launch_dir / path).resolve()
+
+
+def enum_value(v: Any) -> Any:
+    return v.value if isinstance(v, enum.Enum) else v
+
+
+def options(node: DictConfig) -> dict[str, Any]:
+    """A mixer or task node's options: every key but `name`, as plain Python values."""
+    plain = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+    assert isinstance(plain, dict)
+    return {k: v for k, v in plain.items() if k != "name"}
+
+
+def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed: {key} must be {allowed}")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check what the schemas cannot; raise ConfigError naming the key and the allowed values."""
+    for group, registry in (("mixer", MIXERS), ("task", TASKS)):
+        node = cfg.get(group)
+        name = None if node is None else node.get("name")
+        _require(name in registry, f"{group}.name", name, f"one of {sorted(registry)}")
+    m, t = cfg.model, cfg.train
+    _require(m.dim >= 1, "model.dim", m.dim, "a positive int")
+    _require(m.depth >= 1, "model.depth", m.depth, "a positive int")
+    _require(m.heads >= 1, "model.heads", m.heads, "a positive int")
+    _require(
+        m.dim % m.heads == 0,
+        "model.dim",
+        m.dim,
+        f"divisible by model.heads={m.heads} (e.g. {m.heads * max(1, m.dim // m.heads)})",
+    )
+    _require(m.mlp_ratio > 0, "model.mlp_ratio", m.mlp_ratio, "> 0")
+    _require(0 <= m.dropout < 1, "model.dropout", m.dropout, "in [0, 1)")
+    _require(m.max_len is None or m.max_len >= 1, "model.max_len", m.max_len, "null or >= 1")
+    _require(t.max_steps >= 1, "train.max_steps", t.max_steps, "a positive int (>= 1)")
+    _require(t.batch_size >= 1, "train.batch_size", t.batch_size, "a positive int (>= 1)")
+    _require(t.lr > 0, "train.lr", t.lr, "a positive float (> 0)")
+    _require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, ">= 0")
+    _require(0 <= t.beta1 < 1, "train.beta1", t.beta1, "in [0, 1)")
+    _require(0 <= t.beta2 < 1, "train.beta2", t.beta2, "in [0, 1)")
+    _require(t.warmup_steps >= 0, "train.warmup_steps", t.warmup_steps, ">= 0")
+    _require(0 <= t.min_lr_ratio <= 1, "train.min_lr_ratio", t.min_lr_ratio, "in [0, 1]")
+    _require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, ">= 0 (0 turns clipping off)")
+    for key in ("log_every", "eval_every", "eval_batches", "probe_batch_size", "ckpt_every"):
+        _require(t[key] >= 1, f"train.{key}", t[key], "a positive int (>= 1)")
+    _require(t.threads >= 1, "train.threads", t.threads, "a positive int (>= 1)")
+    if enum_value(t.device) == "cuda":
+        import torch
+
+        _require(
+            torch.cuda.is_available(),
+            "train.device",
+            "cuda",
+            "one of auto, cpu on this machine (CUDA is not available)",
+        )

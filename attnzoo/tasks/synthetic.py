@@ -1,0 +1,235 @@
+"""The synthetic tasks of Dong, Cordonnier & Loukas (2021): sorting, convex hull, the circle and
+memorisation. Every example is generated from the seed (no files, no download), so two runs with
+the same seed see the same data, and a resumed run sees the same batches as an uninterrupted one
+(the trainer checkpoints the generator it passes to `batch`).
+
+Train batches are drawn fresh from the trainer's generator (an endless stream); validation uses a
+fixed set of `val_size` examples built once from the seed, so every evaluation scores the same
+examples.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnzoo.tasks import Batch, Task, register_task
+
+# The validation set is drawn from its own stream so that it never overlaps the training stream's
+# state, whatever the trainer's generator does.
+_VAL_STREAM = 0x5EED
+
+
+def _check_positive(**values: int) -> None:
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"task.{key} must be a positive int, got {value!r}")
+
+
+class _FixedValTask(Task):
+    """A task whose validation split is a fixed set drawn once from the seed."""
+
+    val_size: int
+
+    def _make(self, n: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def _val_set(self) -> Batch:
+        if not hasattr(self, "_val"):
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + _VAL_STREAM)
+            self._val = self._make(self.val_size, g)
+            self._val_cursor = 0
+        return self._val
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+        if split == "train":
+            return self._make(batch_size, generator)
+        if split == "val":
+            # Draw val examples with `generator` so the trainer decides which ones (it reseeds the
+            # generator at every evaluation, so each evaluation sees the same examples).
+            val = self._val_set()
+            idx = torch.randint(0, val.inputs.shape[0], (batch_size,), generator=generator)
+            return Batch(val.inputs[idx], val.targets[idx])
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+
+
+@register_task("sort")
+class Sort(_FixedValTask):
+    """Sort a sequence of `seq_len` labels from `vocab_size`: at each position predict the label
+    the sorted sequence has there (per-token classification, no causal mask)."""
+
+    head = "token"
+    metric = "accuracy"
+    higher_is_better = True
+
+    def __init__(
+        self,
+        data_dir: str = "",
+        seed: int = 0,
+        seq_len: int = 8,
+        vocab_size: int = 10,
+        val_size: int = 1024,
+    ) -> None:
+        _check_positive(seq_len=seq_len, vocab_size=vocab_size, val_size=val_size)
+        self.seed, self.seq_len, self.val_size = seed, seq_len, val_size
+        self.vocab_size = vocab_size
+        self.out_features = vocab_size
+        self.max_len = seq_len
+
+    def _make(self, n: int, generator: torch.Generator) -> Batch:
+        x_bn = torch.randint(0, self.vocab_size, (n, self.seq_len), generator=generator)
+        return Batch(x_bn, x_bn.sort(dim=1).values)
+
+    def metrics(self, logits: torch.Tensor, batch: Batch) -> dict[str, float]:
+        correct_bn = logits.argmax(-1) == batch.targets
+        return {
+            "accuracy": correct_bn.float().mean().item(),
+            "sequence_accuracy": correct_bn.all(dim=1).float().mean().item(),
+        }
+
+
+def hull_membership(points_bn2: torch.Tensor) -> torch.Tensor:
+    """(B, N) bool: True where a point is a vertex of its set's convex hull (Andrew's monotone
+    chain; collinear points on an edge are not vertices)."""
+    out = torch.zeros(points_bn2.shape[:2], dtype=torch.bool)
+    for b, pts in enumerate(points_bn2.tolist()):
+        order = sorted(range(len(pts)), key=lambda i: (pts[i][0], pts[i][1]))
+
+        def cross(o: int, a: int, c: int, pts: list = pts) -> float:
+            return (pts[a][0] - pts[o][0]) * (pts[c][1] - pts[o][1]) - (pts[a][1] - pts[o][1]) * (
+                pts[c][0] - pts[o][0]
+            )
+
+        def chain(idx: list[int]) -> list[int]:
+            kept: list[int] = []
+            for i in idx:
+                while len(kept) >= 2 and cross(kept[-2], kept[-1], i) <= 0:
+                    kept.pop()
+                kept.append(i)
+            return kept
+
+        for i in chain(order) + chain(order[::-1]):
+            out[b, i] = True
+    return out
+
+
+@register_task("convex_hull")
+class ConvexHull(_FixedValTask):
+    """`num_points` points uniform in the unit square; for each, predict whether it is a vertex of
+    the set's convex hull (per-point binary classification, inputs are 2-d vectors)."""
+
+    head = "token"
+    metric = "accuracy"
+    higher_is_better = True
+
+    def __init__(
+        self, data_dir: str = "", seed: int = 0, num_points: int = 10, val_size: int = 1024
+    ) -> None:
+        _check_positive(num_points=num_points, val_size=val_size)
+        if num_points < 3:
+            raise ValueError(f"task.num_points must be at least 3, got {num_points}")
+        self.seed, self.num_points, self.val_size = seed, num_points, val_size
+        self.in_features, self.out_features = 2, 2
+        self.max_len = num_points
+
+    def _make(self, n: int, generator: torch.Generator) -> Batch:
+        pts_bn2 = torch.rand(n, self.num_points, 2, generator=generator)
+        return Batch(pts_bn2, hull_membership(pts_bn2).long())
+
+
+@register_task("circle")
+class Circle(_FixedValTask):
+    """`num_points` points at random angles on a circle (random centre and radius), given in random
+    order; for each point, regress the coordinates of the next point counter-clockwise. Solving it
+    needs tokens to look at each other, and run with a recurrent one-layer model
+    (`experiment=circle`) it shows whether repeated mixing drives the points to one place.
+
+    Loss: mean squared error. Metric: `successor_accuracy`, the share of points whose prediction is
+    closest to the right successor among the set's points (higher is better); `mse` is logged too.
+    """
+
+    head = "token"
+    metric = "successor_accuracy"
+    higher_is_better = True
+
+    def __init__(
+        self, data_dir: str = "", seed: int = 0, num_points: int = 8, val_size: int = 1024
+    ) -> None:
+        _check_positive(num_points=num_points, val_size=val_size)
+        if num_points < 2:
+            raise ValueError(f"task.num_points must be at least 2, got {num_points}")
+        self.seed, self.num_points, self.val_size = seed, num_points, val_size
+        self.in_features, self.out_features = 2, 2
+        self.max_len = num_points
+
+    def _make(self, n: int, generator: torch.Generator) -> Batch:
+        k = self.num_points
+        angle_bk = torch.rand(n, k, generator=generator) * (2 * math.pi)
+        centre_b12 = (torch.rand(n, 1, 2, generator=generator) - 0.5) * 2
+        radius_b11 = 0.5 + torch.rand(n, 1, 1, generator=generator)
+        pts_bk2 = centre_b12 + radius_b11 * torch.stack([angle_bk.cos(), angle_bk.sin()], -1)
+        order_bk = angle_bk.argsort(dim=1)
+        # successor of the point with rank r in angular order is the point with rank r+1 (cyclic)
+        succ_bk = torch.empty_like(order_bk)
+        succ_bk.scatter_(1, order_bk, order_bk.roll(-1, dims=1))
+        target_bk2 = torch.gather(pts_bk2, 1, succ_bk[..., None].expand(-1, -1, 2))
+        return Batch(pts_bk2, target_bk2)
+
+    def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(logits.float(), batch.targets.float())
+
+    def metrics(self, logits: torch.Tensor, batch: Batch) -> dict[str, float]:
+        pred_bk2, pts_bk2 = logits.float(), batch.inputs.float()
+        dist_bkk = torch.cdist(pred_bk2, pts_bk2)
+        nearest_bk = dist_bkk.argmin(-1)
+        dist_true_bkk = torch.cdist(batch.targets.float(), pts_bk2)
+        true_bk = dist_true_bkk.argmin(-1)
+        return {
+            "successor_accuracy": (nearest_bk == true_bk).float().mean().item(),
+            "mse": torch.nn.functional.mse_loss(pred_bk2, batch.targets.float()).item(),
+        }
+
+
+@register_task("memorize")
+class Memorize(_FixedValTask):
+    """Memorise random labels: `num_sequences` random token sequences, each with a random class out
+    of `num_classes`. The validation split is the training set itself — the task measures how
+    much a model can store, not how it generalises."""
+
+    head = "classify"
+    metric = "accuracy"
+    higher_is_better = True
+
+    def __init__(
+        self,
+        data_dir: str = "",
+        seed: int = 0,
+        num_sequences: int = 512,
+        seq_len: int = 16,
+        vocab_size: int = 16,
+        num_classes: int = 2,
+    ) -> None:
+        _check_positive(
+            num_sequences=num_sequences,
+            seq_len=seq_len,
+            vocab_size=vocab_size,
+            num_classes=num_classes,
+        )
+        self.seed, self.seq_len = seed, seq_len
+        self.vocab_size, self.out_features, self.max_len = vocab_size, num_classes, seq_len
+        g = torch.Generator().manual_seed(seed * 1_000_003 + _VAL_STREAM)
+        self._data = Batch(
+            torch.randint(0, vocab_size, (num_sequences, seq_len), generator=g),
+            torch.randint(0, num_classes, (num_sequences,), generator=g),
+        )
+        self.val_size = num_sequences
+
+    def _val_set(self) -> Batch:
+        return self._data
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+        if split not in ("train", "val"):
+            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+        idx = torch.randint(0, self._data.inputs.shape[0], (batch_size,), generator=generator)
+        return Batch(self._data.inputs[idx], self._data.targets[idx])

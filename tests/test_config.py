@@ -1,0 +1,162 @@
+"""The trainer's configuration: the default composes, schemas follow the registries, and every bad
+override fails before training with a message that names the key and what is allowed."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from attnzoo.config import ConfigError, resolve_data_dir
+from attnzoo.mixers import MIXERS, mixer_options
+from attnzoo.tasks import TASKS, task_options
+from attnzoo.train import compose, run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_default_config_composes_to_the_documented_run():
+    cfg = compose([])
+    assert cfg.mixer.name == "scaled_dot" and cfg.task.name == "sort"
+    assert cfg.task.seq_len == 8 and cfg.task.vocab_size == 10
+    assert cfg.logger.mode.value == "offline" and cfg.train.resume is False
+    for key in ("dim", "depth", "heads", "skip", "mlp", "norm", "norm_position"):
+        assert key in cfg.model
+    for key in ("max_steps", "batch_size", "lr", "warmup_steps", "eval_every", "ckpt_every"):
+        assert key in cfg.train
+    for key in ("seed", "device", "resume", "threads", "on_nonfinite"):
+        assert key in cfg.train
+    assert "impl" in cfg and "data_dir" in cfg
+
+
+@pytest.mark.parametrize("name", sorted(MIXERS))
+def test_every_mixer_has_a_yaml_matching_its_options(name):
+    path = ROOT / "conf" / "mixer" / f"{name}.yaml"
+    assert path.exists(), f"registered mixer {name!r} has no conf/mixer/{name}.yaml"
+    cfg = compose([f"mixer={name}"])
+    assert set(cfg.mixer) == {"name", *mixer_options(name)}
+    assert cfg.mixer.name == name
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_has_a_yaml_matching_its_options(name):
+    assert (ROOT / "conf" / "task" / f"{name}.yaml").exists()
+    cfg = compose([f"task={name}"])
+    assert set(cfg.task) == {"name", *task_options(name)}
+
+
+def test_experiment_presets_are_global_and_compose():
+    for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
+        assert path.read_text().startswith("# @package _global_"), path
+        compose([f"experiment={path.stem}"])
+    cfg = compose(["experiment=circle"])
+    assert cfg.task.name == "circle" and cfg.model.share_blocks and cfg.model.heads == 1
+    cfg = compose(["experiment=san_sort"])
+    assert not cfg.model.skip and not cfg.model.mlp and cfg.model.norm.value == "none"
+
+
+def _messages(err: BaseException) -> str:
+    out = []
+    while err is not None:
+        out.append(str(err))
+        err = err.__cause__ or err.__context__
+    return "\n".join(out)
+
+
+# override, words the error must contain (the key and the allowed values)
+COMPOSE_ERRORS = [
+    (["mixer=nope"], ["mixer", "scaled_dot", "metric", "pooling"]),
+    (["task=nope"], ["task", "sort", "convex_hull", "memorize"]),
+    (["model.dimm=3"], ["model.dimm"]),
+    (["train.max_steps=lots"], ["train.max_steps", "Integer"]),
+    (["model.norm=batchnorm"], ["model.norm", "layernorm", "rmsnorm", "none"]),
+    (["train.device=tpu"], ["train.device", "auto", "cpu", "cuda"]),
+    (["impl=cuda_c"], ["impl", "auto", "torch", "triton"]),
+    (["logger.mode=sometimes"], ["logger.mode", "offline", "online", "disabled"]),
+    (["mixer=pooling", "mixer.window=wide"], ["mixer.window", "Integer"]),
+    (["mixer=scaled_dot", "mixer.window=3"], ["mixer.window"]),
+    (["train.on_nonfinite=ignore"], ["train.on_nonfinite", "stop", "skip"]),
+]
+
+
+@pytest.mark.parametrize("overrides,words", COMPOSE_ERRORS, ids=lambda v: str(v))
+def test_bad_override_fails_at_composition(overrides, words):
+    with pytest.raises(Exception) as info:
+        compose(overrides)
+    text = _messages(info.value)
+    for word in words:
+        assert word in text, text
+
+
+SEMANTIC_ERRORS = [
+    (["model.dim=30", "model.heads=4"], ["model.dim", "divisible by model.heads=4"]),
+    (["train.lr=-0.001"], ["train.lr", "> 0"]),
+    (["train.lr=0"], ["train.lr", "> 0"]),
+    (["train.max_steps=0"], ["train.max_steps", ">= 1"]),
+    (["mixer=pooling", "mixer.window=4"], ["mixer.window=4", "odd"]),
+    (["task.seq_len=16", "model.max_len=8"], ["task.seq_len", "model.max_len=8", "<="]),
+    (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
+    (["model.depth=0"], ["model.depth", "positive"]),
+    (["model.dropout=1.5"], ["model.dropout", "[0, 1)"]),
+]
+
+
+@pytest.mark.parametrize("overrides,words", SEMANTIC_ERRORS, ids=lambda v: str(v))
+def test_bad_value_fails_before_training(overrides, words, tmp_path):
+    cfg = compose([*overrides, "logger.mode=disabled", "train.progress=false"])
+    with pytest.raises(ConfigError) as info:
+        run(cfg, tmp_path)
+    for word in words:
+        assert word in str(info.value), str(info.value)
+    assert not (tmp_path / "metrics.jsonl").exists()
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides,words,code",
+    [
+        (["mixer=nope"], ["mixer", "Available options", "scaled_dot"], 1),
+        (["model.dim=30", "model.heads=4"], ["model.dim", "divisible by model.heads=4"], 2),
+    ],
+)
+def test_cli_exits_nonzero_naming_the_key(overrides, words, code, tmp_path):
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "attnzoo.train", *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert out.returncode == code, out.stderr
+    for word in words:
+        assert word in out.stderr, out.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_triton_on_cpu_without_the_interpreter_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET")
+    cfg = compose(["impl=triton", "train.device=cpu", "logger.mode=disabled"])
+    with pytest.raises(ConfigError, match="impl=triton needs a CUDA device.*impl=torch"):
+        run(cfg, tmp_path)
+
+
+def test_data_dir_default_env_and_relative(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNZOO_DATA_DIR", str(tmp_path / "corpora"))
+    assert resolve_data_dir(None, Path("/launch")) == tmp_path / "corpora"
+    monkeypatch.delenv("ATTNZOO_DATA_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert resolve_data_dir(None, Path("/launch")) == tmp_path / "cache" / "attnzoo"
+    assert resolve_data_dir("../shared/data", tmp_path / "repo") == tmp_path / "shared" / "data"
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = compose(["mixer=metric", "mixer.metric_param=psd", "model.skip=false"])
+    OmegaConf.save(cfg, tmp_path / "c.yaml")
+    back = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert back["mixer"] == {"name": "metric", "metric_param": "psd"}
+    assert back["model"]["skip"] is False and back["model"]["norm"] == "layernorm"

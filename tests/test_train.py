@@ -1,0 +1,446 @@
+"""The training loop: the files a run leaves, resume = uninterrupted, checkpoints that survive
+corruption, non-finite numbers, pre-emption by signal, and the W&B offline run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnzoo.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from attnzoo.tasks.synthetic import Sort
+from attnzoo.tracking import read_metrics
+from attnzoo.train import EXIT_PREEMPTED, compose, lr_factor, run
+
+TINY = [
+    "model.dim=16",
+    "model.depth=2",
+    "model.heads=2",
+    "train.batch_size=8",
+    "train.max_steps=30",
+    "train.warmup_steps=5",
+    "train.log_every=5",
+    "train.eval_every=10",
+    "train.eval_batches=1",
+    "train.ckpt_every=10",
+    "train.probe_batch_size=4",
+    "train.progress=false",
+    "logger.mode=disabled",
+]
+
+
+@pytest.fixture(autouse=True)
+def _wandb_env(tmp_path, monkeypatch):
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def tiny(*overrides: str):
+    return compose([*TINY, *overrides])
+
+
+def test_run_leaves_every_file_with_the_contract_keys(tmp_path):
+    summary = run(tiny(), tmp_path)
+    assert summary["status"] == "completed" and summary["step"] == 30
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    for key in ("status", "step", "steps_per_s", "params", "final", "error"):
+        assert key in on_disk
+    assert on_disk["error"] is None and on_disk["steps_per_s"] > 0
+    assert on_disk["params"] == sum(p.numel() for p in read_checkpoint(
+        tmp_path / "checkpoints" / "last.pt")["model"].values())  # fmt: skip
+    assert (tmp_path / ".hydra" / "config.yaml").exists()
+    assert (tmp_path / "rank_decay.png").stat().st_size > 1000
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 5, 10, 15, 20, 25, 30]
+    evals = [r for r in records if "val/loss" in r]
+    assert [r["step"] for r in evals] == [0, 10, 20, 30]
+    for r in evals:
+        assert {"val/accuracy", "rank/layer_0", "rank/layer_1", "rank/layer_2", "rank/last"} <= set(
+            r
+        )
+        assert r["rank/last"] == r["rank/layer_2"] and 0 < r["rank/last"] < 2
+    for r in records[1:]:
+        assert {"train/loss", "train/lr", "perf/tokens_per_s"} <= set(r)
+    assert records[-1]["train/loss"] < records[1]["train/loss"]
+    assert on_disk["final"]["val/accuracy"] == evals[-1]["val/accuracy"]
+    state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert state["step"] == 30
+    assert {"model", "optimizer", "scheduler", "rng", "config"} <= set(state)
+    assert {"torch", "python", "train_generator"} <= set(state["rng"])
+    assert read_checkpoint(tmp_path / "checkpoints" / "prev.pt")["step"] == 20
+
+
+def test_schedule_warms_up_then_decays_to_the_floor():
+    f = [lr_factor(s, 10, 110, 0.1) for s in range(111)]
+    assert f[0] < f[5] < f[9] <= 1.0 and f[10] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[10:], f[11:], strict=False))
+    assert f[110] == pytest.approx(0.1)
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def _crash_at_train_batch(monkeypatch, n: int) -> None:
+    """Make the n-th training batch raise, as if the process died there."""
+    original, calls = Sort.batch, {"train": 0}
+
+    def batch(self, split, batch_size, generator):
+        if split == "train":
+            calls["train"] += 1
+            if calls["train"] == n:
+                raise _Crash(f"simulated crash at training batch {n}")
+        return original(self, split, batch_size, generator)
+
+    monkeypatch.setattr(Sort, "batch", batch)
+
+
+def _losses(path: Path) -> dict[int, float]:
+    return {r["step"]: r["train/loss"] for r in read_metrics(path) if "train/loss" in r}
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, monkeypatch):
+    whole = run(tiny("model.dropout=0.1"), tmp_path / "whole")
+    with monkeypatch.context() as m:
+        _crash_at_train_batch(m, 27)  # after the step-20 checkpoint and the step-25 log line
+        with pytest.raises(_Crash):
+            run(tiny("model.dropout=0.1"), tmp_path / "cut")
+    crashed = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert crashed["status"] == "failed" and "simulated crash" in crashed["error"]
+    assert max(_losses(tmp_path / "cut" / "metrics.jsonl")) == 25
+    # without resume=true the run refuses to overwrite a run that has a checkpoint
+    with pytest.raises(ValueError, match="train.resume=true"):
+        run(tiny("model.dropout=0.1"), tmp_path / "cut")
+    resumed = run(tiny("model.dropout=0.1", "train.resume=true"), tmp_path / "cut")
+    assert resumed["status"] == "completed" and resumed["resumed_from"] == 20
+    steps = [r["step"] for r in read_metrics(tmp_path / "cut" / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) == [0, 5, 10, 15, 20, 25, 30]  # none lost or duplicated
+    assert _losses(tmp_path / "cut" / "metrics.jsonl") == _losses(
+        tmp_path / "whole" / "metrics.jsonl"
+    )
+    assert resumed["final"]["val/loss"] == whole["final"]["val/loss"]
+
+
+def test_resume_refuses_a_different_model(tmp_path):
+    run(tiny(), tmp_path)
+    with pytest.raises(ValueError, match="model"):
+        run(tiny("model.dim=32", "train.resume=true", "train.max_steps=40"), tmp_path)
+
+
+def test_corrupt_or_truncated_checkpoint_falls_back_to_the_previous(tmp_path):
+    run(tiny(), tmp_path)
+    last = tmp_path / "checkpoints" / "last.pt"
+    data = bytearray(last.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    last.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="corrupt"):
+        read_checkpoint(last)
+    with pytest.warns(UserWarning, match="corrupt.*previous good checkpoint"):
+        state, path = load_checkpoint(tmp_path / "checkpoints")
+    assert path.name == "prev.pt" and state["step"] == 20
+    with pytest.warns(UserWarning, match="previous good checkpoint"):
+        resumed = run(tiny("train.resume=true", "train.max_steps=40"), tmp_path)
+    assert resumed["resumed_from"] == 20 and resumed["status"] == "completed"
+    steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) and steps[-1] == 40
+    # a truncated last.pt (killed mid-write by something other than our atomic rename)
+    last.write_bytes(last.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="truncated"):
+        read_checkpoint(last)
+    (tmp_path / "checkpoints" / "prev.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        load_checkpoint(tmp_path / "checkpoints")
+
+
+def test_save_keeps_the_previous_good_checkpoint(tmp_path):
+    (tmp_path / ".last.pt.tmp-999999").write_bytes(b"half a checkpoint from a killed process")
+    for step in (1, 2, 3):
+        save_checkpoint({"step": step, "w": torch.full((3,), float(step))}, tmp_path)
+    assert read_checkpoint(tmp_path / "last.pt")["step"] == 3
+    assert read_checkpoint(tmp_path / "prev.pt")["step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "prev.pt"]  # no temp left
+    # plain torch.load still opens it (the integrity trailer sits after the zip)
+    assert torch.load(tmp_path / "last.pt", weights_only=False)["step"] == 3
+
+
+def _poison(monkeypatch, at_call: int, where: str) -> None:
+    """Make the `at_call`-th training loss (or its gradient) NaN."""
+    original, calls = Sort.loss, {"n": 0}
+
+    def loss(self, logits, batch):
+        value = original(self, logits, batch)
+        if logits.requires_grad:
+            calls["n"] += 1
+            if calls["n"] == at_call:
+                if where == "loss":
+                    return value * float("nan")
+                logits.register_hook(lambda g: g * float("nan"))
+        return value
+
+    monkeypatch.setattr(Sort, "loss", loss)
+
+
+@pytest.mark.parametrize("where,what", [("loss", "loss"), ("grad", "gradient norm")])
+def test_nonfinite_stops_naming_the_step_and_keeps_the_checkpoint(
+    tmp_path, monkeypatch, where, what
+):
+    _poison(monkeypatch, 15, where)
+    summary = run(tiny(), tmp_path)
+    assert summary["status"] == "diverged" and summary["step"] == 14
+    assert f"non-finite {what}" in summary["error"] and "at step 15" in summary["error"]
+    assert "last.pt" in summary["error"]
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 10
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "diverged"
+    for r in read_metrics(tmp_path / "metrics.jsonl"):
+        assert r["step"] <= 14
+
+
+def test_nonfinite_skip_drops_the_step_and_goes_on(tmp_path, monkeypatch):
+    _poison(monkeypatch, 15, "loss")
+    summary = run(tiny("train.on_nonfinite=skip"), tmp_path)
+    assert summary["status"] == "completed" and summary["step"] == 30
+    assert summary["skipped_steps"] == 1
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)
+    assert records[-1]["train/skipped_steps"] == 1
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    home = str(tmp_path / "wandb-home")
+    return {**os.environ, "WANDB_DIR": home, "WANDB_CACHE_DIR": home, "WANDB_CONFIG_DIR": home}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_signal_checkpoints_at_the_step_boundary_and_exits(tmp_path, sig):
+    run_dir = tmp_path / "run"
+    args = [*TINY, "train.max_steps=1000000", "train.ckpt_every=1000000", "train.log_every=1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnzoo.train", *args, f"hydra.run.dir={run_dir}"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1]
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == EXIT_PREEMPTED, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "preempted" and signal.Signals(sig).name in summary["preempted_by"]
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert state["step"] == summary["step"] > 0
+    assert read_metrics(metrics)[-1]["step"] == summary["step"]
+    # and the run goes on from there
+    stop = summary["step"] + 3
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnzoo.train",
+            *args,
+            f"train.max_steps={stop}",
+            "train.resume=true",
+            f"hydra.run.dir={run_dir}",
+        ],  # fmt: skip
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    steps = [r["step"] for r in read_metrics(metrics)]
+    assert steps == list(range(stop + 1))
+
+
+def _wandb_history(run_dir: Path) -> list[dict]:
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_dir / "wandb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if out.returncode != 0 and "No such command" in out.stderr:
+        pytest.skip("this wandb has no `leet inspect` to read an offline run with")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [r["history"]["item"] for r in rows if r.get("type") == "history"]
+
+
+def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
+    summary = run(tiny("logger.mode=offline", "logger.project=attnzoo-test"), tmp_path)
+    assert summary["status"] == "completed"
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and summary["wandb"]["id"] in runs[0].name
+    by_step = {}
+    for item in _wandb_history(tmp_path):
+        by_step.setdefault(item["_step"], {}).update(item)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(by_step) == [r["step"] for r in records]
+    for r in records:
+        logged = by_step[r["step"]]
+        for key, value in r.items():
+            assert logged[key] == pytest.approx(value), key
+        scalars = {
+            k for k, v in logged.items()
+            if not k.startswith("_") and isinstance(v, (int, float)) and "." not in k
+        }  # fmt: skip
+        assert scalars == set(r), r["step"]
+        if "rank/last" in r:  # the rank media go with every evaluation
+            assert any(k.startswith("rank/table") for k in logged)
+            assert any(k.startswith("rank/vs_depth") for k in logged)
+            assert any(k.startswith("rank/plot") for k in logged)
+            assert any(k.startswith("attention/maps") for k in logged)
+
+
+def test_wandb_that_cannot_start_is_a_warning_not_a_failed_run(tmp_path, monkeypatch):
+    import wandb
+
+    def broken_init(*args, **kwargs):
+        raise wandb.errors.CommError("no network")
+
+    monkeypatch.setattr(wandb, "init", broken_init)
+    with pytest.warns(UserWarning, match="W&B failed in wandb.init"):
+        summary = run(tiny("logger.mode=online"), tmp_path)
+    assert summary["status"] == "completed" and summary["wandb"]["mode"] == "disabled"
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")][-1] == 30
+
+
+def test_online_wandb_without_network_falls_back_to_an_offline_run(tmp_path, monkeypatch):
+    import wandb
+
+    real_init = wandb.init
+
+    def init(*args, **kwargs):
+        if kwargs.get("mode") == "online":
+            raise wandb.errors.UsageError("No API key configured")
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
+    with pytest.warns(UserWarning, match="offline run"):
+        summary = run(tiny("logger.mode=online"), tmp_path)
+    assert summary["status"] == "completed" and summary["wandb"]["mode"] == "offline"
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 1
+
+
+def test_wandb_raising_inside_log_leaves_metrics_complete(tmp_path, monkeypatch):
+    from attnzoo import tracking
+
+    real_log, calls = tracking.WandbRun.log, {"n": 0}
+
+    def flaky_log(self, data, step):
+        calls["n"] += 1
+        if calls["n"] == 3 and self.run is not None:
+            self.run.log = lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+        return real_log(self, data, step)
+
+    monkeypatch.setattr(tracking.WandbRun, "log", flaky_log)
+    with pytest.warns(UserWarning, match="W&B failed in log .*disk full"):
+        summary = run(tiny("logger.mode=offline"), tmp_path)
+    assert summary["status"] == "completed"
+    steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == [0, 5, 10, 15, 20, 25, 30]
+
+
+def test_preemption_hands_the_signal_on_to_a_previous_handler(tmp_path, monkeypatch):
+    """Under submitit, SIGUSR2's handler requeues the job: it must run after our checkpoint."""
+    seen = []
+
+    def submitit_like(signum, frame):
+        seen.append((signum, read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"]))
+
+    previous = signal.signal(signal.SIGUSR2, submitit_like)
+    original, calls = Sort.batch, {"n": 0}
+
+    def batch(self, split, batch_size, generator):
+        if split == "train":
+            calls["n"] += 1
+            if calls["n"] == 13:
+                os.kill(os.getpid(), signal.SIGUSR2)
+        return original(self, split, batch_size, generator)
+
+    monkeypatch.setattr(Sort, "batch", batch)
+    try:
+        summary = run(tiny(), tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert summary["status"] == "preempted" and summary["step"] == 13
+    assert seen == [(signal.SIGUSR2, 13)]
+    assert signal.getsignal(signal.SIGTERM) is not None  # our handlers were taken down again
+
+
+def test_a_requeued_slurm_job_resumes_by_itself(tmp_path, monkeypatch):
+    with monkeypatch.context() as m:
+        _crash_at_train_batch(m, 15)
+        with pytest.raises(_Crash):
+            run(tiny(), tmp_path)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    summary = run(tiny(), tmp_path)  # same overrides, no train.resume=true
+    assert summary["status"] == "completed" and summary["resumed_from"] == 10
+
+
+def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
+    sweep = tmp_path / "my-sweep"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnzoo.train",
+            "-m",
+            *TINY,
+            "train.max_steps=10",
+            "logger.mode=offline",
+            "mixer=pooling",
+            "mixer.window=2,3",
+            f"hydra.sweep.dir={sweep}",
+        ],  # fmt: skip
+        env={**_env(tmp_path), "WANDB_SILENT": "true"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode != 0  # the sweep reports the failed job ...
+    failed = json.loads((sweep / "0" / "summary.json").read_text())
+    assert failed["status"] == "failed" and "mixer.window=2" in failed["error"]
+    done = json.loads((sweep / "1" / "summary.json").read_text())
+    assert done["status"] == "completed"  # ... and still ran the next one
+    rows = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(sweep / "1" / "wandb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout.splitlines()
+    info = next(json.loads(r)["run"] for r in rows if '"type":"run"' in r)
+    assert info["run_group"] == "my-sweep" and info["job_type"] == "pooling"
+
+
+def test_language_model_samples_are_printed_and_logged_at_every_eval(tmp_path, monkeypatch, capsys):
+    def sample_text(self, model, generator):
+        assert not model.training  # sampled in eval mode
+        return "to be or not " + str(int(torch.randint(0, 9, (1,), generator=generator)))
+
+    monkeypatch.setattr(Sort, "sample_text", sample_text)
+    run(tiny(), tmp_path)
+    samples = [
+        r["val/sample_text"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/loss" in r
+    ]
+    assert len(samples) == 4 and len(set(samples)) == 1  # same generator seed at every eval
+    assert samples[0].startswith("to be or not")
+    assert capsys.readouterr().err.count(f"sample: {samples[0]}") == 4
