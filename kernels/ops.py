@@ -3,7 +3,9 @@
 Every op takes `impl`:
 - "torch": the PyTorch reference in `reference.py` (any device, any float dtype);
 - "triton": the Triton kernels (CUDA tensors, or any tensor under TRITON_INTERPRET=1);
-- "auto": Triton for CUDA tensors in fp16/bf16/fp32, PyTorch otherwise.
+- "auto": Triton for CUDA tensors in fp16/bf16/fp32; elsewhere, for the three attention ops in
+  fp32/fp64, PyTorch's fused `scaled_dot_product_attention` (the fastest CPU path, same result as
+  the reference to rounding), and the reference for everything else.
 
 Layouts are (batch, heads, tokens, features). `key_padding_mask` is a bool (batch, tokens) tensor
 in which True marks a padding token, as in `torch.nn.MultiheadAttention`. A query whose every key
@@ -51,6 +53,35 @@ def _use_triton(impl: str, t: torch.Tensor) -> bool:
     return t.is_cuda and t.dtype in TRITON_DTYPES
 
 
+def _use_sdpa(impl: str, t: torch.Tensor) -> bool:
+    """impl="auto" off CUDA in fp32/fp64: attention through torch's fused SDPA (call after
+    `_use_triton`, which has already checked `impl`)."""
+    return impl == "auto" and not t.is_cuda and t.dtype in (torch.float32, torch.float64)
+
+
+def _sdpa(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """The reference's masked attention through `F.scaled_dot_product_attention`.
+
+    Some torch versions give NaN for a query whose every key is masked, where the reference
+    gives zeros. Such rows are therefore let see every key (so nothing is NaN, forward or
+    backward) and their output is then zeroed, which also zeroes their gradient.
+    """
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if key_padding_mask is None:
+        return sdpa(q_bhnk, k_bhnk, v_bhnv, is_causal=causal, scale=scale)
+    allowed_b1nn = reference.allowed_keys(q_bhnk.shape[-2], causal, key_padding_mask, q_bhnk.device)
+    empty_b1n1 = ~allowed_b1nn.any(dim=-1, keepdim=True)
+    out = sdpa(q_bhnk, k_bhnk, v_bhnv, attn_mask=allowed_b1nn | empty_b1n1, scale=scale)
+    return out.masked_fill(empty_b1n1, 0.0)
+
+
 def _scale(scale: float | None, features: int) -> float:
     return 1.0 / math.sqrt(features) if scale is None else float(scale)
 
@@ -70,6 +101,8 @@ def scaled_dot_attention(
     """
     check_attention(q, k, v, key_padding_mask)
     scale = _scale(scale, q.shape[-1])
+    if not _use_triton(impl, q) and _use_sdpa(impl, q):
+        return _sdpa(q, k, v, causal, key_padding_mask, scale)
     ops = _triton("attention") if _use_triton(impl, q) else reference
     return ops.scaled_dot_attention(q, k, v, causal, key_padding_mask, scale)
 
@@ -104,6 +137,10 @@ def quadratic_attention(
         )
     check_mask(key_padding_mask, b, n, x.device)
     scale = _scale(scale, d)
+    if not _use_triton(impl, x) and _use_sdpa(impl, x):
+        q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
+        k_bhnd = x[:, None].expand(b, h, n, d)
+        return _sdpa(q_bhnd, k_bhnd, v, causal, key_padding_mask, scale)
     ops = _triton("attention") if _use_triton(impl, x) else reference
     return ops.quadratic_attention(x, u, v, causal, key_padding_mask, scale)
 
@@ -132,6 +169,8 @@ def metric_attention(
         )
     check_mask(key_padding_mask, b, n, p.device)
     scale = _scale(scale, dk)
+    if not _use_triton(impl, p) and _use_sdpa(impl, p):
+        return _sdpa(p @ m[None], p, p, causal, key_padding_mask, scale)
     ops = _triton("attention") if _use_triton(impl, p) else reference
     return ops.metric_attention(p, m, causal, key_padding_mask, scale)
 

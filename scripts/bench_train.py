@@ -1,171 +1,412 @@
-"""Training speed of every mixer at one shape, next to a plain PyTorch GPT of the same shape, and the
-cost of the rank probe the trainer runs at every evaluation.
+"""Training benchmark on the real corpora: every mixer, and a plain PyTorch GPT of the same shape,
+trained by one loop on the same batches.
 
-A step is what the trainer does per step: forward, cross-entropy, backward, gradient clipping and
-an AdamW update (bf16 autocast on CUDA, float32 on CPU). The plain GPT uses the same block layout
-(pre-norm, bias-free qkv and output projections, GELU MLP of ratio 4) with
-`F.scaled_dot_product_attention`; targets: scaled_dot within 1.1x of it (on GPU), and the rank
-probe under 5% of training time at the default evaluation interval.
+Tiny Shakespeare follows the CPU recipe of nanoGPT's character-level example (the reference figure
+of ../shared/data/README.md): 4 layers, 4 heads, width 128, context 64, batch 12, 2000 AdamW
+steps (lr 1e-3, cosine to 1e-4 after 100 warmup steps, betas 0.9/0.99, weight decay 0.1 on
+matrices, gradient clipping 1.0, dropout 0); validation loss over 200 batches of the last 10%.
+Targets: scaled_dot reaches val loss <= 1.90, in <= 1.1x the plain GPT's time per step.
 
-    python scripts/bench_train.py                                   # CPU, small: ~1 minute
-    python scripts/bench_train.py --dim 256 --depth 6 --seq-len 256 --batch 32   # a GPU shape
+The models train round-robin, one step each in turn, so that every model meets the same machine
+load (on a shared CPU the load drifts over minutes, which would skew back-to-back timings). A step
+is what the trainer does per step: forward, cross-entropy, backward, clipping, AdamW with the
+trainer's schedule (`attnzoo.train.lr_factor`), bf16 autocast on CUDA. The table also gives the
+cost of the trainer's rank probe (`attnzoo.train.rank_record`) as a share of training time at an
+evaluation every `--eval-every` steps (target: under 5%).
+
+`--trainer` instead trains each mixer through `attnzoo.train.run` with the task's experiment
+config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user gets from
+`python -m attnzoo.train`, evaluation, probes and checkpoints included.
+
+    python scripts/bench_train.py                                   # both tables, every mixer
+    python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot,gpt --steps 2000
+    python scripts/bench_train.py --tasks imdb --steps 50 --eval-batches 5   # a quick look
+    python scripts/bench_train.py --tasks shakespeare --device cuda --dim 256 --seq-len 256 --batch 32
+    python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot --trainer
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import statistics
+import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import nn
 
-from attnzoo import MIXERS, Model, ModelConfig
-from attnzoo.tasks import Batch
-from attnzoo.train import rank_record
+from attnzoo import train as trainer
+from attnzoo.mixers import MIXERS
+from attnzoo.model import Model, ModelConfig
+from attnzoo.tasks import Batch, Task, build_task
+from attnzoo.train import lr_factor, rank_record
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+PLAIN = "gpt"  # the name of the plain PyTorch baseline in --mixers
 
 
-class PlainBlock(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.proj = nn.Linear(dim, dim, bias=False)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+@dataclass
+class Recipe:
+    task: str
+    task_options: dict
+    steps: int
+    batch_size: int
+    dim: int = 128
+    depth: int = 4
+    heads: int = 4
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_batches: int = 200
+    eval_batch_size: int = 12
+    impl: str = "auto"
+    device: str = "cpu"
 
-    def forward(self, x_bnd: torch.Tensor) -> torch.Tensor:
-        q, k, v = rearrange(
-            self.qkv(self.norm1(x_bnd)), "b n (three h k) -> three b h n k", three=3, h=self.heads
-        )
-        out_bhnk = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x_bnd = x_bnd + self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
-        return x_bnd + self.mlp(self.norm2(x_bnd))
+
+EXPERIMENTS = {"shakespeare": "shakespeare_char", "imdb": "imdb"}  # conf/experiment/<name>.yaml
+RECIPES = {
+    "shakespeare": Recipe("shakespeare_char", {"seq_len": 64}, steps=2000, batch_size=12),
+    # No published reference; the same model and optimiser, longer reviews, bigger batches.
+    "imdb": Recipe(
+        "imdb", {"seq_len": 128}, steps=300, batch_size=32, eval_batches=60, eval_batch_size=50
+    ),
+}
 
 
 class PlainGPT(nn.Module):
-    """The baseline: nanoGPT's layout in a dozen lines."""
+    """A nanoGPT-style transformer of the same shape as attnzoo's Model with scaled_dot: pre-norm
+    blocks, fused qkv without bias, SDPA, GELU MLP of width 4D, learned positions, untied head.
+    For classification it mean-pools the real tokens, as Model does."""
 
-    def __init__(self, vocab: int, dim: int, depth: int, heads: int, max_len: int) -> None:
+    class Block(nn.Module):
+        def __init__(self, dim: int, heads: int, causal: bool) -> None:
+            super().__init__()
+            self.heads, self.causal = heads, causal
+            self.ln_1 = nn.LayerNorm(dim)
+            self.c_attn = nn.Linear(dim, 3 * dim, bias=False)
+            self.c_proj = nn.Linear(dim, dim, bias=False)
+            self.ln_2 = nn.LayerNorm(dim)
+            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+        def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+            b, n, d = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+            q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            if key_padding_mask is None:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            else:  # non-causal with padding (IMDB); a review always has one real token
+                y = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=~key_padding_mask[:, None, None]
+                )
+            x = x + self.c_proj(y.transpose(1, 2).reshape(b, n, d))
+            return x + self.mlp(self.ln_2(x))
+
+    def __init__(
+        self, vocab: int, out: int, max_len: int, dim: int, depth: int, heads: int, head: str
+    ) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.pos = nn.Parameter(torch.zeros(max_len, dim))
-        self.blocks = nn.ModuleList([PlainBlock(dim, heads) for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab)
+        self.head_kind = head
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Parameter(torch.zeros(max_len, dim))
+        self.blocks = nn.ModuleList(
+            [PlainGPT.Block(dim, heads, causal=head == "lm") for _ in range(depth)]
+        )
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, out)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = (
+                    0.02 / math.sqrt(2 * depth)
+                    if name.endswith(("c_proj.weight", "2.weight"))
+                    else 0.02
+                )
+                nn.init.normal_(p, std=std)
 
-    def forward(self, tokens_bn: torch.Tensor) -> torch.Tensor:
-        x_bnd = self.embed(tokens_bn) + self.pos[: tokens_bn.shape[1]]
+    def forward(self, idx, key_padding_mask=None, return_hidden=False):
+        x = self.wte(idx) + self.wpe[: idx.shape[1]]
+        hidden = [x]
         for block in self.blocks:
-            x_bnd = block(x_bnd)
-        return self.head(self.norm(x_bnd))
+            x = block(x, key_padding_mask)
+            hidden.append(x)
+        x = self.ln_f(x)
+        if self.head_kind == "classify":
+            keep = (~key_padding_mask)[..., None].to(x.dtype)
+            x = (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+        logits = self.head(x)
+        return (logits, hidden) if return_hidden else logits
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
 
 
-def time_steps(model: nn.Module, args: argparse.Namespace, device: torch.device) -> float:
-    """Median milliseconds per training step."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1), generator=gen).to(device)
-    x, y = tokens[:, :-1], tokens[:, 1:]
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else contextlib.nullcontext()
-    )
-    times = []
-    for i in range(args.warmup + args.steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with autocast:
-            logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if i >= args.warmup:
-            times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+@dataclass
+class Run:
+    name: str
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    step_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
 
 
-def time_probe(model: Model, args: argparse.Namespace, device: torch.device) -> float:
-    """Milliseconds for one rank probe (the trainer's `rank_record` on its probe batch size)."""
-    gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, args.vocab, (args.probe_batch, args.seq_len), generator=gen)
-    probe = Batch(tokens, tokens).to(device)
-    rank_record(model, probe)  # warm-up
+def _autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA, as the trainer does; nothing on CPU."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
+    torch.manual_seed(seed)
+    if name == PLAIN:
+        model: nn.Module = PlainGPT(
+            task.vocab_size, task.out_features, task.max_len, r.dim, r.depth, r.heads, task.head
+        )
+    else:
+        cfg = ModelConfig(
+            dim=r.dim, depth=r.depth, heads=r.heads, mixer=name, causal=task.causal, impl=r.impl
+        )
+        model = Model(cfg, task.out_features, task.max_len, task.vocab_size, head=task.head)
+    model.to(r.device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": r.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=r.lr, betas=r.betas)
+    return Run(name, model, optimizer, torch.Generator().manual_seed(seed))
+
+
+def lr_at(step: int, r: Recipe) -> float:
+    """The trainer's schedule: linear warmup, then cosine from lr down to min_lr."""
+    return r.lr * lr_factor(step, r.warmup, r.steps, r.min_lr / r.lr)
+
+
+def loss_of(model: nn.Module, task: Task, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    with _autocast(batch.inputs.device):
+        logits = model(batch.inputs, batch.key_padding_mask)
+    return task.loss(logits, batch), logits
+
+
+def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
+    device = torch.device(r.device)
+    batch = task.batch("train", r.batch_size, run.generator).to(device)
+    _sync(device)
+    start = time.perf_counter()
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(step, r)
+    loss, _ = loss_of(run.model, task, batch)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), r.grad_clip)
+    run.optimizer.step()
+    _sync(device)
+    run.step_s.append(time.perf_counter() - start)
+    run.losses.append(loss.item())
+
+
+def probe_ms(run: Run, probe: Batch) -> float:
+    """Median milliseconds of the trainer's rank probe on `probe` (the plain GPT has the same
+    `return_hidden` interface, so it is measured the same way)."""
+    device = probe.inputs.device
+    rank_record(run.model, probe)  # warm-up
     times = []
     for _ in range(5):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        rank_record(model, probe)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+        _sync(device)
+        start = time.perf_counter()
+        rank_record(run.model, probe)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
 
 
-def main() -> None:
+@torch.no_grad()
+def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
+    run.model.eval()
+    generator = torch.Generator().manual_seed(seed + 1)
+    losses, accs = [], []
+    for _ in range(r.eval_batches):
+        batch = task.batch("val", r.eval_batch_size, generator).to(r.device)
+        loss, logits = loss_of(run.model, task, batch)
+        losses.append(loss.item())
+        accs.append(task.metrics(logits.float(), batch)["accuracy"])
+    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2)).to(r.device)
+    run.model.train()
+    return {
+        "val_loss": statistics.fmean(losses),
+        "accuracy": statistics.fmean(accs),
+        "rank": rank_record(run.model, probe)["rank/last"],
+        "probe_ms": probe_ms(run, probe),
+    }
+
+
+def recipe(task_key: str, args: argparse.Namespace) -> Recipe:
+    """The task's recipe with the command line's overrides."""
+    r = Recipe(**{**RECIPES[task_key].__dict__})
+    r.task_options = dict(r.task_options)
+    for key in ("steps", "eval_batches", "dim", "depth", "heads", "impl", "device"):
+        if getattr(args, key) is not None:
+            setattr(r, key, getattr(args, key))
+    if args.batch is not None:
+        r.batch_size = args.batch
+    if args.seq_len is not None:
+        r.task_options["seq_len"] = args.seq_len
+    return r
+
+
+def bench(task_key: str, r: Recipe, names: list[str], seed: int) -> list[dict]:
+    task = build_task(r.task, str(SHARED_DATA), seed, **r.task_options)
+    runs = [build(name, task, r, seed) for name in names]
+    print(f"[{task_key}] {len(runs)} models x {r.steps} steps, round-robin", file=sys.stderr)
+    t0 = time.perf_counter()
+    for step in range(r.steps):
+        for run in runs:
+            train_step(run, task, r, step)
+        if (step + 1) % max(1, r.steps // 10) == 0:
+            losses = ", ".join(
+                f"{run.name} {statistics.fmean(run.losses[-50:]):.3f}" for run in runs
+            )
+            print(f"  step {step + 1} ({time.perf_counter() - t0:.0f}s): {losses}", file=sys.stderr)
+    rows = []
+    for run in runs:
+        skip = min(len(run.step_s) // 10, 50)  # the first steps pay one-off allocation costs
+        times = run.step_s[skip:]
+        rows.append(
+            {
+                "mixer": run.name,
+                "params": sum(p.numel() for p in run.model.parameters()),
+                "ms_mean": 1e3 * statistics.fmean(times),
+                "ms_median": 1e3 * statistics.median(times),
+                **evaluate(run, task, r, seed),
+            }
+        )
+    return rows
+
+
+def table(task_key: str, rows: list[dict], eval_every: int) -> str:
+    plain = next((row for row in rows if row["mixer"] == PLAIN), None)
+    metric = "val loss" if task_key == "shakespeare" else "val accuracy"
+    lines = [
+        f"| mixer | params | {metric} | ms/step (mean) | ms/step (median) | final rank "
+        f"| time vs {PLAIN} | rank probe (ms) | probe share at eval_every={eval_every} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        value = row["val_loss"] if task_key == "shakespeare" else row["accuracy"]
+        ratio = f"{row['ms_mean'] / plain['ms_mean']:.2f}x" if plain else "-"
+        share = row["probe_ms"] / (row["probe_ms"] + eval_every * row["ms_median"])
+        lines.append(
+            f"| {row['mixer']} | {row['params']:,} | {value:.4f} | {row['ms_mean']:.1f} | "
+            f"{row['ms_median']:.1f} | {row['rank']:.3f} | {ratio} | {row['probe_ms']:.1f} | "
+            f"{100 * share:.2f}% |"
+        )
+    return "\n".join(lines)
+
+
+def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int) -> str:
+    """Each mixer through `attnzoo.train.run` with the task's experiment config; the table of
+    what the run's summary reports."""
+    metric = "loss" if task_key == "shakespeare" else "accuracy"
+    lines = [
+        f"| mixer | params | val {metric} | steps/s (whole run) | final rank |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        if name == PLAIN:
+            continue  # the plain GPT is not an attnzoo mixer
+        overrides = [
+            f"experiment={EXPERIMENTS[task_key]}",
+            f"mixer={name}",
+            f"data_dir={SHARED_DATA}",
+            f"train.max_steps={r.steps}",
+            f"train.seed={seed}",
+            f"train.device={r.device}",
+            f"impl={r.impl}",
+            "logger.mode=disabled",
+            "train.progress=false",
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = trainer.run(trainer.compose(overrides), Path(tmp) / "run")
+        final = summary["final"]
+        lines.append(
+            f"| {name} | {summary['params']:,} | {final[f'val/{metric}']:.4f} | "
+            f"{summary['steps_per_s']:.2f} | {final['rank/last']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--vocab", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--probe-batch", type=int, default=16, help="train.probe_batch_size")
-    parser.add_argument("--eval-every", type=int, default=100, help="train.eval_every")
-    parser.add_argument("--impl", default="auto", choices=["auto", "torch", "triton"])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-    torch.manual_seed(0)
-    plain = PlainGPT(args.vocab, args.dim, args.depth, args.heads, args.seq_len).to(device)
-    plain_ms = time_steps(plain, args, device)
-    name = (
-        torch.cuda.get_device_name() if device.type == "cuda" else f"CPU, {args.threads} thread(s)"
+    parser.add_argument("--tasks", default="shakespeare,imdb", help="shakespeare, imdb or both")
+    parser.add_argument(
+        "--mixers",
+        default=",".join([*MIXERS, PLAIN]),
+        help=f"mixers, and '{PLAIN}' for the plain GPT",
     )
-    print(
-        f"{name}; dim {args.dim}, depth {args.depth}, heads {args.heads}, {args.batch} x "
-        f"{args.seq_len} tokens, causal LM, impl={args.impl}; median of {args.steps} steps\n"
+    parser.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
+    parser.add_argument("--eval-batches", type=int, default=None)
+    parser.add_argument("--dim", type=int, default=None, help="override the recipe's width")
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--seq-len", type=int, default=None, help="task.seq_len")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--impl", default=None, choices=["auto", "torch", "triton"])
+    parser.add_argument("--device", default=None, help="cpu (default) or cuda")
+    parser.add_argument("--eval-every", type=int, default=100, help="for the probe's share")
+    parser.add_argument(
+        "--trainer", action="store_true", help="train through attnzoo.train.run instead"
     )
-    print(
-        "| model | params | ms/step | vs plain GPT | rank probe (ms) | probe overhead at eval_every |"
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)"
     )
-    print("|---|---|---|---|---|---|")
-    n_plain = sum(p.numel() for p in plain.parameters())
-    print(f"| plain PyTorch GPT | {n_plain:,} | {plain_ms:.2f} | 1.00x | – | – |")
-    for mixer in args.mixers:
-        torch.manual_seed(0)
-        cfg = ModelConfig(
-            dim=args.dim,
-            depth=args.depth,
-            heads=args.heads,
-            mixer=mixer,
-            causal=True,
-            impl=args.impl,
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    names = [n for n in args.mixers.split(",") if n]
+    unknown = [n for n in names if n != PLAIN and n not in MIXERS]
+    if unknown:
+        parser.error(f"unknown mixer(s) {unknown}; choose from {[*MIXERS, PLAIN]}")
+    tasks = [t for t in args.tasks.split(",") if t]
+    if any(t not in RECIPES for t in tasks):
+        parser.error(f"--tasks takes {sorted(RECIPES)}, got {tasks}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for task_key in tasks:
+        r = recipe(task_key, args)
+        where = (
+            torch.cuda.get_device_name()
+            if r.device == "cuda"
+            else f"CPU, {torch.get_num_threads()} thread(s)"
         )
-        model = Model(cfg, args.vocab, args.seq_len, vocab_size=args.vocab, head="lm").to(device)
-        ms = time_steps(model, args, device)
-        probe_ms = time_probe(model, args, device)
-        overhead = probe_ms / (probe_ms + args.eval_every * ms)
         print(
-            f"| {mixer} | {model.num_parameters():,} | {ms:.2f} | {ms / plain_ms:.2f}x | "
-            f"{probe_ms:.2f} | {100 * overhead:.2f}% (every {args.eval_every} steps) |"
+            f"\n### {task_key}: {r.task} {r.task_options}, {r.depth} layers x {r.heads} heads x "
+            f"{r.dim}, batch {r.batch_size}, {r.steps} steps, impl={r.impl}, "
+            f"torch {torch.__version__}, {where}{', via attnzoo.train' if args.trainer else ''}\n",
+            flush=True,
         )
+        if args.trainer:
+            print(bench_trainer(task_key, r, names, args.seed), flush=True)
+        else:
+            print(
+                table(task_key, bench(task_key, r, names, args.seed), args.eval_every), flush=True
+            )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""Finding, downloading and verifying the real corpora, and where derived files are cached.
+
+Two rules hold throughout:
+- `data_dir` is only ever read. It may be a read-only shared folder; a download or a derived
+  file (tokenizer, token ids) goes to the cache directory instead (`cache_dir()`).
+- Every file is written to a temporary name next to its destination and renamed into place only
+  when it is complete (and, for downloads, when its sha256 matches). A killed process or a dropped
+  connection leaves at most a `*.part` file, which is never read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+CHUNK = 1 << 20
+STALE_PART_S = 3600.0  # a partial download untouched this long belongs to a dead process
+
+
+class CorpusError(ValueError):
+    """A corpus is missing, empty, truncated or corrupt; the message says how to obtain it."""
+
+
+def cache_dir() -> Path:
+    """Where downloads and derived files go: $ATTNZOO_CACHE_DIR, else $XDG_CACHE_HOME/attnzoo,
+    else ~/.cache/attnzoo. Never inside `data_dir`, which may be read-only or shared."""
+    env = os.environ.get("ATTNZOO_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "attnzoo"
+
+
+def offline() -> bool:
+    """True when $ATTNZOO_OFFLINE is set to a true value: no network access is attempted."""
+    return os.environ.get("ATTNZOO_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+@contextmanager
+def atomic_path(dest: Path) -> Iterator[Path]:
+    """A temporary path in `dest`'s folder; renamed to `dest` if the block completes, deleted if
+    it raises. Readers therefore see either no file or the whole file."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, dest)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(dest: Path, data: bytes) -> None:
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(data)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A corpus file with a canonical public URL and a known sha256.
+
+    `env` names the environment variables that override them: `ATTNZOO_<env>_URL` (a mirror, or
+    a local server in tests) and `ATTNZOO_<env>_SHA256` (the checksum of what that URL serves).
+    """
+
+    name: str
+    filename: str  # path under data_dir / the download cache
+    url: str
+    sha256: str
+    env: str
+    homepage: str
+
+    @property
+    def current_url(self) -> str:
+        return os.environ.get(f"ATTNZOO_{self.env}_URL") or self.url
+
+    @property
+    def current_sha256(self) -> str:
+        return (os.environ.get(f"ATTNZOO_{self.env}_SHA256") or self.sha256).lower()
+
+    def how_to_obtain(self, data_dir: Path | str) -> str:
+        return (
+            f"To obtain {self.name}: let attnzoo download it (it fetches {self.current_url} into "
+            f"{cache_dir() / 'downloads'}; unset ATTNZOO_OFFLINE and keep task.download=true), or "
+            f"download it yourself from {self.url} (see {self.homepage}) and place it at "
+            f"{Path(data_dir) / self.filename} (sha256 {self.sha256})."
+        )
+
+
+def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
+    """Fetch `url` to `dest`, verifying the length the server announced and the sha256.
+
+    The bytes go to a temporary file that is renamed to `dest` only after both checks pass; on any
+    failure it is deleted and a CorpusError says what went wrong.
+    """
+    for stale in dest.parent.glob(f".{dest.name}.*.part") if dest.parent.exists() else ():
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > STALE_PART_S:
+                stale.unlink()  # left by a download that was killed (kill -9, power loss)
+    digest = hashlib.sha256()
+    received = 0
+    try:
+        with atomic_path(dest) as tmp:
+            with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
+                announced = response.headers.get("Content-Length")
+                while chunk := response.read1(CHUNK):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    received += len(chunk)
+            if announced is not None and received != int(announced):
+                raise CorpusError(
+                    f"download of {url} was cut off: got {received} of {announced} bytes"
+                )
+            if received == 0:
+                raise CorpusError(f"download of {url} returned an empty file")
+            if digest.hexdigest() != sha256.lower():
+                raise CorpusError(
+                    f"download of {url} has sha256 {digest.hexdigest()}, expected {sha256}: "
+                    "the file is corrupt, truncated or not the expected one"
+                )
+    except CorpusError:
+        raise
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        # http.client.IncompleteRead is an HTTPException, caught below.
+        raise CorpusError(f"download of {url} failed after {received} bytes: {err}") from err
+    except Exception as err:  # http.client.HTTPException and friends
+        raise CorpusError(f"download of {url} failed after {received} bytes: {err!r}") from err
+    return dest
+
+
+def verify(path: Path, remote: Remote, data_dir: Path | str) -> Path:
+    """`path` if it is non-empty and has the expected sha256; otherwise a CorpusError."""
+    size = path.stat().st_size
+    if size == 0:
+        raise CorpusError(f"{path} is empty. {remote.how_to_obtain(data_dir)}")
+    got = sha256_file(path)
+    if got != remote.current_sha256:
+        raise CorpusError(
+            f"{path} ({size} bytes) has sha256 {got}, expected {remote.current_sha256}: it is "
+            f"truncated, corrupt or a different file. Delete it and run again to re-download. "
+            f"{remote.how_to_obtain(data_dir)}"
+        )
+    return path
+
+
+def fetch(remote: Remote, data_dir: Path | str, allow_download: bool = True) -> Path:
+    """The verified local copy of `remote`: from `data_dir` if it holds one, else from the
+    download cache, else downloaded into the cache (unless downloads are off)."""
+    local = Path(data_dir) / remote.filename
+    if local.exists():
+        return verify(local, remote, data_dir)
+    cached = cache_dir() / "downloads" / remote.filename
+    if cached.exists():
+        return verify(cached, remote, data_dir)
+    if not allow_download or offline():
+        why = "ATTNZOO_OFFLINE is set" if offline() else "task.download=false"
+        raise CorpusError(
+            f"{remote.name} not found at {local} or {cached}, and downloading is off ({why}). "
+            f"{remote.how_to_obtain(data_dir)}"
+        )
+    try:
+        return download(remote.current_url, cached, remote.current_sha256)
+    except CorpusError as err:
+        raise CorpusError(f"{err}. {remote.how_to_obtain(data_dir)}") from err
