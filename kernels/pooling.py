@@ -426,7 +426,7 @@ def aot_specs() -> list[AotSpec]:
                         num_warps=cfg.num_warps,
                         num_stages=cfg.num_stages,
                         label=(
-                            f"{ty} {'mask' if has_mask else 'no-mask'} causal|centred "
+                            f"{ty} {'mask' if has_mask else 'no-mask'} causal-or-centred "
                             f"BLOCK_N={bn} BLOCK_D={bd}"
                         ),
                         attrs={(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned},
@@ -453,7 +453,7 @@ def aot_specs() -> list[AotSpec]:
                     constexprs={"stride_gd": 1, "BLOCK_N": bn, "BLOCK_D": bd},
                     num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages,
-                    label=f"{ty} causal|centred BLOCK_N={bn} BLOCK_D={bd}",
+                    label=f"{ty} causal-or-centred BLOCK_N={bn} BLOCK_D={bd}",
                     attrs={(0,): aligned, (1,): aligned, (2,): aligned},
                 )
             )
