@@ -177,19 +177,38 @@ def _options_schema(kind: str, name: str, fn: Any, skip: tuple[str, ...]) -> typ
     return dataclasses.make_dataclass(cls_name, fields)
 
 
+_STORED: set[tuple[str | None, str]] = set()
+
+
 def register_configs() -> None:
-    """Put `Config` and one schema per registered mixer and task into Hydra's ConfigStore."""
+    """Put `Config` and one schema per registered mixer and task into Hydra's ConfigStore. Safe
+    to call again: only mixers and tasks registered since the last call are added."""
     from attnzoo.mixers import COMMON_ARGS as MIXER_ARGS
     from attnzoo.tasks import COMMON_ARGS as TASK_ARGS
 
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
+    nodes: list[tuple[str | None, str, Any]] = [(None, "config_schema", lambda: Config)]
     for name in MIXERS:
-        schema = _options_schema("mixer", name, mixer_class(name).__init__, MIXER_ARGS)
-        cs.store(group="schema/mixer", name=name, node=schema)
+        init = mixer_class(name).__init__
+        nodes.append(
+            (
+                "schema/mixer",
+                name,
+                lambda n=name, f=init: _options_schema("mixer", n, f, MIXER_ARGS),
+            )
+        )
     for name, cls in TASKS.items():
-        schema = _options_schema("task", name, cls.__init__, TASK_ARGS)
-        cs.store(group="schema/task", name=name, node=schema)
+        nodes.append(
+            (
+                "schema/task",
+                name,
+                lambda n=name, f=cls.__init__: _options_schema("task", n, f, TASK_ARGS),
+            )
+        )
+    for group, name, make in nodes:
+        if (group, name) not in _STORED:
+            cs.store(group=group, name=name, node=make())
+            _STORED.add((group, name))
 
 
 def default_data_dir() -> Path:

@@ -3,6 +3,13 @@
 A mixer is built by name with `build_mixer(name, dim=..., heads=..., causal=..., impl=..., **options)`.
 Every mixer class declares its own options as keyword arguments of its constructor; a new mixer
 is one class decorated with `@register("name")` and one YAML under conf/mixer/.
+
+Every mixer also has `heads` and `head_outputs(x, key_padding_mask, scores_from)`: each head's
+contribution to the output (through the output projection), with the attention weights computed
+from `scores_from` while the values come from `x`. It is what the path decomposition of Dong et al.
+(2021) needs (attnzoo/paths.py): with the attention frozen at the full network's, a block is linear
+in its input, and the output of a skip+attention network is the sum of its paths. Mixers without
+scores (pooling, identity) are linear already and count as one head.
 """
 
 from __future__ import annotations
@@ -77,6 +84,12 @@ def _check_input(x_bnd: torch.Tensor, dim: int) -> None:
         )
 
 
+def _per_head_projection(out_bhnk: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
+    """Each head's share of proj(concat_h out_h): (B, H, N, D); the sum over heads is the output."""
+    w_hkd = rearrange(proj.weight, "d (h k) -> h k d", h=out_bhnk.shape[1])
+    return torch.einsum("bhnk,hkd->bhnd", out_bhnk, w_hkd.to(out_bhnk.dtype))
+
+
 @register("scaled_dot")
 class ScaledDotAttention(nn.Module):
     """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
@@ -99,6 +112,26 @@ class ScaledDotAttention(nn.Module):
             q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
         )
         return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
+        _check_input(x_bnd, self.dim)
+        s_bnd = x_bnd if scores_from is None else scores_from
+        q_bhnk, k_bhnk, _ = rearrange(
+            self.qkv(s_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
+        )
+        v_bhnk = rearrange(
+            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
+        )[2]
+        out_bhnk = kernels.scaled_dot_attention(
+            q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
+        )
+        return _per_head_projection(out_bhnk, self.proj)
 
 
 @register("quadratic")
@@ -126,6 +159,21 @@ class QuadraticFormAttention(nn.Module):
             x_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
         )
         return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
+        _check_input(x_bnd, self.dim)
+        s_bnd = x_bnd if scores_from is None else scores_from
+        v_bhnk = rearrange(self.value(x_bnd), "b n (h k) -> b h n k", h=self.heads)
+        out_bhnk = kernels.quadratic_attention(
+            s_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
+        )
+        return _per_head_projection(out_bhnk, self.proj)
 
 
 METRIC_PARAMS = ("sym", "psd", "diag", "identity")
@@ -196,6 +244,27 @@ class MetricTensorAttention(nn.Module):
         )
         return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
 
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x).
+
+        Scores (p_s M)·p_s with values p_x is scaled-dot attention with q = p_s M, k = p_s, v = p_x
+        (the same 1/sqrt(dk) scale), so the fused metric kernel, which reads one p, is not used.
+        """
+        _check_input(x_bnd, self.dim)
+        s_bnd = x_bnd if scores_from is None else scores_from
+        ps_bhnk = rearrange(self.p(s_bnd), "b n (h k) -> b h n k", h=self.heads)
+        px_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
+        q_bhnk = ps_bhnk @ self.metric().to(x_bnd.dtype)[None]
+        out_bhnk = kernels.scaled_dot_attention(
+            q_bhnk, ps_bhnk, px_bhnk, self.causal, key_padding_mask, impl=self.impl
+        )
+        return _per_head_projection(out_bhnk, self.proj)
+
 
 @register("pooling")
 class Pooling(nn.Module):
@@ -206,12 +275,22 @@ class Pooling(nn.Module):
         if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
             raise ValueError(f"pooling window must be a positive odd int, got {window!r}")
         self.dim, self.causal, self.impl, self.window = dim, causal, impl, window
+        self.heads = 1  # no scores: for the path decomposition the whole mixer is one head
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         _check_input(x_bnd, self.dim)
         return kernels.pool_mix(x_bnd, self.window, self.causal, key_padding_mask, impl=self.impl)
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The output as one head, (B, 1, N, D); linear in x, so `scores_from` plays no part."""
+        return self(x_bnd, key_padding_mask)[:, None]
 
 
 @register("identity")
@@ -221,9 +300,19 @@ class Identity(nn.Module):
     def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
         super().__init__()
         self.dim = dim
+        self.heads = 1  # no scores: for the path decomposition the whole mixer is one head
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         _check_input(x_bnd, self.dim)
         return x_bnd
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The output as one head, (B, 1, N, D)."""
+        return self(x_bnd, key_padding_mask)[:, None]

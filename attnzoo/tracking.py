@@ -23,7 +23,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # JSON has no NaN/inf; keep the information as text
+        return None  # JSON has no NaN/inf: a skipped step's loss is logged as null (missing)
     return v
 
 

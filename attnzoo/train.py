@@ -31,6 +31,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from attnzoo import distributed
 from attnzoo.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from attnzoo.config import (
     ConfigError,
@@ -213,6 +214,17 @@ class Preemption:
             previous(self.signum, None)
 
 
+def _was_preempted(run_dir: Path) -> bool:
+    """True if the last run in `run_dir` stopped on a pre-emption signal: a job that a scheduler
+    (submitit, SLURM) starts again with the same arguments continues where it stopped."""
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status") == "preempted"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _requeued() -> bool:
     """True in a SLURM job that was requeued (its earlier attempt left a checkpoint)."""
     try:
@@ -358,6 +370,16 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
     numbers (status "diverged") and SIGTERM/SIGUSR1 (status "preempted") return normally.
     """
     run_dir = Path(run_dir) if run_dir is not None else _default_run_dir()
+    try:
+        return _run(cfg, run_dir)
+    finally:
+        distributed.teardown()
+
+
+def _run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    device = distributed.setup(_device(cfg))  # under torchrun: join the group, pick the GPU
+    run_dir = Path(distributed.broadcast(str(run_dir)))  # every rank works in rank 0's folder
+    main = distributed.is_main()
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir = run_dir / "checkpoints"
     summary: dict[str, Any] = {
@@ -374,7 +396,6 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         validate(cfg)
         data_dir = resolve_data_dir(cfg.data_dir, _launch_dir())
         task, model = build_task_and_model(cfg, data_dir)
-        device = _device(cfg)
         if (
             enum_value(cfg.impl) == "triton"
             and device.type != "cuda"
@@ -388,22 +409,30 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         plain_cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         assert isinstance(plain_cfg, dict)
         plain_cfg["data_dir"] = str(data_dir)
-        resume = bool(cfg.train.resume) or _requeued()
+        resume = bool(cfg.train.resume) or _requeued() or _was_preempted(run_dir)
         has_ckpt = any((ckpt_dir / n).exists() for n in ("last.pt", "prev.pt"))
         if has_ckpt and not resume:
             raise ConfigError(
                 f"{run_dir} already holds a checkpoint; pass train.resume=true to continue "
                 "that run, or choose another directory (hydra.run.dir=...)"
             )
-    except ConfigError as err:
+        loaded = load_checkpoint(ckpt_dir) if resume else None
+        if resume and loaded is None:
+            warnings.warn(
+                f"train.resume=true but {ckpt_dir} has no checkpoint; starting fresh", stacklevel=2
+            )
+        if loaded is not None:
+            _check_same_run(loaded[0]["config"], plain_cfg)
+    except (ConfigError, CheckpointError) as err:
         summary["error"] = str(err)
-        _write_json(run_dir / "summary.json", summary)
+        if main:
+            _write_json(run_dir / "summary.json", summary)
         raise
     hydra_cfg = run_dir / ".hydra" / "config.yaml"
-    if not hydra_cfg.exists():  # the Python API: leave the same record the CLI leaves
+    if main and not hydra_cfg.exists():  # the Python API: leave the same record the CLI leaves
         hydra_cfg.parent.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_cfg)
-    return _train(cfg, plain_cfg, task, model, device, run_dir, resume, summary)
+    return _train(cfg, plain_cfg, task, model, device, run_dir, loaded, summary)
 
 
 def _train(
@@ -413,7 +442,7 @@ def _train(
     model: Model,
     device: torch.device,
     run_dir: Path,
-    resume: bool,
+    loaded: tuple[dict[str, Any], Path] | None,
     summary: dict[str, Any],
 ) -> dict[str, Any]:
     t = cfg.train
@@ -438,32 +467,35 @@ def _train(
         optimizer,
         lambda s: lr_factor(s, int(t.warmup_steps), max_steps, float(t.min_lr_ratio)),
     )
-    train_gen = torch.Generator().manual_seed(int(t.seed))
+    train_gen = torch.Generator().manual_seed(distributed.stream_seed(int(t.seed)))
+    main = distributed.is_main()
+    trained = distributed.wrap(model, device)  # DDP under torchrun: gradients averaged
+    world = distributed.world_size()
     step, best, rank_history, wandb_id, skipped = 0, {}, [], None, 0
     resumed_from, last_good = None, None
-    if resume:
-        loaded = load_checkpoint(ckpt_dir)
-        if loaded is None:
-            warnings.warn(
-                f"train.resume=true but {ckpt_dir} has no checkpoint; starting fresh", stacklevel=2
-            )
-        else:
-            state, path = loaded
-            _check_same_run(state["config"], plain_cfg)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            _set_rng_state(state["rng"], train_gen)
-            step, best = int(state["step"]), dict(state.get("best", {}))
-            rank_history = [tuple(x) for x in state.get("rank_history", [])]
-            wandb_id, skipped = state.get("wandb_id"), int(state.get("skipped_steps", 0))
-            resumed_from = step
-            last_good = path
-            print(f"resuming from {path} at step {step}", file=sys.stderr)
+    if loaded is not None:
+        state, path = loaded
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"], train_gen)
+        if not main:
+            train_gen.manual_seed(distributed.stream_seed(int(t.seed), int(state["step"])))
+        step, best = int(state["step"]), dict(state.get("best", {}))
+        rank_history = [tuple(x) for x in state.get("rank_history", [])]
+        wandb_id, skipped = state.get("wandb_id"), int(state.get("skipped_steps", 0))
+        resumed_from = step
+        last_good = path
+        print(f"resuming from {path} at step {step}", file=sys.stderr)
     summary["resumed_from"] = resumed_from
-    metrics = MetricsFile(run_dir / "metrics.jsonl", truncate_after_step=step if resume else None)
+    if main:
+        metrics = MetricsFile(
+            run_dir / "metrics.jsonl", truncate_after_step=step if loaded else None
+        )
+    else:
+        metrics = distributed.Discard()
     wb = WandbRun(
-        mode=enum_value(cfg.logger.mode),
+        mode=enum_value(cfg.logger.mode) if main else "disabled",
         run_dir=run_dir,
         config=_flat(plain_cfg),
         project=str(cfg.logger.project),
@@ -483,6 +515,8 @@ def _train(
     main_metric = f"val/{task.metric}"
 
     def checkpoint() -> None:
+        if not main:
+            return
         state = {
             "version": 1,
             "step": step,
@@ -519,7 +553,8 @@ def _train(
             _print(f"[step {step}] sample: {values['val/sample_text']}")
         fig = rank_figure(rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
         try:
-            fig.savefig(run_dir / "rank_decay.png")
+            if main:
+                fig.savefig(run_dir / "rank_decay.png")
             if wb.active:
                 _log_rank_media(wb, fig, rank_history, step)
             if wb.active and cfg.logger.attention_maps:
@@ -548,10 +583,10 @@ def _train(
                 break
             batch = task.batch("train", int(t.batch_size), train_gen).to(device)
             with _autocast(device):
-                logits = model(batch.inputs, batch.key_padding_mask)
+                logits = trained(batch.inputs, batch.key_padding_mask)
             loss = task.loss(logits, batch)
             bad = None
-            if not torch.isfinite(loss):
+            if not distributed.all_true(bool(torch.isfinite(loss)), device):
                 bad = f"loss ({loss.item()})"
             else:
                 optimizer.zero_grad(set_to_none=True)
@@ -577,7 +612,7 @@ def _train(
                 loss_count += 1
             scheduler.step()
             step += 1
-            tokens_interval += batch.inputs.shape[0] * batch.inputs.shape[1]
+            tokens_interval += batch.inputs.shape[0] * batch.inputs.shape[1] * world
             is_eval = step % int(t.eval_every) == 0 or step == max_steps
             if step % int(t.log_every) == 0 or is_eval:
                 now = time.perf_counter()
@@ -638,8 +673,9 @@ def _train(
             }
         )
         wb.finish(exit_code=EXIT_CODES.get(status, EXIT_FAILED))
-        _write_json(run_dir / "summary.json", summary)
-        _report(run_dir, summary, wb)
+        if main:
+            _write_json(run_dir / "summary.json", summary)
+            _report(run_dir, summary, wb)
     if status == "preempted":
         preempt.chain()
     return summary
@@ -760,8 +796,9 @@ def _report(run_dir: Path, summary: dict[str, Any], wb: WandbRun) -> None:
 _exit_code = EXIT_OK
 
 
-@hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)
-def _hydra_main(cfg: DictConfig) -> dict[str, Any] | None:
+def task_function(cfg: DictConfig) -> dict[str, Any] | None:
+    """One Hydra job. A module-level function (not the decorated one), so that launchers that
+    ship jobs to other processes (joblib, submitit) pickle it by reference."""
     global _exit_code
     hc = _hydra_runtime()
     multirun = hc is not None and str(hc.mode).endswith("MULTIRUN")
@@ -779,9 +816,16 @@ def _hydra_main(cfg: DictConfig) -> dict[str, Any] | None:
 
 def main() -> None:
     """`python -m attnzoo.train key=value ...`; see the module docstring for exit codes."""
-    _hydra_main()
+    hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
+        task_function
+    )()
     sys.exit(_exit_code)
 
 
 if __name__ == "__main__":
-    main()
+    # Run the copy imported as attnzoo.train, not this __main__ module: launchers that ship jobs
+    # to other processes (joblib, submitit) pickle the task function, by reference only when it
+    # has an importable name; pickled by value it drags torch's module objects along and fails.
+    from attnzoo.train import main as _main
+
+    _main()

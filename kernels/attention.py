@@ -554,8 +554,10 @@ def _check_operand(name: str, t: torch.Tensor, shape: tuple[int, ...], like: tor
         raise ValueError(f"{name} has dtype {t.dtype}, expected {like.dtype} like the other inputs")
     if t.device != like.device:
         raise ValueError(f"{name} is on {t.device}, expected {like.device} like the other inputs")
-    if not t.is_cuda and not INTERPRET:
-        raise ValueError(f"{name} is on {t.device}: the kernels need CUDA (or TRITON_INTERPRET=1)")
+    if not (t.is_cuda or (t.device.type == "cpu" and INTERPRET)):
+        raise ValueError(
+            f"{name} is on {t.device}: the kernels need CUDA (or CPU with TRITON_INTERPRET=1)"
+        )
     if t.numel() > 0 and t.stride(-1) != 1:
         raise ValueError(
             f"{name} must have unit stride in its last (feature) dim, got strides {t.stride()}; "
@@ -821,6 +823,7 @@ def quadratic_attention(
     if not isinstance(u_hdd, torch.Tensor) or u_hdd.dim() != 3:
         raise ValueError("u must be a 3-dim tensor (heads, dim, dim)")
     d = x_bnd.shape[-1]
+    u_hdd = _unit_feature_stride(u_hdd)  # U only feeds the projection matmul: any layout is fine
     _check_operand("u", u_hdd, (u_hdd.shape[0], d, d), x_bnd)
     return _Quadratic.apply(x_bnd, u_hdd, v_bhnv, causal, key_padding_mask, float(scale))
 

@@ -2,6 +2,7 @@
 paper says."""
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,61 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
     ]
     assert sum(shares) == pytest.approx(1.0, rel=1e-3)
     assert len(shares) == 5
+
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_path_length_study_evaluates_every_length_next_to_the_full_model(tmp_path):
+    pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
+    out = tmp_path / "pl"
+    tiny = ["--depth", "2", "--heads", "2", "--dim", "16", "--steps", "30", "--n-paths", "3"]
+    run_script("path_length.py", "--tasks", "sort", *tiny, "--eval-batches", "1", "--out", str(out))
+    assert {"path_length.csv", "path_length.md", "path_length.png", "runs"} <= {
+        p.name for p in out.iterdir()
+    }
+    rows = list(csv.DictReader((out / "path_length.csv").open()))
+    assert [r["k"] for r in rows] == ["0", "1", "2", "full"]
+    # C(L,k)·H^k paths of length k; all of them are summed when there are no more than n_paths
+    assert [r["paths_total"] for r in rows[:3]] == ["1", "4", "4"]
+    assert [r["paths_used"] for r in rows[:3]] == ["1", "3", "3"]
+    for r in rows:
+        assert 0.0 <= float(r["metric"]) <= 1.0 and float(r["loss"]) > 0
+    summary = json.loads((out / "runs" / "sort" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["step"] == 30
+    cfg = (out / "runs" / "sort" / ".hydra" / "config.yaml").read_text()
+    assert "mlp: false" in cfg and "norm: none" in cfg  # the preset: paths are exact
+
+
+def test_mixer_ablation_study_tabulates_each_mixer_and_skips_unknown_tasks(tmp_path):
+    pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
+    out = tmp_path / "ma"
+    tiny = ["--dim", "16", "--depth", "1", "--heads", "2", "--steps", "4", "--batch-size", "4"]
+    proc = run_script(
+        "mixer_ablation.py",
+        *("--tasks", "sort", "no_such_task", "--mixers", "scaled_dot", "identity"),
+        *tiny,
+        *("--out", str(out)),
+    )
+    assert "skipping task 'no_such_task'" in proc.stdout
+    rows = {r["mixer"]: r for r in csv.DictReader((out / "mixer_ablation.csv").open())}
+    assert list(rows) == ["scaled_dot", "identity"]
+    assert all(r["status"] == "completed" and r["task"] == "sort" for r in rows.values())
+    # matched width and depth: the two differ by exactly scaled-dot's 4·D² weights per block
+    assert int(rows["scaled_dot"]["params"]) - int(rows["identity"]["params"]) == 4 * 16 * 16
+    for mixer, r in rows.items():
+        summary = json.loads((out / "runs" / "sort" / mixer / "summary.json").read_text())
+        assert float(r["final_val_loss"]) == pytest.approx(summary["final"]["val/loss"])
+        assert float(r["steps_per_s"]) > 0 and 0 < float(r["final_rank"]) <= 1
+        assert r["metric"] == "accuracy" and 0 <= float(r["final_metric"]) <= 1
+    md = (out / "mixer_ablation.md").read_text()
+    assert "| sort | scaled_dot | completed |" in md and "no_such_task" in md
+    assert (out / "mixer_ablation.png").stat().st_size > 0

@@ -132,6 +132,10 @@ def test_resume_refuses_a_different_model(tmp_path):
     run(tiny(), tmp_path)
     with pytest.raises(ValueError, match="model"):
         run(tiny("model.dim=32", "train.resume=true", "train.max_steps=40"), tmp_path)
+    refused = json.loads((tmp_path / "summary.json").read_text())
+    assert refused["status"] == "failed"
+    assert "'dim': 16" in refused["error"] and "'dim': 32" in refused["error"]
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 30  # untouched
 
 
 def test_corrupt_or_truncated_checkpoint_falls_back_to_the_previous(tmp_path):
@@ -208,7 +212,7 @@ def test_nonfinite_skip_drops_the_step_and_goes_on(tmp_path, monkeypatch):
     assert summary["status"] == "completed" and summary["step"] == 30
     assert summary["skipped_steps"] == 1
     records = read_metrics(tmp_path / "metrics.jsonl")
-    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)
+    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)  # no NaN logged
     assert records[-1]["train/skipped_steps"] == 1
 
 
@@ -246,6 +250,8 @@ def test_signal_checkpoints_at_the_step_boundary_and_exits(tmp_path, sig):
     state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert state["step"] == summary["step"] > 0
     assert read_metrics(metrics)[-1]["step"] == summary["step"]
+    if sig != signal.SIGTERM:
+        return  # the resume below is the same for both signals; run it once
     # and the run goes on from there
     stop = summary["step"] + 3
     out = subprocess.run(
@@ -340,20 +346,28 @@ def test_online_wandb_without_network_falls_back_to_an_offline_run(tmp_path, mon
 
 
 def test_wandb_raising_inside_log_leaves_metrics_complete(tmp_path, monkeypatch):
-    from attnzoo import tracking
+    import wandb
 
-    real_log, calls = tracking.WandbRun.log, {"n": 0}
+    class FlakyRun:
+        id, dir, summary, finished = "flaky", str(tmp_path), {}, []
 
-    def flaky_log(self, data, step):
-        calls["n"] += 1
-        if calls["n"] == 3 and self.run is not None:
-            self.run.log = lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
-        return real_log(self, data, step)
+        def __init__(self):
+            self.calls = 0
 
-    monkeypatch.setattr(tracking.WandbRun, "log", flaky_log)
+        def log(self, data, step):
+            self.calls += 1
+            if self.calls == 3:
+                raise OSError("disk full")
+
+        def finish(self, exit_code=0):
+            self.finished.append(exit_code)
+
+    flaky = FlakyRun()
+    monkeypatch.setattr(wandb, "init", lambda *a, **k: flaky)
     with pytest.warns(UserWarning, match="W&B failed in log .*disk full"):
         summary = run(tiny("logger.mode=offline"), tmp_path)
-    assert summary["status"] == "completed"
+    assert summary["status"] == "completed" and flaky.calls == 3  # no W&B calls after failing
+    assert flaky.finished == [1]  # finish() still ran
     steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
     assert steps == [0, 5, 10, 15, 20, 25, 30]
 
@@ -383,6 +397,12 @@ def test_preemption_hands_the_signal_on_to_a_previous_handler(tmp_path, monkeypa
     assert summary["status"] == "preempted" and summary["step"] == 13
     assert seen == [(signal.SIGUSR2, 13)]
     assert signal.getsignal(signal.SIGTERM) is not None  # our handlers were taken down again
+    # submitit requeues the job with the same arguments (no train.resume=true): it continues
+    monkeypatch.setattr(Sort, "batch", original)
+    again = run(tiny(), tmp_path)
+    assert again["status"] == "completed" and again["resumed_from"] == 13
+    steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) and steps[-1] == 30
 
 
 def test_a_requeued_slurm_job_resumes_by_itself(tmp_path, monkeypatch):
@@ -444,3 +464,19 @@ def test_language_model_samples_are_printed_and_logged_at_every_eval(tmp_path, m
     assert len(samples) == 4 and len(set(samples)) == 1  # same generator seed at every eval
     assert samples[0].startswith("to be or not")
     assert capsys.readouterr().err.count(f"sample: {samples[0]}") == 4
+
+
+def test_metrics_file_drops_steps_after_the_checkpoint_and_a_torn_last_line(tmp_path):
+    from attnzoo.tracking import MetricsFile
+
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "train/loss": 1.0 / (s + 1)}) for s in (0, 5, 10)]
+    path.write_text("\n".join(lines) + '\n{"step": 15, "train/lo')  # killed mid-write
+    m = MetricsFile(path, truncate_after_step=10)
+    m.write({"step": 15, "train/loss": float("nan")})
+    m.close()
+    records = read_metrics(path)
+    assert [r["step"] for r in records] == [0, 5, 10, 15]
+    assert records[-1]["train/loss"] is None  # JSON has no NaN: null, and the file stays JSON
+    MetricsFile(path, truncate_after_step=5).close()
+    assert [r["step"] for r in read_metrics(path)] == [0, 5]
