@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -48,7 +49,13 @@ from attnzoo.tasks import Batch, Task, build_task
 from attnzoo.train import lr_factor, rank_record
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# Where the corpora are read from unless --data-dir says otherwise: $ATTNZOO_DATA_DIR, else the
+# project's shared test data beside the checkout, else the user cache (files are downloaded there).
+DEFAULT_DATA = os.environ.get("ATTNZOO_DATA_DIR") or (
+    str(ROOT.parent / "shared" / "data")
+    if (ROOT.parent / "shared" / "data").is_dir()
+    else str(Path.home() / ".cache" / "attnzoo")
+)
 PLAIN = "gpt"  # the name of the plain PyTorch baseline in --mixers
 
 
@@ -270,8 +277,8 @@ def recipe(task_key: str, args: argparse.Namespace) -> Recipe:
     return r
 
 
-def bench(task_key: str, r: Recipe, names: list[str], seed: int) -> list[dict]:
-    task = build_task(r.task, str(SHARED_DATA), seed, **r.task_options)
+def bench(task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str) -> list[dict]:
+    task = build_task(r.task, data_dir, seed, **r.task_options)
     runs = [build(name, task, r, seed) for name in names]
     print(f"[{task_key}] {len(runs)} models x {r.steps} steps, round-robin", file=sys.stderr)
     t0 = time.perf_counter()
@@ -319,7 +326,7 @@ def table(task_key: str, rows: list[dict], eval_every: int) -> str:
     return "\n".join(lines)
 
 
-def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int) -> str:
+def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str) -> str:
     """Each mixer through `attnzoo.train.run` with the task's experiment config; the table of
     what the run's summary reports."""
     metric = "loss" if task_key == "shakespeare" else "accuracy"
@@ -333,7 +340,7 @@ def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int) -> str:
         overrides = [
             f"experiment={EXPERIMENTS[task_key]}",
             f"mixer={name}",
-            f"data_dir={SHARED_DATA}",
+            f"data_dir={data_dir}",
             f"train.max_steps={r.steps}",
             f"train.seed={seed}",
             f"train.device={r.device}",
@@ -376,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--data-dir", default=DEFAULT_DATA, help=f"where the corpora are (default {DEFAULT_DATA})"
+    )
     args = parser.parse_args(argv)
     names = [n for n in args.mixers.split(",") if n]
     unknown = [n for n in names if n != PLAIN and n not in MIXERS]
@@ -400,10 +410,13 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if args.trainer:
-            print(bench_trainer(task_key, r, names, args.seed), flush=True)
+            print(bench_trainer(task_key, r, names, args.seed, args.data_dir), flush=True)
         else:
             print(
-                table(task_key, bench(task_key, r, names, args.seed), args.eval_every), flush=True
+                table(
+                    task_key, bench(task_key, r, names, args.seed, args.data_dir), args.eval_every
+                ),
+                flush=True,
             )
     return 0
 
