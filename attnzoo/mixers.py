@@ -101,17 +101,30 @@ class ScaledDotAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
-    def forward(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    def attend(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Per-head outputs before the output projection, (B, H, N, dk); values from x, scores
+        from `scores_from` (default x)."""
         _check_input(x_bnd, self.dim)
         q_bhnk, k_bhnk, v_bhnk = rearrange(
             self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
         )
-        out_bhnk = kernels.scaled_dot_attention(
+        if scores_from is not None:
+            q_bhnk, k_bhnk, _ = rearrange(
+                self.qkv(scores_from), "b n (three h k) -> three b h n k", three=3, h=self.heads
+            )
+        return kernels.scaled_dot_attention(
             q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
         )
-        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
 
     def head_outputs(
         self,
@@ -120,18 +133,7 @@ class ScaledDotAttention(nn.Module):
         scores_from: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
-        _check_input(x_bnd, self.dim)
-        s_bnd = x_bnd if scores_from is None else scores_from
-        q_bhnk, k_bhnk, _ = rearrange(
-            self.qkv(s_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
-        )
-        v_bhnk = rearrange(
-            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
-        )[2]
-        out_bhnk = kernels.scaled_dot_attention(
-            q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
-        )
-        return _per_head_projection(out_bhnk, self.proj)
+        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
 
 
 @register("quadratic")
@@ -150,15 +152,25 @@ class QuadraticFormAttention(nn.Module):
         self.value = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
+    def attend(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Per-head outputs before the output projection, (B, H, N, dk); values from x, scores
+        from `scores_from` (default x)."""
+        _check_input(x_bnd, self.dim)
+        s_bnd = x_bnd if scores_from is None else scores_from
+        v_bhnk = rearrange(self.value(x_bnd), "b n (h k) -> b h n k", h=self.heads)
+        return kernels.quadratic_attention(
+            s_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
+        )
+
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        _check_input(x_bnd, self.dim)
-        v_bhnk = rearrange(self.value(x_bnd), "b n (h k) -> b h n k", h=self.heads)
-        out_bhnk = kernels.quadratic_attention(
-            x_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
-        )
-        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
+        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
 
     def head_outputs(
         self,
@@ -167,13 +179,7 @@ class QuadraticFormAttention(nn.Module):
         scores_from: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
-        _check_input(x_bnd, self.dim)
-        s_bnd = x_bnd if scores_from is None else scores_from
-        v_bhnk = rearrange(self.value(x_bnd), "b n (h k) -> b h n k", h=self.heads)
-        out_bhnk = kernels.quadratic_attention(
-            s_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
-        )
-        return _per_head_projection(out_bhnk, self.proj)
+        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
 
 
 METRIC_PARAMS = ("sym", "psd", "diag", "identity")
