@@ -511,7 +511,7 @@ def _train(
     probe = probe_batch(task, cfg, device)
     preempt = Preemption()
     preempt.install()
-    higher_is_better = bool(getattr(task, "higher_is_better", True))
+    higher_is_better = task.higher_is_better
     main_metric = f"val/{task.metric}"
 
     def checkpoint() -> None:

@@ -46,7 +46,8 @@ class Task(ABC):
     max_len: int  # longest input the model will see
     head: str  # "lm", "classify" or "token"
     causal: bool = False
-    metric: str = "accuracy"  # name of the task's main validation metric (higher is better)
+    metric: str = "accuracy"  # name of the task's main validation metric
+    higher_is_better: bool = True  # direction of `metric`, for the best-so-far in the summary
 
     @abstractmethod
     def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:

@@ -61,7 +61,6 @@ class Sort(_FixedValTask):
 
     head = "token"
     metric = "accuracy"
-    higher_is_better = True
 
     def __init__(
         self,
@@ -121,7 +120,6 @@ class ConvexHull(_FixedValTask):
 
     head = "token"
     metric = "accuracy"
-    higher_is_better = True
 
     def __init__(
         self, data_dir: str = "", seed: int = 0, num_points: int = 10, val_size: int = 1024
@@ -151,7 +149,6 @@ class Circle(_FixedValTask):
 
     head = "token"
     metric = "successor_accuracy"
-    higher_is_better = True
 
     def __init__(
         self, data_dir: str = "", seed: int = 0, num_points: int = 8, val_size: int = 1024
@@ -199,7 +196,6 @@ class Memorize(_FixedValTask):
 
     head = "classify"
     metric = "accuracy"
-    higher_is_better = True
 
     def __init__(
         self,
