@@ -1,0 +1,89 @@
+"""A training run killed with SIGKILL (no handler, no last checkpoint) and started again with
+train.resume=true continues from its last checkpoint and ends with the same numbers, step for
+step, as a run that was never interrupted; metrics.jsonl has every step exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from attnzoo.checkpoint import read_checkpoint
+from attnzoo.tracking import read_metrics
+
+ARGS = [
+    "model.dim=16",
+    "model.depth=2",
+    "model.heads=2",
+    "model.dropout=0.1",  # dropout makes the RNG state part of what a resume must restore
+    "train.batch_size=8",
+    "train.max_steps=400",
+    "train.warmup_steps=5",
+    "train.log_every=1",
+    "train.eval_every=50",
+    "train.eval_batches=1",
+    "train.ckpt_every=20",
+    "train.probe_batch_size=4",
+    "train.progress=false",
+    "logger.mode=disabled",
+]
+
+
+def _train(run_dir: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(run_dir.parent)}
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnzoo.train", *ARGS, *extra, f"hydra.run.dir={run_dir}"],
+        env=env,
+        cwd=run_dir.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen) -> None:
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+
+
+def _curve(run_dir: Path) -> dict[int, float]:
+    return {
+        r["step"]: r["train/loss"]
+        for r in read_metrics(run_dir / "metrics.jsonl")
+        if "train/loss" in r
+    }
+
+
+def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    _finish(_train(whole))
+
+    proc = _train(cut)
+    metrics = cut / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    # wait until at least two checkpoints exist and training is between checkpoints
+    while time.monotonic() < deadline and proc.poll() is None:
+        lines = metrics.read_text().splitlines() if metrics.exists() else []
+        if len(lines) >= 55:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed; make it longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = max(_curve(cut))
+    checkpoint_step = read_checkpoint(cut / "checkpoints" / "last.pt")["step"]
+    assert 0 < checkpoint_step <= killed_at < 400
+
+    _finish(_train(cut, "train.resume=true"))
+    steps = [r["step"] for r in read_metrics(metrics)]
+    assert steps == sorted(set(steps)), "a step is logged twice or out of order"
+    assert sorted(_curve(cut)) == list(range(1, 401)), "a step is missing"
+    assert _curve(cut) == _curve(whole)
+    assert read_metrics(metrics)[-1] == read_metrics(whole / "metrics.jsonl")[-1] | {
+        k: v for k, v in read_metrics(metrics)[-1].items() if k.startswith("perf/")
+    }
