@@ -90,8 +90,38 @@ def _per_head_projection(out_bhnk: torch.Tensor, proj: nn.Linear) -> torch.Tenso
     return torch.einsum("bhnk,hkd->bhnd", out_bhnk, w_hkd.to(out_bhnk.dtype))
 
 
+class _HeadsThenProjection(nn.Module):
+    """An attention mixer given by `attend` (per-head outputs, (B, H, N, dk)) and `proj`: the
+    output is proj(concat over heads), and each head's share of it is the path decomposition's
+    unit (attnzoo.paths)."""
+
+    proj: nn.Linear
+
+    def attend(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
+        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
+
+
 @register("scaled_dot")
-class ScaledDotAttention(nn.Module):
+class ScaledDotAttention(_HeadsThenProjection):
     """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
 
     def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
@@ -121,23 +151,9 @@ class ScaledDotAttention(nn.Module):
             q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
         )
 
-    def forward(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
-
-    def head_outputs(
-        self,
-        x_bnd: torch.Tensor,
-        key_padding_mask: torch.Tensor | None = None,
-        scores_from: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
-        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
-
 
 @register("quadratic")
-class QuadraticFormAttention(nn.Module):
+class QuadraticFormAttention(_HeadsThenProjection):
     """Scores xᵀ U⁽ʰ⁾ x' with a full D×D matrix per head; H D² + 2 D² parameters.
 
     U is initialised so that the scores have the same spread as scaled-dot's at init (variance
@@ -167,26 +183,12 @@ class QuadraticFormAttention(nn.Module):
             s_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
         )
 
-    def forward(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
-
-    def head_outputs(
-        self,
-        x_bnd: torch.Tensor,
-        key_padding_mask: torch.Tensor | None = None,
-        scores_from: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
-        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
-
 
 METRIC_PARAMS = ("sym", "psd", "diag", "identity")
 
 
 @register("metric")
-class MetricTensorAttention(nn.Module):
+class MetricTensorAttention(_HeadsThenProjection):
     """Scores pᵀ M⁽ʰ⁾ p' under a learned symmetric metric per head, values p; p = P x.
 
     `metric_param` picks how M is built from its free entries: `sym` = (C + Cᵀ)/2 from the upper
@@ -240,36 +242,29 @@ class MetricTensorAttention(nn.Module):
         lower_hkk = tri_hkk.transpose(1, 2)
         return lower_hkk @ lower_hkk.transpose(1, 2)
 
-    def forward(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        _check_input(x_bnd, self.dim)
-        p_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
-        out_bhnk = kernels.metric_attention(
-            p_bhnk, self.metric().to(x_bnd.dtype), self.causal, key_padding_mask, impl=self.impl
-        )
-        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
-
-    def head_outputs(
+    def attend(
         self,
         x_bnd: torch.Tensor,
         key_padding_mask: torch.Tensor | None = None,
         scores_from: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x).
+        """Per-head outputs before the output projection, (B, H, N, dk).
 
-        Scores (p_s M)·p_s with values p_x is scaled-dot attention with q = p_s M, k = p_s, v = p_x
-        (the same 1/sqrt(dk) scale), so the fused metric kernel, which reads one p, is not used.
+        With scores from x itself this is the fused metric kernel, which reads one p. Scores
+        (p_s M)·p_s with values p_x (the path decomposition's frozen scores) are scaled-dot
+        attention with q = p_s M, k = p_s, v = p_x, at the same 1/sqrt(dk) scale.
         """
         _check_input(x_bnd, self.dim)
-        s_bnd = x_bnd if scores_from is None else scores_from
-        ps_bhnk = rearrange(self.p(s_bnd), "b n (h k) -> b h n k", h=self.heads)
+        m_hkk = self.metric().to(x_bnd.dtype)
         px_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
-        q_bhnk = ps_bhnk @ self.metric().to(x_bnd.dtype)[None]
-        out_bhnk = kernels.scaled_dot_attention(
-            q_bhnk, ps_bhnk, px_bhnk, self.causal, key_padding_mask, impl=self.impl
+        if scores_from is None:
+            return kernels.metric_attention(
+                px_bhnk, m_hkk, self.causal, key_padding_mask, impl=self.impl
+            )
+        ps_bhnk = rearrange(self.p(scores_from), "b n (h k) -> b h n k", h=self.heads)
+        return kernels.scaled_dot_attention(
+            ps_bhnk @ m_hkk[None], ps_bhnk, px_bhnk, self.causal, key_padding_mask, impl=self.impl
         )
-        return _per_head_projection(out_bhnk, self.proj)
 
 
 @register("pooling")
