@@ -267,47 +267,11 @@ class MetricTensorAttention(_HeadsThenProjection):
         )
 
 
-@register("pooling")
-class Pooling(nn.Module):
-    """PoolFormer's mixer: mean over a window of tokens minus the token; no parameters."""
+class _OneHead(nn.Module):
+    """A mixer without scores: for the path decomposition the whole mixer is one head, and since
+    it is linear in x, `scores_from` plays no part."""
 
-    def __init__(self, dim: int, heads: int, causal: bool, impl: str, window: int = 3) -> None:
-        super().__init__()
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
-            raise ValueError(f"pooling window must be a positive odd int, got {window!r}")
-        self.dim, self.causal, self.impl, self.window = dim, causal, impl, window
-        self.heads = 1  # no scores: for the path decomposition the whole mixer is one head
-
-    def forward(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        _check_input(x_bnd, self.dim)
-        return kernels.pool_mix(x_bnd, self.window, self.causal, key_padding_mask, impl=self.impl)
-
-    def head_outputs(
-        self,
-        x_bnd: torch.Tensor,
-        key_padding_mask: torch.Tensor | None = None,
-        scores_from: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The output as one head, (B, 1, N, D); linear in x, so `scores_from` plays no part."""
-        return self(x_bnd, key_padding_mask)[:, None]
-
-
-@register("identity")
-class Identity(nn.Module):
-    """No mixing at all: the baseline that tells what the rest of the block does alone."""
-
-    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
-        super().__init__()
-        self.dim = dim
-        self.heads = 1  # no scores: for the path decomposition the whole mixer is one head
-
-    def forward(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        _check_input(x_bnd, self.dim)
-        return x_bnd
+    heads = 1
 
     def head_outputs(
         self,
@@ -317,3 +281,35 @@ class Identity(nn.Module):
     ) -> torch.Tensor:
         """The output as one head, (B, 1, N, D)."""
         return self(x_bnd, key_padding_mask)[:, None]
+
+
+@register("pooling")
+class Pooling(_OneHead):
+    """PoolFormer's mixer: mean over a window of tokens minus the token; no parameters."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, impl: str, window: int = 3) -> None:
+        super().__init__()
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+            raise ValueError(f"pooling window must be a positive odd int, got {window!r}")
+        self.dim, self.causal, self.impl, self.window = dim, causal, impl, window
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        return kernels.pool_mix(x_bnd, self.window, self.causal, key_padding_mask, impl=self.impl)
+
+
+@register("identity")
+class Identity(_OneHead):
+    """No mixing at all: the baseline that tells what the rest of the block does alone."""
+
+    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        _check_input(x_bnd, self.dim)
+        return x_bnd
