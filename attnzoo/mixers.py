@@ -77,6 +77,12 @@ def _check_heads(dim: int, heads: int) -> None:
         raise ValueError(f"dim={dim} must be divisible by heads={heads} (dim % heads == 0)")
 
 
+def _check_attn_dropout(p: float) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise ValueError(f"attn_dropout must be a float in [0, 1), got {p!r}")
+    return float(p)
+
+
 def _check_input(x_bnd: torch.Tensor, dim: int) -> None:
     if x_bnd.dim() != 3 or x_bnd.shape[-1] != dim:
         raise ValueError(
@@ -96,6 +102,11 @@ class _HeadsThenProjection(nn.Module):
     unit (attnzoo.paths)."""
 
     proj: nn.Linear
+    attn_dropout: float
+
+    def dropout_p(self) -> float:
+        """Attention-probability dropout for this call: `attn_dropout` in training, 0 in eval."""
+        return self.attn_dropout if self.training else 0.0
 
     def attend(
         self,
@@ -124,10 +135,13 @@ class _HeadsThenProjection(nn.Module):
 class ScaledDotAttention(_HeadsThenProjection):
     """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
 
-    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+    def __init__(
+        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0
+    ) -> None:
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.attn_dropout = _check_attn_dropout(attn_dropout)
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
@@ -148,7 +162,13 @@ class ScaledDotAttention(_HeadsThenProjection):
                 self.qkv(scores_from), "b n (three h k) -> three b h n k", three=3, h=self.heads
             )
         return kernels.scaled_dot_attention(
-            q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, impl=self.impl
+            q_bhnk,
+            k_bhnk,
+            v_bhnk,
+            self.causal,
+            key_padding_mask,
+            dropout_p=self.dropout_p(),
+            impl=self.impl,
         )
 
 
@@ -160,10 +180,13 @@ class QuadraticFormAttention(_HeadsThenProjection):
     about 1/9 for unit-variance inputs), which keeps the two comparable from step 0.
     """
 
-    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+    def __init__(
+        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0
+    ) -> None:
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.attn_dropout = _check_attn_dropout(attn_dropout)
         self.u = nn.Parameter(torch.randn(heads, dim, dim) / (3 * math.sqrt(dim)))
         self.value = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
@@ -180,7 +203,13 @@ class QuadraticFormAttention(_HeadsThenProjection):
         s_bnd = x_bnd if scores_from is None else scores_from
         v_bhnk = rearrange(self.value(x_bnd), "b n (h k) -> b h n k", h=self.heads)
         return kernels.quadratic_attention(
-            s_bnd, self.u.to(x_bnd.dtype), v_bhnk, self.causal, key_padding_mask, impl=self.impl
+            s_bnd,
+            self.u,
+            v_bhnk,
+            self.causal,
+            key_padding_mask,
+            dropout_p=self.dropout_p(),
+            impl=self.impl,
         )
 
 
@@ -197,13 +226,20 @@ class MetricTensorAttention(_HeadsThenProjection):
     """
 
     def __init__(
-        self, dim: int, heads: int, causal: bool, impl: str, metric_param: str = "sym"
+        self,
+        dim: int,
+        heads: int,
+        causal: bool,
+        impl: str,
+        metric_param: str = "sym",
+        attn_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         _check_heads(dim, heads)
         if metric_param not in METRIC_PARAMS:
             raise ValueError(f"metric_param={metric_param!r} is not one of {METRIC_PARAMS}")
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.attn_dropout = _check_attn_dropout(attn_dropout)
         self.metric_param = metric_param
         dk = dim // heads
         self.dk = dk
@@ -255,15 +291,26 @@ class MetricTensorAttention(_HeadsThenProjection):
         attention with q = p_s M, k = p_s, v = p_x, at the same 1/sqrt(dk) scale.
         """
         _check_input(x_bnd, self.dim)
-        m_hkk = self.metric().to(x_bnd.dtype)
+        m_hkk = self.metric()
         px_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
         if scores_from is None:
             return kernels.metric_attention(
-                px_bhnk, m_hkk, self.causal, key_padding_mask, impl=self.impl
+                px_bhnk,
+                m_hkk,
+                self.causal,
+                key_padding_mask,
+                dropout_p=self.dropout_p(),
+                impl=self.impl,
             )
         ps_bhnk = rearrange(self.p(scores_from), "b n (h k) -> b h n k", h=self.heads)
         return kernels.scaled_dot_attention(
-            ps_bhnk @ m_hkk[None], ps_bhnk, px_bhnk, self.causal, key_padding_mask, impl=self.impl
+            ps_bhnk @ m_hkk[None].to(ps_bhnk.dtype),
+            ps_bhnk,
+            px_bhnk,
+            self.causal,
+            key_padding_mask,
+            dropout_p=self.dropout_p(),
+            impl=self.impl,
         )
 
 

@@ -38,6 +38,8 @@ A query whose every key is masked (causal and padding together) gets zeros, and 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import os
 from collections.abc import Iterator
@@ -173,11 +175,20 @@ def _key_ok(Mask, mask_base, offs_n, N, has_mask):
 
 
 @triton.jit
+def _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p):
+    """Which probabilities dropout keeps, (BLOCK_M, BLOCK_N): Philox keyed by seed + (batch·head)
+    at counter query·N + key, so the forward and both backward kernels draw the same mask without
+    storing it (and `dropout_keep_mask` below writes it out for tests)."""
+    offs = offs_m[:, None] * N + offs_n[None, :]
+    return tl.rand(seed + pid_bh, offs) >= dropout_p
+
+
+@triton.jit
 def _attn_fwd(
-    Q, K, V, M, Out, Lse, Mask,
+    Q, K, V, M, Out, Lse, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sob, soh, son, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2,
-    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, dropout_p,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -191,6 +202,8 @@ def _attn_fwd(
     offs_d = tl.arange(0, HEAD)
     q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC, DOT_PREC)
 
+    if DROPOUT:
+        seed = tl.load(Seed)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
@@ -208,11 +221,14 @@ def _attn_fwd(
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p, 1)  # the softmax's sum: before dropout
         if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
             v = k0
         else:
             v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
+        if DROPOUT:
+            keep = _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p)
+            p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
         m_i = m_new
 
@@ -228,11 +244,11 @@ def _attn_fwd(
 
 @triton.jit
 def _attn_bwd_dkdv(
-    Q, K, V, M, DO, Lse, Delta, DK, DV, Mask,
+    Q, K, V, M, DO, Lse, Delta, DK, DV, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale,
-    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One key tile and one q/k feature chunk: dk for that chunk, dv (chunk 0 stores it).
@@ -257,6 +273,8 @@ def _attn_bwd_dkdv(
     else:
         v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
     key_ok = _key_ok(Mask, b * smb, offs_n, N, has_mask)
+    if DROPOUT:
+        seed = tl.load(Seed)
 
     dk = tl.zeros([BLOCK_N, HEAD], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
@@ -273,8 +291,15 @@ def _attn_bwd_dkdv(
         ok = _allowed(offs_m, offs_n, key_ok, causal)
         p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
         do = _load_rows(DO + do_base, offs_m, sdon, offs_d, N, d_v)
-        dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PREC)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        if DROPOUT:
+            # out = (P∘Z/(1-p)) v: dv sees the dropped probabilities, dP the same mask.
+            keep = _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p)
+            p_drop = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+            dv += tl.dot(tl.trans(p_drop).to(do.dtype), do, input_precision=DOT_PREC)
+            dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+        else:
+            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PREC)
         delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
         ds = p * (dp - delta[:, None])
         if CHUNKED:  # noqa: SIM108
@@ -298,11 +323,11 @@ def _attn_bwd_dkdv(
 
 @triton.jit
 def _attn_bwd_dq(
-    Q, K, V, M, DO, Lse, Delta, DQ, Mask,
+    Q, K, V, M, DO, Lse, Delta, DQ, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdqb, sdqh, sdqn, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale,
-    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One query tile and one q/k feature chunk: dq = scale · dS · k for that chunk."""
@@ -322,6 +347,8 @@ def _attn_bwd_dq(
     do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v)
     lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
     delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+    if DROPOUT:
+        seed = tl.load(Seed)
 
     dq = tl.zeros([BLOCK_M, HEAD], tl.float32)
     hi = N
@@ -339,6 +366,9 @@ def _attn_bwd_dq(
         else:
             v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        if DROPOUT:
+            keep = _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p)
+            dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
         ds = p * (dp - delta[:, None])
         if CHUNKED:  # noqa: SIM108
             kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
@@ -523,7 +553,7 @@ def _pruner(kernel: str, interpret: bool = INTERPRET):
 def _autotuned(kernel: str):
     return triton.autotune(
         configs=_as_triton_configs(kernel),
-        key=["N", "d_qk", "d_v", "HEAD", "CHUNKED", "METRIC"],
+        key=["N", "d_qk", "d_v", "HEAD", "CHUNKED", "METRIC", "DROPOUT"],
         prune_configs_by={"early_config_prune": _pruner(kernel)},
     )(KERNELS[kernel])
 
@@ -587,12 +617,19 @@ def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+@functools.cache
+def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A one-element tensor passed where a kernel argument is switched off (no padding mask, no
+    dropout seed): the kernel never reads it. Made once per device, not per call."""
+    return torch.zeros(1, dtype=dtype, device=device)
+
+
 def _dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
 class _Problem:
-    """Everything the three kernels share for one call: operands, sizes, flags, mask."""
+    """Everything the three kernels share for one call: operands, sizes, flags, mask, dropout."""
 
     def __init__(
         self,
@@ -603,6 +640,8 @@ class _Problem:
         causal: bool,
         mask: torch.Tensor | None,
         scale: float,
+        dropout_p: float = 0.0,
+        seed: torch.Tensor | None = None,
     ) -> None:
         if not isinstance(q, torch.Tensor) or q.dim() != 4:
             raise ValueError("q must be a 4-dim tensor (batch, heads, tokens, features)")
@@ -624,6 +663,7 @@ class _Problem:
             raise ValueError(f"causal must be a bool, got {causal!r}")
         if not (isinstance(scale, float) and math.isfinite(scale)):
             raise ValueError(f"scale must be a finite float, got {scale!r}")
+        _check_dropout(dropout_p, seed, n, q)
         self.q, self.k, self.v, self.m = q, k, v, m
         self.b, self.h, self.n, self.d_qk, self.d_v = b, h, n, d_qk, d_v
         self.head = head_width(d_v)
@@ -631,11 +671,14 @@ class _Problem:
         self.causal, self.scale = causal, scale
         self.metric = m is not None
         self.has_mask = int(mask is not None)
-        self.mask_i8 = (
-            mask.to(torch.int8).contiguous()
-            if mask is not None
-            else torch.zeros(1, dtype=torch.int8, device=q.device)
-        )
+        if mask is None:
+            self.mask_i8 = _placeholder(q.device, torch.int8)
+        else:  # a bool is one byte: read it in place unless its tokens are strided
+            self.mask_i8 = mask.view(torch.int8)
+            if self.mask_i8.stride(1) != 1:
+                self.mask_i8 = self.mask_i8.contiguous()
+        self.dropout_p = float(dropout_p)
+        self.seed = seed if dropout_p > 0.0 else _placeholder(q.device, torch.int64)
         self.m_or_q = m if m is not None else q
         self.m_strides = (m.stride(0), m.stride(1)) if m is not None else (0, 0)
 
@@ -654,8 +697,25 @@ class _Problem:
             "METRIC": self.metric,
             "HEAD": self.head,
             "CHUNKED": self.n_chunks > 1,
+            "DROPOUT": self.dropout_p > 0.0,
             "DOT_PREC": _dot_precision(self.q.dtype),
         }
+
+
+def _check_dropout(dropout_p: float, seed: torch.Tensor | None, n: int, like: torch.Tensor) -> None:
+    if not (isinstance(dropout_p, float) and 0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if dropout_p == 0.0:
+        return
+    if not (isinstance(seed, torch.Tensor) and seed.dtype == torch.int64 and seed.numel() == 1):
+        raise ValueError("dropout needs `seed`, a one-element int64 tensor (the Philox key)")
+    if seed.device != like.device:
+        raise ValueError(f"seed is on {seed.device}, expected {like.device}")
+    if n * n >= 2**31:
+        raise ValueError(
+            f"attention dropout draws one int32 counter per (query, key): N = {n} tokens exceed "
+            "46340; use dropout_p=0 for such lengths"
+        )
 
 
 def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
@@ -666,9 +726,9 @@ def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
         return out, lse
     grid = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
     _fwd[grid](
-        *p.inputs(), out, lse, p.mask_i8,
+        *p.inputs(), out, lse, p.mask_i8, p.seed,
         *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
-        *p.sizes(), p.scale * LOG2E,
+        *p.sizes(), p.scale * LOG2E, p.dropout_p,
         **p.flags(),
     )  # fmt: skip
     return out, lse
@@ -690,16 +750,16 @@ def attention_backward(
         return dq, dk, dv
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
-    common = (*p.sizes(), p.scale * LOG2E, p.scale)
+    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p)
     grid_n = lambda meta: (triton.cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, p.n_chunks)
     _bwd_dkdv[grid_n](
-        *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8,
+        *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,
         *p.strides(), *d_out.stride()[:3], *dk.stride()[:3], *dv_arg.stride()[:3], smb,
         *common, **p.flags(),
     )  # fmt: skip
     grid_m = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, p.n_chunks)
     _bwd_dq[grid_m](
-        *p.inputs(), d_out, lse, delta, dq, p.mask_i8,
+        *p.inputs(), d_out, lse, delta, dq, p.mask_i8, p.seed,
         *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
         *common, **p.flags(),
     )  # fmt: skip
@@ -707,7 +767,7 @@ def attention_backward(
 
 
 # --------------------------------------------------------------------------------------------
-# Autograd
+# Forward and backward of each op: what the custom ops in kernels/library.py run
 # --------------------------------------------------------------------------------------------
 
 
@@ -716,129 +776,105 @@ def _unit_feature_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-class _ScaledDot(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal, mask, scale):
-        q, k, v = (_unit_feature_stride(t) for t in (q, k, v))
-        prob = _Problem(q, k, v, None, causal, mask, scale)
-        out, lse = attention_forward(prob)
-        ctx.save_for_backward(q, k, v, out, lse, mask)
-        ctx.causal, ctx.scale = causal, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, d_out):
-        q, k, v, out, lse, mask = ctx.saved_tensors
-        prob = _Problem(q, k, v, None, ctx.causal, mask, ctx.scale)
-        dq, dk, dv = attention_backward(prob, out, lse, d_out, q.dtype)
-        return dq, dk, dv, None, None, None
-
-
-class _Quadratic(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, u, v, causal, mask, scale):
-        x, v = _unit_feature_stride(x), _unit_feature_stride(v)
-        b, n, d = x.shape
-        h = u.shape[0]
-        q = _project(x, u)
-        k = x[:, None].expand(b, h, n, d)  # zero head-stride: one x for every head, no copy
-        prob = _Problem(q, k, v, None, causal, mask, scale)
-        out, lse = attention_forward(prob)
-        ctx.save_for_backward(x, u, q, v, out, lse, mask)
-        ctx.causal, ctx.scale = causal, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, d_out):
-        x, u, q, v, out, lse, mask = ctx.saved_tensors
-        b, n, d = x.shape
-        h = u.shape[0]
-        k = x[:, None].expand(b, h, n, d)
-        prob = _Problem(q, k, v, None, ctx.causal, mask, ctx.scale)
-        dq_bhnd, dk_bhnd, dv = attention_backward(prob, out, lse, d_out, x.dtype)
-        xf, uf, dq_bhnd = x.float(), u.float(), dq_bhnd.float()
-        # q = x U[h]: dx gets dq U[h]ᵀ from every head, dU[h] = xᵀ dq; k = x: dx gets Σ_h dk.
-        dx = dk_bhnd.float().sum(1) + torch.einsum("bhne,hde->bnd", dq_bhnd, uf)
-        du = torch.einsum("bnd,bhne->hde", xf, dq_bhnd)
-        return dx.to(x.dtype), du.to(u.dtype), dv.to(v.dtype), None, None, None
-
-
-def _project(x_bnd: torch.Tensor, u_hdd: torch.Tensor) -> torch.Tensor:
-    """q = x U[h] for every head, (B, H, N, D): one batched matmul in fp32 accumulation."""
-    if x_bnd.is_cuda:
-        return torch.einsum("bnd,hde->bhne", x_bnd, u_hdd).contiguous()
-    return torch.einsum("bnd,hde->bhne", x_bnd.float(), u_hdd.float()).to(x_bnd.dtype)
-
-
-class _Metric(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, p, m, causal, mask, scale):
-        p, m = _unit_feature_stride(p), _unit_feature_stride(m)
-        prob = _Problem(p, p, p, m, causal, mask, scale)
-        out, lse = attention_forward(prob)
-        ctx.save_for_backward(p, m, out, lse, mask)
-        ctx.causal, ctx.scale = causal, scale
-        return out
-
-    @staticmethod
-    def backward(ctx, d_out):
-        p, m, out, lse, mask = ctx.saved_tensors
-        prob = _Problem(p, p, p, m, ctx.causal, mask, ctx.scale)
-        dq, dkv, _ = attention_backward(prob, out, lse, d_out, p.dtype)
-        # p plays three roles: q = p M (dq Mᵀ), and k and v (their sum came out of the kernel).
-        dq = dq.float()
-        dp = dkv.float() + torch.einsum("bhnj,hij->bhni", dq, m.float())
-        dm = torch.einsum("bhni,bhnj->hij", p.float(), dq)
-        return dp.to(p.dtype), dm.to(m.dtype), None, None, None
-
-
-# --------------------------------------------------------------------------------------------
-# Public functions: same arguments, same order as kernels/reference.py
-# --------------------------------------------------------------------------------------------
-
-
-def scaled_dot_attention(
+def scaled_dot_forward(
     q_bhnk: torch.Tensor,
     k_bhnk: torch.Tensor,
     v_bhnv: torch.Tensor,
-    causal: bool,
     key_padding_mask: torch.Tensor | None,
+    causal: bool,
     scale: float,
-) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v per head, (B, H, N, dk) × 2, (B, H, N, dv) -> (B, H, N, dv)."""
-    return _ScaledDot.apply(q_bhnk, k_bhnk, v_bhnv, causal, key_padding_mask, float(scale))
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ · scale) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for the backward)."""
+    q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
+    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed)
+    return attention_forward(prob)
 
 
-def quadratic_attention(
-    x_bnd: torch.Tensor,
-    u_hdd: torch.Tensor,
+def scaled_dot_backward(
+    d_out: torch.Tensor,
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
     v_bhnv: torch.Tensor,
-    causal: bool,
+    out: torch.Tensor,
+    lse: torch.Tensor,
     key_padding_mask: torch.Tensor | None,
+    causal: bool,
     scale: float,
-) -> torch.Tensor:
-    """Scores x[i] U[h] x[j] · scale: x (B, N, D), U (H, D, D), v (B, H, N, dv) -> (B, H, N, dv)."""
-    if not isinstance(x_bnd, torch.Tensor) or x_bnd.dim() != 3:
-        raise ValueError("x must be a 3-dim tensor (batch, tokens, dim)")
-    if not isinstance(u_hdd, torch.Tensor) or u_hdd.dim() != 3:
-        raise ValueError("u must be a 3-dim tensor (heads, dim, dim)")
-    d = x_bnd.shape[-1]
-    u_hdd = _unit_feature_stride(u_hdd)  # U only feeds the projection matmul: any layout is fine
-    _check_operand("u", u_hdd, (u_hdd.shape[0], d, d), x_bnd)
-    return _Quadratic.apply(x_bnd, u_hdd, v_bhnv, causal, key_padding_mask, float(scale))
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), each like its input; the dropout mask is drawn again from `seed`."""
+    q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
+    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed)
+    dq, dk, dv = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
+    assert dv is not None
+    return dq, dk, dv
 
 
-def metric_attention(
+def metric_forward(
     p_bhnk: torch.Tensor,
     m_hkk: torch.Tensor,
-    causal: bool,
     key_padding_mask: torch.Tensor | None,
+    causal: bool,
     scale: float,
-) -> torch.Tensor:
-    """Scores p[i] M[h] p[j] · scale with values p: p (B, H, N, dk), M (H, dk, dk) -> like p."""
-    if isinstance(p_bhnk, torch.Tensor) and p_bhnk.dim() == 4 and p_bhnk.shape[-1] > MAX_HEAD:
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores p[i] M[h] p[j] · scale with values p, from p and M alone (the fused prologue)."""
+    if p_bhnk.dim() == 4 and p_bhnk.shape[-1] > MAX_HEAD:
         raise ValueError(f"p's head dim is {p_bhnk.shape[-1]}; metric attention takes ≤ {MAX_HEAD}")
-    return _Metric.apply(p_bhnk, m_hkk, causal, key_padding_mask, float(scale))
+    p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
+    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
+    return attention_forward(prob)
+
+
+def metric_backward(
+    d_out: torch.Tensor,
+    p_bhnk: torch.Tensor,
+    m_hkk: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dp, dM). p plays three roles: q = p M (its gradient dq Mᵀ), and k and v (the kernel
+    returns their sum)."""
+    p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
+    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
+    dq, dkv, _ = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
+    dq = dq.float()
+    dp = dkv.float() + torch.einsum("bhnj,hij->bhni", dq, m_hkk.float())
+    dm = torch.einsum("bhni,bhnj->hij", p_bhnk.float(), dq)
+    return dp.to(p_bhnk.dtype), dm.to(m_hkk.dtype)
+
+
+@triton.jit
+def _keep_mask_kernel(Seed, Keep, N, dropout_p, BLOCK: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+    offs_n = tl.arange(0, BLOCK)
+    seed = tl.load(Seed)
+    for start_n in range(0, N, BLOCK):
+        cols = start_n + offs_n
+        keep = _dropout_keep(seed, pid_bh, offs_m, cols, N, dropout_p)
+        ptrs = Keep + pid_bh.to(tl.int64) * N * N + offs_m[:, None] * N + cols[None, :]
+        tl.store(ptrs, keep.to(tl.int8), mask=(offs_m[:, None] < N) & (cols[None, :] < N))
+
+
+def dropout_keep_mask(seed: torch.Tensor, b: int, h: int, n: int, dropout_p: float) -> torch.Tensor:
+    """The keep mask (B, H, N, N), bool, that the attention kernels draw for `seed`: what the
+    reference needs (`keep_bhnn`) to reproduce a Triton call with dropout exactly."""
+    _check_dropout(dropout_p, seed, n, seed)
+    keep = torch.empty((b, h, n, n), dtype=torch.int8, device=seed.device)
+    if keep.numel():
+        _keep_mask_kernel[(triton.cdiv(n, 32), b * h)](seed, keep, n, dropout_p, BLOCK=32)
+    return keep.bool()
 
 
 # --------------------------------------------------------------------------------------------
@@ -853,15 +889,17 @@ def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
     ptr = f"*{_TRITON_DTYPE[dtype]}"
     sig: dict[str, str] = {}
     for name in fn.arg_names:
-        if name in ("METRIC", "HEAD", "CHUNKED", "BLOCK_M", "BLOCK_N", "DOT_PREC"):
+        if name in ("METRIC", "HEAD", "CHUNKED", "DROPOUT", "BLOCK_M", "BLOCK_N", "DOT_PREC"):
             sig[name] = "constexpr"
         elif name == "Mask":
             sig[name] = "*i8"
+        elif name == "Seed":
+            sig[name] = "*i64"
         elif name in ("Lse", "Delta"):
             sig[name] = "*fp32"
         elif name in ("Q", "K", "V", "M", "Out", "DO", "DQ", "DK", "DV"):
             sig[name] = ptr
-        elif name in ("scale", "scale2"):
+        elif name in ("scale", "scale2", "dropout_p"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
@@ -869,10 +907,12 @@ def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
 
 
 def aot_specs() -> list[AotSpec]:
-    """One spec per kernel and per configuration the launchers can pick on a GPU (the GPU
-    tables, also when this process runs the interpreter)."""
+    """One spec per kernel, per configuration the launchers can pick on a GPU (the GPU tables,
+    also when this process runs the interpreter), without and with attention dropout."""
     specs = []
-    for kernel, dtype, head, metric, chunked in spec_cases():
+    for (kernel, dtype, head, metric, chunked), dropout in itertools.product(
+        spec_cases(), (False, True)
+    ):
         sig = _signature(kernel, dtype)
         # 16-byte aligned pointers, as the JIT specialises them for tensors torch allocates
         # (the common case at run time; other alignments compile a variant with narrower loads).
@@ -888,11 +928,13 @@ def aot_specs() -> list[AotSpec]:
                 "METRIC": metric,
                 "HEAD": head,
                 "CHUNKED": chunked,
+                "DROPOUT": dropout,
                 "BLOCK_M": bm,
                 "BLOCK_N": bn,
                 "DOT_PREC": _dot_precision(dtype),
             }
             prologue = "metric" if metric else ("chunked" if chunked else "plain")
+            prologue += " dropout" if dropout else ""
             label = (
                 f"{_TRITON_DTYPE[dtype]} {prologue} HEAD={head} "
                 f"BLOCK_M={bm} BLOCK_N={bn} w{warps} s{stages}"

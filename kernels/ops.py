@@ -1,11 +1,29 @@
-"""The public ops of attnzoo.kernels: argument checks, defaults, and the choice of implementation.
+"""The public ops of attnzoo.kernels: argument checks, defaults, the dtype policy, and the choice
+of implementation.
 
 Every op takes `impl`:
 - "torch": the PyTorch reference in `reference.py` (any device, any float dtype);
-- "triton": the Triton kernels (CUDA tensors, or any tensor under TRITON_INTERPRET=1);
+- "triton": the Triton kernels as the custom ops `torch.ops.attnzoo.*` of `library.py` (CUDA
+  tensors, or any tensor under TRITON_INTERPRET=1);
 - "auto": Triton for CUDA tensors in fp16/bf16/fp32; elsewhere, for the three attention ops in
   fp32/fp64, PyTorch's fused `scaled_dot_product_attention` (the fastest CPU path, same result as
   the reference to rounding), and the reference for everything else.
+The torch paths are compositions of PyTorch ops, which `torch.compile` traces like any model
+code; the Triton path is one opaque op per call (forward and backward), which it does not trace.
+
+**Dtype policy** (one rule for every op and every implementation): an op computes in its
+*activations'* dtype — the autocast dtype under `torch.autocast` on the inputs' device (fp16,
+bf16 and fp32 inputs are cast to it, as autocast casts a matmul's), otherwise the dtype of the
+first activation (q, x or p), which the other activations must share. Parameters (U, M) are
+cast to it. Scores, softmax statistics and every product accumulate in fp32 (fp64 for fp64
+inputs), and the output has the activations' dtype. The op body then runs with autocast off,
+so nothing inside it is cast again.
+
+**Dropout** (`dropout_p`, the three attention ops) has `scaled_dot_product_attention`'s meaning:
+each attention probability is dropped with probability p and the kept ones are scaled by
+1/(1-p); the caller passes 0 in eval mode. The Triton kernels draw the mask from a Philox
+counter keyed by a seed tensor drawn here from torch's generator on the inputs' device, redraw
+it in the backward and never store it; the torch paths draw it with torch's own RNG.
 
 Layouts are (batch, heads, tokens, features). `key_padding_mask` is a bool (batch, tokens) tensor
 in which True marks a padding token, as in `torch.nn.MultiheadAttention`. A query whose every key
@@ -14,27 +32,59 @@ is masked (causal and padding together) gets a zero output.
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import math
 import os
 
 import torch
 
-from . import reference
+from . import library, reference
 from ._checks import check_attention, check_impl, check_mask, check_same, check_tensor
 
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Read once: the Triton interpreter is chosen before triton is imported, never per call.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _triton(module: str):
-    """The Triton implementations in kernels/<module>.py (`attention` or `pooling`), imported on
-    first use: triton is optional off Linux, and importing it is slow."""
-    try:
-        return importlib.import_module(f"{__package__}.{module}")
-    except ImportError as err:  # pragma: no cover - depends on the platform
-        raise NotImplementedError(
-            f"impl='triton' needs triton and attnzoo.kernels.{module}, which failed to import: {err}"
-        ) from err
+def _apply_dtype_policy(
+    activations: tuple[torch.Tensor, ...], parameters: tuple[torch.Tensor, ...] = ()
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """The module docstring's dtype policy; mismatches it does not resolve are left for
+    `check_same` to report."""
+    first = activations[0]
+    if not isinstance(first, torch.Tensor) or not first.is_floating_point():
+        return activations, parameters
+    dtype = library.compute_dtype(first)
+    if dtype != first.dtype:  # autocast: every activation goes to its dtype
+        activations = library.cast_floats(activations, dtype)
+    parameters = tuple(
+        t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        for t in parameters
+    )
+    return activations, parameters
+
+
+def _autocast_off(t: torch.Tensor) -> contextlib.AbstractContextManager:
+    """The op body runs without autocast: its inputs already have the policy's dtype."""
+    device = t.device.type
+    if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+        return torch.autocast(device, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _check_dropout(dropout_p: float) -> float:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    return float(dropout_p)
+
+
+def _dropout_seed(t: torch.Tensor, dropout_p: float) -> torch.Tensor | None:
+    """The Philox key of one call's dropout mask, drawn on t's device (no host round trip)."""
+    if dropout_p == 0.0:
+        return None
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=t.device)
 
 
 def _use_triton(impl: str, t: torch.Tensor) -> bool:
@@ -44,10 +94,10 @@ def _use_triton(impl: str, t: torch.Tensor) -> bool:
     if impl == "triton":
         if t.dtype not in TRITON_DTYPES:
             raise ValueError(f"impl='triton' takes dtypes {TRITON_DTYPES}, got {t.dtype}")
-        if not t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        if not (t.is_cuda or (t.device.type == "cpu" and INTERPRET)):
             raise ValueError(
                 f"impl='triton' needs CUDA tensors (got {t.device}); set TRITON_INTERPRET=1 "
-                "before importing triton to run the kernels on CPU in the interpreter"
+                "before importing triton to run the kernels on CPU tensors in the interpreter"
             )
         return True
     return t.is_cuda and t.dtype in TRITON_DTYPES
@@ -66,6 +116,7 @@ def _sdpa(
     causal: bool,
     key_padding_mask: torch.Tensor | None,
     scale: float,
+    dropout_p: float,
 ) -> torch.Tensor:
     """The reference's masked attention through `F.scaled_dot_product_attention`.
 
@@ -75,10 +126,17 @@ def _sdpa(
     """
     sdpa = torch.nn.functional.scaled_dot_product_attention
     if key_padding_mask is None:
-        return sdpa(q_bhnk, k_bhnk, v_bhnv, is_causal=causal, scale=scale)
+        return sdpa(q_bhnk, k_bhnk, v_bhnv, is_causal=causal, scale=scale, dropout_p=dropout_p)
     allowed_b1nn = reference.allowed_keys(q_bhnk.shape[-2], causal, key_padding_mask, q_bhnk.device)
     empty_b1n1 = ~allowed_b1nn.any(dim=-1, keepdim=True)
-    out = sdpa(q_bhnk, k_bhnk, v_bhnv, attn_mask=allowed_b1nn | empty_b1n1, scale=scale)
+    out = sdpa(
+        q_bhnk,
+        k_bhnk,
+        v_bhnv,
+        attn_mask=allowed_b1nn | empty_b1n1,
+        scale=scale,
+        dropout_p=dropout_p,
+    )
     return out.masked_fill(empty_b1n1, 0.0)
 
 
@@ -93,18 +151,26 @@ def scaled_dot_attention(
     causal: bool = False,
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
+    dropout_p: float = 0.0,
     impl: str = "auto",
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v, per head.
+    """softmax(q kᵀ · scale) v, per head, with dropout on the probabilities.
 
     q, k: (B, H, N, dk); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(dk).
     """
+    (q, k, v), _ = _apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
-    scale = _scale(scale, q.shape[-1])
-    if not _use_triton(impl, q) and _use_sdpa(impl, q):
-        return _sdpa(q, k, v, causal, key_padding_mask, scale)
-    ops = _triton("attention") if _use_triton(impl, q) else reference
-    return ops.scaled_dot_attention(q, k, v, causal, key_padding_mask, scale)
+    scale, dropout_p = _scale(scale, q.shape[-1]), _check_dropout(dropout_p)
+    with _autocast_off(q):
+        if _use_triton(impl, q):
+            seed = _dropout_seed(q, dropout_p)
+            out, _ = torch.ops.attnzoo.scaled_dot_attention(
+                q, k, v, key_padding_mask, causal, scale, dropout_p, seed
+            )
+            return out
+        if _use_sdpa(impl, q):
+            return _sdpa(q, k, v, causal, key_padding_mask, scale, dropout_p)
+        return reference.scaled_dot_attention(q, k, v, causal, key_padding_mask, scale, dropout_p)
 
 
 def quadratic_attention(
@@ -114,6 +180,7 @@ def quadratic_attention(
     causal: bool = False,
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
+    dropout_p: float = 0.0,
     impl: str = "auto",
 ) -> torch.Tensor:
     """Attention whose scores are a quadratic form of the tokens: x[i] · U[h] · x[j] · scale.
@@ -121,6 +188,7 @@ def quadratic_attention(
     x: (B, N, D); u: (H, D, D); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(D).
     Equivalent to scaled-dot attention with q = x U[h] and k = x shared by every head.
     """
+    (x, v), (u,) = _apply_dtype_policy((x, v), (u,))
     check_tensor("x", x, 3, "(batch, tokens, dim)")
     check_tensor("u", u, 3, "(heads, dim, dim)")
     check_tensor("v", v, 4, "(batch, heads, tokens, dv)")
@@ -136,13 +204,18 @@ def quadratic_attention(
             f"v must have (batch, heads, tokens) = {(b, h, n)} from x and u, got {tuple(v.shape)}"
         )
     check_mask(key_padding_mask, b, n, x.device)
-    scale = _scale(scale, d)
-    if not _use_triton(impl, x) and _use_sdpa(impl, x):
-        q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
-        k_bhnd = x[:, None].expand(b, h, n, d)
-        return _sdpa(q_bhnd, k_bhnd, v, causal, key_padding_mask, scale)
-    ops = _triton("attention") if _use_triton(impl, x) else reference
-    return ops.quadratic_attention(x, u, v, causal, key_padding_mask, scale)
+    scale, dropout_p = _scale(scale, d), _check_dropout(dropout_p)
+    with _autocast_off(x):
+        if _use_triton(impl, x):
+            seed = _dropout_seed(x, dropout_p)
+            return torch.ops.attnzoo.quadratic_attention(
+                x, u, v, key_padding_mask, causal, scale, dropout_p, seed
+            )
+        if _use_sdpa(impl, x):
+            q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
+            k_bhnd = x[:, None].expand(b, h, n, d)
+            return _sdpa(q_bhnd, k_bhnd, v, causal, key_padding_mask, scale, dropout_p)
+        return reference.quadratic_attention(x, u, v, causal, key_padding_mask, scale, dropout_p)
 
 
 def metric_attention(
@@ -151,6 +224,7 @@ def metric_attention(
     causal: bool = False,
     key_padding_mask: torch.Tensor | None = None,
     scale: float | None = None,
+    dropout_p: float = 0.0,
     impl: str = "auto",
 ) -> torch.Tensor:
     """Attention under a learned metric: scores p[i] · M[h] · p[j] · scale, values p itself.
@@ -159,6 +233,7 @@ def metric_attention(
     passes a symmetric M; the op itself is correct for any M (its symmetry is never checked, since
     that would read values on the device).
     """
+    (p,), (m,) = _apply_dtype_policy((p,), (m,))
     check_tensor("p", p, 4, "(batch, heads, tokens, dk)")
     check_tensor("m", m, 3, "(heads, dk, dk)")
     check_same(("p", "m"), (p, m))
@@ -168,11 +243,17 @@ def metric_attention(
             f"m must have shape (heads, dk, dk) = ({h}, {dk}, {dk}), got {tuple(m.shape)}"
         )
     check_mask(key_padding_mask, b, n, p.device)
-    scale = _scale(scale, dk)
-    if not _use_triton(impl, p) and _use_sdpa(impl, p):
-        return _sdpa(p @ m[None], p, p, causal, key_padding_mask, scale)
-    ops = _triton("attention") if _use_triton(impl, p) else reference
-    return ops.metric_attention(p, m, causal, key_padding_mask, scale)
+    scale, dropout_p = _scale(scale, dk), _check_dropout(dropout_p)
+    with _autocast_off(p):
+        if _use_triton(impl, p):
+            seed = _dropout_seed(p, dropout_p)
+            out, _ = torch.ops.attnzoo.metric_attention(
+                p, m, key_padding_mask, causal, scale, dropout_p, seed
+            )
+            return out
+        if _use_sdpa(impl, p):
+            return _sdpa(p @ m[None], p, p, causal, key_padding_mask, scale, dropout_p)
+        return reference.metric_attention(p, m, causal, key_padding_mask, scale, dropout_p)
 
 
 def pool_mix(
@@ -188,11 +269,15 @@ def pool_mix(
     token and the `window - 1` before it. Tokens outside the sequence or marked as padding are not
     counted; padding positions themselves get zeros.
     """
+    (x,), _ = _apply_dtype_policy((x,))
     check_tensor("x", x, 3, "(batch, tokens, dim)")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be a positive int, got {window!r}")
     if not causal and window % 2 == 0:
         raise ValueError(f"window must be odd for a centred (non-causal) pool, got {window}")
     check_mask(key_padding_mask, x.shape[0], x.shape[1], x.device)
-    ops = _triton("pooling") if _use_triton(impl, x) else reference
-    return ops.pool_mix(x, window, causal, key_padding_mask)
+    with _autocast_off(x):
+        if _use_triton(impl, x):
+            out, _ = torch.ops.attnzoo.pool_mix(x, window, causal, key_padding_mask)
+            return out
+        return reference.pool_mix(x, window, causal, key_padding_mask)

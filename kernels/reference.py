@@ -33,12 +33,19 @@ def attention_from_scores(
     v_bhnv: torch.Tensor,
     causal: bool,
     key_padding_mask: torch.Tensor | None,
+    dropout_p: float = 0.0,
+    keep_bhnn: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Masked softmax over keys, then the weighted sum of values.
+    """Masked softmax over keys, dropout on the probabilities, then the weighted sum of values.
 
     A query whose every key is masked gets a zero output (not NaN): masked scores are set to the
     most negative finite number, which keeps the softmax finite, and the probabilities are then
     multiplied by the mask so such a row sums to zero.
+
+    Dropout follows `scaled_dot_product_attention`'s `dropout_p`: each probability is kept with
+    probability 1 - p and the kept ones are scaled by 1/(1 - p). `keep_bhnn` (bool, broadcastable
+    to the scores) gives the keep mask explicitly, e.g. the one a Triton kernel drew; without it
+    the mask is drawn from torch's generator.
     """
     allowed = allowed_keys(scores_bhnn.shape[-1], causal, key_padding_mask, scores_bhnn.device)
     if allowed is not None:
@@ -46,6 +53,10 @@ def attention_from_scores(
     probs_bhnn = scores_bhnn.softmax(dim=-1)
     if allowed is not None:
         probs_bhnn = probs_bhnn * allowed
+    if dropout_p > 0.0:
+        if keep_bhnn is None:
+            keep_bhnn = torch.rand_like(probs_bhnn) >= dropout_p
+        probs_bhnn = probs_bhnn * keep_bhnn / (1.0 - dropout_p)
     return probs_bhnn @ v_bhnv
 
 
@@ -60,10 +71,14 @@ def scaled_dot_attention(
     causal: bool,
     key_padding_mask: torch.Tensor | None,
     scale: float,
+    dropout_p: float = 0.0,
+    keep_bhnn: torch.Tensor | None = None,
 ) -> torch.Tensor:
     ct = _compute_dtype(q_bhnk)
     scores_bhnn = (q_bhnk.to(ct) @ k_bhnk.to(ct).transpose(-1, -2)) * scale
-    out = attention_from_scores(scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask)
+    out = attention_from_scores(
+        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn
+    )
     return out.to(q_bhnk.dtype)
 
 
@@ -74,13 +89,17 @@ def quadratic_attention(
     causal: bool,
     key_padding_mask: torch.Tensor | None,
     scale: float,
+    dropout_p: float = 0.0,
+    keep_bhnn: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """scores[b,h,i,j] = x[b,i] · U[h] · x[b,j]: attention with q = x U[h] and k = x for every head."""
     ct = _compute_dtype(x_bnd)
     x_bnd = x_bnd.to(ct)
     q_bhnd = torch.einsum("bnd,hde->bhne", x_bnd, u_hdd.to(ct))
     scores_bhnn = (q_bhnd @ x_bnd[:, None].transpose(-1, -2)) * scale
-    out = attention_from_scores(scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask)
+    out = attention_from_scores(
+        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn
+    )
     return out.to(v_bhnv.dtype)
 
 
@@ -90,13 +109,17 @@ def metric_attention(
     causal: bool,
     key_padding_mask: torch.Tensor | None,
     scale: float,
+    dropout_p: float = 0.0,
+    keep_bhnn: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """scores = p[i] · M · p[j]; the values are p itself."""
     ct = _compute_dtype(p_bhnk)
     pc_bhnk = p_bhnk.to(ct)
     q_bhnk = pc_bhnk @ m_hkk.to(ct)[None]
     scores_bhnn = (q_bhnk @ pc_bhnk.transpose(-1, -2)) * scale
-    out = attention_from_scores(scores_bhnn, pc_bhnk, causal, key_padding_mask)
+    out = attention_from_scores(
+        scores_bhnn, pc_bhnk, causal, key_padding_mask, dropout_p, keep_bhnn
+    )
     return out.to(p_bhnk.dtype)
 
 

@@ -10,6 +10,7 @@ product: the interpreter runs each tile op in numpy and is slow.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -125,7 +126,7 @@ def make_inputs(case: Case, b: int = 2) -> tuple[list[torch.Tensor], float]:
 def test_forward_and_backward_match_reference(case: Case) -> None:
     inputs, scale = make_inputs(case)
     mask = make_mask(case.mask, 2, case.n, case.causal)
-    kernel_fn = getattr(attention, f"{case.op}_attention")
+    kernel_fn = functools.partial(getattr(ops, f"{case.op}_attention"), impl="triton")
     ref_fn = getattr(reference, f"{case.op}_attention")
 
     out = kernel_fn(*inputs, case.causal, mask, scale)
@@ -174,8 +175,8 @@ def test_quadratic_reads_x_once_for_all_heads(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(attention._Problem, "__init__", spy)
     x = torch.randn(2, 9, 16)
-    attention.quadratic_attention(
-        x, torch.randn(3, 16, 16), torch.randn(2, 3, 9, 16), False, None, 0.25
+    ops.quadratic_attention(
+        x, torch.randn(3, 16, 16), torch.randn(2, 3, 9, 16), False, None, 0.25, impl="triton"
     )
     assert seen[0].stride(1) == 0 and seen[0].data_ptr() == x.data_ptr()
 
@@ -255,7 +256,7 @@ def _qkv(n: int = 8, dk: int = 16, dv: int = 16, dtype: torch.dtype = torch.floa
 def test_launcher_rejects_bad_operands(change, match) -> None:
     q, k, v = change(*_qkv())
     with pytest.raises(ValueError, match=match):
-        attention.scaled_dot_attention(q, k, v, False, None, 0.25)
+        attention._Problem(q, k, v, None, False, None, 0.25)
 
 
 def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
@@ -273,29 +274,30 @@ def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
     ],
 )
 def test_launcher_rejects_bad_masks(mask, match) -> None:
+    q, k, v = _qkv()
     with pytest.raises(ValueError, match=match):
-        attention.scaled_dot_attention(*_qkv(), False, mask, 0.25)
+        attention._Problem(q, k, v, None, False, mask, 0.25)
 
 
 def test_metric_and_quadratic_reject_bad_shapes() -> None:
     p = torch.randn(1, 2, 8, 16)
-    with pytest.raises(ValueError, match=r"m must have shape \(2, 16, 16\)"):
-        attention.metric_attention(p, torch.randn(2, 16, 8), False, None, 0.25)
+    metric = functools.partial(ops.metric_attention, impl="triton")
+    with pytest.raises(ValueError, match=r"m must have shape \(heads, dk, dk\) = \(2, 16, 16\)"):
+        metric(p, torch.randn(2, 16, 8), False, None, 0.25)
     with pytest.raises(ValueError, match="metric attention takes"):
-        attention.metric_attention(
-            torch.randn(1, 1, 4, 144), torch.randn(1, 144, 144), False, None, 0.1
-        )
+        metric(torch.randn(1, 1, 4, 144), torch.randn(1, 144, 144), False, None, 0.1)
     with pytest.raises(ValueError, match=r"u must have shape"):
-        attention.quadratic_attention(
+        ops.quadratic_attention(
             torch.randn(1, 8, 16),
             torch.randn(2, 16, 12),
             torch.randn(1, 2, 8, 8),
             False,
             None,
             0.25,
+            impl="triton",
         )
     with pytest.raises(ValueError, match="scale must be a finite float"):
-        attention.metric_attention(p, torch.randn(2, 16, 16), False, None, float("nan"))
+        metric(p, torch.randn(2, 16, 16), False, None, float("nan"))
 
 
 # ---------------------------------------------------------------------------------------------
