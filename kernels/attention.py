@@ -30,6 +30,13 @@ What the three ops feed the same kernels:
   the backward one gradient tensor: dk and dv are summed in the kernel. The backward forms q = p·M
   again per tile rather than storing it.
 
+Attention dropout (`DROPOUT`, a compile-time switch: p = 0 compiles the kernels without it):
+after the softmax, each probability is kept where a Philox draw `tl.rand(seed + b·H + h,
+query·N + key)` is ≥ p and scaled by 1/(1 - p). The row sums of the softmax (and so the saved
+log-sum-exp) are those before dropout; the backward draws the same mask from the same counters
+in both kernels, so the mask is never stored. dv uses the dropped probabilities and dP is masked
+and scaled alike; delta = rowsum(dO ∘ O) holds unchanged because O already includes the mask.
+
 Feature widths: the value width dv is padded to a power of two `HEAD` in [16, 128]; the q/k width
 is walked in chunks of `HEAD` (so any dk works for scaled-dot and quadratic; metric needs
 dk ≤ 128). Inputs fp16/bf16/fp32, accumulation in fp32 (fp32 inputs use IEEE fp32 dots, not TF32).

@@ -1,15 +1,35 @@
 """Test set-up shared by every test file.
 
 TRITON_INTERPRET must be set before triton is first imported: it makes the Triton kernels run on
-CPU tensors in Triton's interpreter, which is how the kernels are checked without a GPU.
+CPU tensors in Triton's interpreter, which is how the kernels are checked without a GPU. It is
+the default; the `cuda` tier runs the compiled kernels on a GPU instead:
+
+    TRITON_INTERPRET=0 python -m pytest -m cuda
+
+Tests marked `cuda` skip, with the reason, where there is no GPU or the interpreter is on.
 """
 
 import os
 
-os.environ["TRITON_INTERPRET"] = "1"
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available() and not INTERPRET:
+        return
+    reason = (
+        "needs a CUDA GPU"
+        if not torch.cuda.is_available()
+        else "runs the compiled kernels: TRITON_INTERPRET=0 python -m pytest -m cuda"
+    )
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)
