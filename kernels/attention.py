@@ -46,6 +46,7 @@ A query whose every key is masked (causal and padding together) gets zeros, and 
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import math
 import os
@@ -194,7 +195,7 @@ def _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p):
 def _attn_fwd(
     Q, K, V, M, Out, Lse, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sob, soh, son, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, dropout_p,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, dropout_p, n_bucket,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
@@ -254,7 +255,7 @@ def _attn_bwd_dkdv(
     Q, K, V, M, DO, Lse, Delta, DK, DV, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p, n_bucket,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
@@ -333,7 +334,7 @@ def _attn_bwd_dq(
     Q, K, V, M, DO, Lse, Delta, DQ, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdqb, sdqh, sdqn, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p,
+    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p, n_bucket,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
@@ -413,16 +414,21 @@ def spec_cases() -> Iterator[tuple[str, torch.dtype, int, bool, bool]]:
 
 
 # (kernel, "half" | "fp32", "plain" | "metric" | "chunked") -> {HEAD: configs}, each config
-# (BLOCK_M, BLOCK_N, num_warps, num_stages). Picked from the ahead-of-time compile report so that
-# nothing spills on sm_80 or sm_90 (ptxas's register allocation is not monotone in the tile size,
-# hence the irregular entries); the half-precision forward keeps two configs to autotune between.
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); the autotuner measures the ones of a variant's row on
+# the first call per length bucket and keeps the fastest. The rows began as the largest tiles
+# that do not spill on sm_80/sm_90 (ptxas's register allocation is not monotone in the tile size,
+# hence the irregular entries). On an H100 (2026-11-23 baseline) full-size tiles won although they
+# spill: 128×64, 4 warps, 3 stages forward and 2 backward took the bf16 head-64 scaled-dot
+# forward+backward from 0.47× to 0.70× of flash SDPA. Those, and the tiles of Triton's
+# fused-attention tutorial (32×128 keys for dk/dv, 128×32 queries for dq), are now in the
+# half-precision head-64/128 rows; the compile report shows what each spills.
 _A, _B = (128, 64, 4, 3), (64, 64, 4, 3)
 _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int]]]] = {
     ("attn_fwd", "half", "plain"): {
         16: [_A, _B],
         32: [_A, _B],
-        64: [(128, 64, 8, 3), _B],
-        128: [(64, 32, 8, 1)],
+        64: [(128, 64, 4, 3), (128, 64, 8, 3), _B],
+        128: [(128, 64, 8, 2), (64, 32, 8, 1)],
     },
     ("attn_fwd", "half", "metric"): {
         16: [_A, _B],
@@ -457,8 +463,8 @@ _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int
     ("attn_bwd_dkdv", "half", "plain"): {
         16: [(64, 64, 4, 2)],
         32: [(64, 64, 4, 2)],
-        64: [(64, 64, 8, 2)],
-        128: [(32, 32, 8, 1)],
+        64: [(128, 64, 4, 2), (32, 128, 4, 3), (64, 64, 8, 2)],
+        128: [(32, 128, 8, 2), (32, 32, 8, 1)],
     },
     ("attn_bwd_dkdv", "half", "chunked"): {
         16: [(32, 32, 8, 1)],
@@ -481,8 +487,8 @@ _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int
     ("attn_bwd_dq", "half", "plain"): {
         16: [(64, 64, 4, 2)],
         32: [(64, 64, 4, 2)],
-        64: [(64, 64, 8, 2)],
-        128: [(32, 32, 8, 1)],
+        64: [(128, 64, 4, 2), (128, 32, 4, 3), (64, 64, 8, 2)],
+        128: [(128, 32, 8, 2), (32, 32, 8, 1)],
     },
     ("attn_bwd_dq", "half", "chunked"): {
         16: [(32, 32, 4, 1)],
@@ -557,11 +563,29 @@ def _pruner(kernel: str, interpret: bool = INTERPRET):
     return prune
 
 
+def n_bucket(n: int) -> int:
+    """The sequence length as the autotuner sees it: the next power of two, between 64 and 16384.
+    One tuning serves every length in a bucket (a new length used to re-tune every kernel, about
+    30 s before a run's first step), and the best tile depends on N only through its scale."""
+    return min(max(64, triton.next_power_of_2(max(n, 1))), 16384)
+
+
+# Keep the autotuner's choice on disk (Triton's cache directory), so a new process with the same
+# kernels, GPU and bucket does not tune again; the argument exists from triton 3.2.
+_CACHE_RESULTS = (
+    {"cache_results": True}
+    if "cache_results" in inspect.signature(triton.autotune).parameters
+    else {}
+)
+
+
 def _autotuned(kernel: str):
     return triton.autotune(
         configs=_as_triton_configs(kernel),
-        key=["N", "d_qk", "d_v", "HEAD", "CHUNKED", "METRIC", "DROPOUT"],
+        # The tensors' dtypes are part of the key too (Triton adds them).
+        key=["n_bucket", "n_chunks", "HEAD", "CHUNKED", "METRIC", "DROPOUT"],
         prune_configs_by={"early_config_prune": _pruner(kernel)},
+        **_CACHE_RESULTS,
     )(KERNELS[kernel])
 
 
@@ -685,6 +709,7 @@ class _Problem:
             if self.mask_i8.stride(1) != 1:
                 self.mask_i8 = self.mask_i8.contiguous()
         self.dropout_p = float(dropout_p)
+        self.n_bucket = n_bucket(n)
         self.seed = seed if dropout_p > 0.0 else _placeholder(q.device, torch.int64)
         self.m_or_q = m if m is not None else q
         self.m_strides = (m.stride(0), m.stride(1)) if m is not None else (0, 0)
@@ -735,7 +760,7 @@ def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
     _fwd[grid](
         *p.inputs(), out, lse, p.mask_i8, p.seed,
         *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
-        *p.sizes(), p.scale * LOG2E, p.dropout_p,
+        *p.sizes(), p.scale * LOG2E, p.dropout_p, p.n_bucket,
         **p.flags(),
     )  # fmt: skip
     return out, lse
@@ -757,7 +782,7 @@ def attention_backward(
         return dq, dk, dv
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
-    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p)
+    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket)
     grid_n = lambda meta: (triton.cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, p.n_chunks)
     _bwd_dkdv[grid_n](
         *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,

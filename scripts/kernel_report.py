@@ -5,7 +5,9 @@ kernel in one configuration its launcher can pick) is compiled with
 `triton.compile(ASTSource(...), target=GPUTarget("cuda", cc, 32))` for sm_80 and sm_90, through
 the ptxas that ships in the triton wheel. The table gives registers per thread, shared memory,
 spilled bytes (stores + loads, from `ptxas -v`) and, on sm_90, whether wgmma (Hopper warp-group
-MMA) instructions were emitted. The exit status is 1 if any spec fails to compile or spills.
+MMA) instructions were emitted. The exit status is 1 if any spec fails to compile. Spills are
+reported, not refused: a larger tile that spills a little can still be the fastest (the autotuner
+measures; see README), so the table is what to read before and after a change to the configs.
 
     python scripts/kernel_report.py                 # Markdown table on stdout
     python scripts/kernel_report.py --json out.json # also the rows as JSON
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(table + "\n" + summary + "\n")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
-    return 1 if failed or spilled else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
