@@ -35,6 +35,7 @@ the autocast dtype and the op runs with autocast off — the dtype policy of `ke
 
 from __future__ import annotations
 
+import functools
 import importlib
 from types import ModuleType
 
@@ -48,6 +49,7 @@ AUTOCAST_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
+@functools.cache
 def triton_module(name: str) -> ModuleType:
     """kernels/<name>.py (`attention` or `pooling`), imported on first use."""
     try:
@@ -148,9 +150,11 @@ def _scaled_dot_setup(ctx, inputs, output) -> None:
 
 def _scaled_dot_backward(ctx, d_out, d_lse):
     q, k, v, out, lse, mask, seed = ctx.saved_tensors
-    dq, dk, dv = scaled_dot_attention_backward(
-        d_out, q, k, v, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed
-    )
+    dq, dk, dv = _backward(
+        ctx,
+        "scaled_dot_attention_backward",
+        d_out, q, k, v, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed,
+    )  # fmt: skip
     return dq, dk, dv, None, None, None, None, None
 
 
@@ -215,9 +219,11 @@ def _metric_setup(ctx, inputs, output) -> None:
 
 def _metric_backward(ctx, d_out, d_lse):
     p, m, out, lse, mask, seed = ctx.saved_tensors
-    dp, dm = metric_attention_backward(
-        d_out, p, m, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed
-    )
+    dp, dm = _backward(
+        ctx,
+        "metric_attention_backward",
+        d_out, p, m, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed,
+    )  # fmt: skip
     return dp, dm, None, None, None, None, None
 
 
@@ -234,7 +240,8 @@ _lib.define(
 )
 
 
-def _quadratic_composite(
+def _quadratic(
+    call,
     x: Tensor,
     u: Tensor,
     v: Tensor,
@@ -248,13 +255,18 @@ def _quadratic_composite(
     h = u.shape[0]
     q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
     k_bhnd = x[:, None].expand(b, h, n, d)  # zero head stride: one x for every head, no copy
-    out, _ = torch.ops.attnzoo.scaled_dot_attention(
-        q_bhnd, k_bhnd, v, key_padding_mask, causal, scale, dropout_p, seed
-    )
+    out, _ = call("scaled_dot_attention", q_bhnd, k_bhnd, v, key_padding_mask, causal, scale,
+                  dropout_p, seed)  # fmt: skip
     return out
 
 
-_lib.impl("quadratic_attention", _quadratic_composite, "CompositeImplicitAutograd")
+def _dispatch(name: str, *args):
+    return getattr(torch.ops.attnzoo, name)(*args)
+
+
+_lib.impl(
+    "quadratic_attention", functools.partial(_quadratic, _dispatch), "CompositeImplicitAutograd"
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,10 +305,92 @@ def _pool_setup(ctx, inputs, output) -> None:
 
 def _pool_backward(ctx, d_out, d_rcount):
     (rcount,) = ctx.saved_tensors
-    return pool_mix_backward(d_out, rcount, ctx.window, ctx.causal), None, None, None
+    return (
+        _backward(ctx, "pool_mix_backward", d_out, rcount, ctx.window, ctx.causal),
+        None,
+        None,
+        None,
+    )
 
 
 pool_mix.register_autograd(_pool_backward, setup_context=_pool_setup)
+
+
+# --------------------------------------------------------------------------------------------
+# Calling the ops: the dispatcher while torch.compile traces, a lean path in eager mode
+# --------------------------------------------------------------------------------------------
+
+
+class _Eager(torch.autograd.Function):
+    """An op's implementation and autograd formula (the very functions registered above) without
+    the dispatcher. In eager mode a call through `torch.ops` pays for the custom-op machinery in
+    Python (default filling, alias checks, an autograd wrapper, redispatch): about six times the
+    host time of this path, measured on CPU with the kernels stubbed out. The attention kernels
+    at training sizes are host-bound, so eager calls come here; torch.compile sees the ops."""
+
+    @staticmethod
+    def forward(ctx, name: str, *args):
+        impl, setup, _ = _FORMULAS[name]
+        output = impl(*args)
+        setup(ctx, args, output)
+        ctx.name, ctx.eager = name, True
+        if isinstance(output, tuple):
+            ctx.mark_non_differentiable(*output[1:])  # lse, rcount
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _, _, backward = _FORMULAS[ctx.name]
+        return (None, *backward(ctx, *grads))
+
+
+def _kernel(module: str, function: str):
+    """kernels/<module>.py's `function`, looked up at call time (the module loads lazily)."""
+    return lambda *args: getattr(triton_module(module), function)(*args)
+
+
+# op name -> (implementation, setup_context, backward): what the custom ops above run and register
+_FORMULAS = {
+    "scaled_dot_attention": (
+        _kernel("attention", "scaled_dot_forward"),
+        _scaled_dot_setup,
+        _scaled_dot_backward,
+    ),
+    "metric_attention": (_kernel("attention", "metric_forward"), _metric_setup, _metric_backward),
+    "pool_mix": (_kernel("pooling", "pool_mix_forward"), _pool_setup, _pool_backward),
+}
+_BACKWARDS = {
+    "scaled_dot_attention_backward": _kernel("attention", "scaled_dot_backward"),
+    "metric_attention_backward": _kernel("attention", "metric_backward"),
+    "pool_mix_backward": _kernel("pooling", "pool_mix_backward"),
+}
+
+
+def run(name: str, *args):
+    """Call op `name`: through `torch.ops.attnzoo.<name>` whenever something traces the call
+    (torch.compile, fake tensors, make_fx, opcheck), so it is one opaque node of the graph; in
+    plain eager mode the same implementation and autograd formula directly."""
+    if _traced(args[0]):
+        return _dispatch(name, *args)
+    if name == "quadratic_attention":
+        return _quadratic(run, *args)
+    return _Eager.apply(name, *args)
+
+
+def _traced(activation: Tensor) -> bool:
+    return (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack() > 0  # fake tensor, proxy and other modes
+        or type(activation) is not Tensor  # tensor subclasses, e.g. FakeTensor
+    )
+
+
+def _backward(ctx, name: str, *args):
+    """A backward op, from an autograd formula: its implementation directly when the forward
+    took the eager path, else `torch.ops.attnzoo.<name>` (what compile and opcheck trace)."""
+    if getattr(ctx, "eager", False):
+        return _BACKWARDS[name](*args)
+    return _dispatch(name, *args)
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ of implementation.
 
 Every op takes `impl`:
 - "torch": the PyTorch reference in `reference.py` (any device, any float dtype);
-- "triton": the Triton kernels as the custom ops `torch.ops.attnzoo.*` of `library.py` (CUDA
-  tensors, or any tensor under TRITON_INTERPRET=1);
+- "triton": the Triton kernels, the custom ops `torch.ops.attnzoo.*` of `library.py` (CUDA
+  tensors, or any tensor under TRITON_INTERPRET=1; eager calls skip the dispatcher, see there);
 - "auto": Triton for CUDA tensors in fp16/bf16/fp32; elsewhere, for the three attention ops in
   fp32/fp64, PyTorch's fused `scaled_dot_product_attention` (the fastest CPU path, same result as
   the reference to rounding), and the reference for everything else.
@@ -164,8 +164,8 @@ def scaled_dot_attention(
     with _autocast_off(q):
         if _use_triton(impl, q):
             seed = _dropout_seed(q, dropout_p)
-            out, _ = torch.ops.attnzoo.scaled_dot_attention(
-                q, k, v, key_padding_mask, causal, scale, dropout_p, seed
+            out, _ = library.run(
+                "scaled_dot_attention", q, k, v, key_padding_mask, causal, scale, dropout_p, seed
             )
             return out
         if _use_sdpa(impl, q):
@@ -208,8 +208,8 @@ def quadratic_attention(
     with _autocast_off(x):
         if _use_triton(impl, x):
             seed = _dropout_seed(x, dropout_p)
-            return torch.ops.attnzoo.quadratic_attention(
-                x, u, v, key_padding_mask, causal, scale, dropout_p, seed
+            return library.run(
+                "quadratic_attention", x, u, v, key_padding_mask, causal, scale, dropout_p, seed
             )
         if _use_sdpa(impl, x):
             q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
@@ -247,8 +247,8 @@ def metric_attention(
     with _autocast_off(p):
         if _use_triton(impl, p):
             seed = _dropout_seed(p, dropout_p)
-            out, _ = torch.ops.attnzoo.metric_attention(
-                p, m, key_padding_mask, causal, scale, dropout_p, seed
+            out, _ = library.run(
+                "metric_attention", p, m, key_padding_mask, causal, scale, dropout_p, seed
             )
             return out
         if _use_sdpa(impl, p):
@@ -278,6 +278,6 @@ def pool_mix(
     check_mask(key_padding_mask, x.shape[0], x.shape[1], x.device)
     with _autocast_off(x):
         if _use_triton(impl, x):
-            out, _ = torch.ops.attnzoo.pool_mix(x, window, causal, key_padding_mask)
+            out, _ = library.run("pool_mix", x, window, causal, key_padding_mask)
             return out
         return reference.pool_mix(x, window, causal, key_padding_mask)
