@@ -288,3 +288,30 @@ def test_path_shares_are_the_binomial_counts():
     assert shares[0] == pytest.approx(13.0**-12)
     assert shares[3] == pytest.approx(num_paths(12, 12, 3) / 13**12)
     assert max(range(13), key=shares.__getitem__) == 11  # most paths go through 11 of 12 layers
+
+
+def test_the_readme_adapter_for_roberta_works(monkeypatch):
+    """The README's example of adding an architecture, on a tiny RoBERTa."""
+    import attnzoo.probe as probe
+
+    monkeypatch.setattr(probe, "ADAPTERS", dict(ADAPTERS))
+    probe.register_adapter(
+        Adapter(
+            name="roberta",
+            layer="RobertaLayer",
+            norm="post",
+            attn_branch="attention.output.dropout",
+            attn_norm="attention.output.LayerNorm",
+            mlp_branch="output.dropout",
+            mlp_norm="output.LayerNorm",
+            model_types=("roberta",),
+        )
+    )
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(**TINY["bert"], pad_token_id=1)
+    model = transformers.RobertaModel(config, add_pooling_layer=False).eval()
+    inputs = {"input_ids": torch.randint(2, 128, (2, 12))}
+    with torch.no_grad():
+        own = model(**inputs, output_hidden_states=True).hidden_states
+    assert all(torch.equal(a, b) for a, b in zip(own, hidden_states(model, inputs), strict=True))
+    assert rank_decay(model, inputs, "pure_attention", dtype=torch.float64).mean[-1] < 1e-12
