@@ -397,16 +397,22 @@ def rank_decay(
     norms: bool = True,
     adapter: Adapter | str | None = None,
     dtype: torch.dtype | None = None,
+    key_padding_mask: torch.Tensor | None = None,
 ) -> RankProfile:
     """Mean and std over the batch of the relative residual before the first layer and after
     every layer call, with `model` run as `variant`. With `dtype=torch.float64` a float64 copy of
-    the model is probed, which follows the residual below float32's floor (about 1e-7)."""
+    the model is probed, which follows the residual below float32's floor (about 1e-7).
+    `key_padding_mask` (batch, tokens), True at padding, leaves padded tokens out of the measure
+    (the model's own attention mask goes in `inputs`)."""
     if dtype is not None and dtype != next(model.parameters()).dtype:
         model = copy.deepcopy(model).to(dtype)
         inputs = _cast(inputs, dtype)
     states = hidden_states(model, inputs, variant, norms, adapter)
     stats = torch.stack(
-        [relative_residual(h if h.dtype.itemsize >= 4 else h.float()) for h in states]
+        [
+            relative_residual(h if h.dtype.itemsize >= 4 else h.float(), key_padding_mask)
+            for h in states
+        ]
     )
     mean, std = stats.mean(dim=1), stats.std(dim=1, unbiased=False)
     return RankProfile(mean=mean.tolist(), std=std.tolist())

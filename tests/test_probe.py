@@ -315,3 +315,26 @@ def test_the_readme_adapter_for_roberta_works(monkeypatch):
         own = model(**inputs, output_hidden_states=True).hidden_states
     assert all(torch.equal(a, b) for a, b in zip(own, hidden_states(model, inputs), strict=True))
     assert rank_decay(model, inputs, "pure_attention", dtype=torch.float64).mean[-1] < 1e-12
+
+
+def test_padded_tokens_are_left_out_of_the_measure():
+    """A padded batch, masked for the model and for the measure, gives each sequence the
+    residuals it has alone."""
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(**TINY["bert"]), add_pooling_layer=False)
+    ids = torch.randint(2, 128, (2, 12))
+    ids[1, 8:] = 0  # the second sequence is 8 tokens long
+    attention_mask = (ids != 0).long()
+    padded = rank_decay(
+        model,
+        {"input_ids": ids, "attention_mask": attention_mask},
+        "no_mlp",
+        dtype=torch.float64,
+        key_padding_mask=attention_mask == 0,
+    )
+    alone = [
+        rank_decay(model, {"input_ids": ids[i : i + 1, :n]}, "no_mlp", dtype=torch.float64).mean
+        for i, n in ((0, 12), (1, 8))
+    ]
+    expected = torch.tensor(alone, dtype=torch.float64).mean(0).tolist()
+    assert padded.mean == pytest.approx(expected, rel=1e-9)
