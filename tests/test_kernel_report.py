@@ -54,8 +54,8 @@ def test_report_compiles_every_kernel_config_for_sm80_and_sm90(tmp_path: Path) -
     assert len(rows) == len(expected)
     for kernel, config, cc, regs, shared, spills, wgmma in rows:
         assert 0 < int(regs) <= 255, (kernel, config, cc)
-        # the pooling backward keeps everything in registers; every attention kernel stages tiles
-        assert int(shared) > 0 or kernel == "pooling.pool_bwd", (kernel, config, cc)
+        # the pooling kernels keep their tiles in registers; every attention kernel stages tiles
+        assert int(shared) > 0 or kernel.startswith("pooling."), (kernel, config, cc)
         assert int(spills) == 0, (kernel, config, cc)
         assert wgmma in (("yes", "no") if cc == "sm_90" else ("–",))
     # Hopper's warp-group MMA is what makes the half-precision forward fast on sm_90; it needs
