@@ -13,11 +13,13 @@ contiguous (16-byte vector loads and stores, rows of 128-256 bytes), one read of
 DRAM and one write. The program adds the `window` row-shifted copies of its tile into an fp32
 accumulator: the first shift brings the tile (and `window - 1` halo rows that the neighbouring
 program also reads) into L1/L2, the other shifts hit there, and the shift with offset 0 is the
-token itself, so x is never loaded a second time for the "- x". Per token (not per element) the
-program computes the window's count of real tokens: in closed form from the token index when
-there is no mask, and from the shifted mask bytes it loads anyway when there is one. No count,
-mask or scratch tensor is allocated: without a mask the mask pointer is a dummy never read
-(HAS_MASK is a constexpr), and the forward saves nothing for the backward but the mask itself.
+token itself, so x is never loaded a second time for the "- x" (its weight is 1/count - 1, and
+nothing but the accumulator stays live across the loop: 70-90 registers at 32 elements a thread).
+Per token (not per element) the program computes the window's count of real tokens: in closed
+form from the token index when there is no mask, from the shifted mask bytes when there is one.
+The forward writes 1/count per token (0 on padding; fp32 (B, N): 4 bytes a token against the
+output's 2D in bf16) for the backward. Nothing else is allocated per call: without a mask the mask
+pointer is a dummy never read (HAS_MASK is a constexpr), not a tensor of zeros.
 
 Bytes per element, bf16, no mask: 2 read + 2 written from DRAM, exactly a copy's; the halo adds
 (window - 1) / BLOCK_N of a read from L2 (3% at window 3 and BLOCK_N = 64), and the mask, when
@@ -36,10 +38,10 @@ Backward. With c_i the number of real tokens in token i's window W(i) and keep_j
 so
     dx_j = keep_j * (sum_{i : j in W(i), keep_i} g_i / c_i - g_j).
 j is in W(i) = [i - left, i - left + window - 1] exactly when i = j + left - o for a shift
-o in [0, window): the same windowed sum over the mirrored window, on g_i / c_i, with the padded
-i left out. c_i is recomputed, as in the forward, in closed form or from the mask: for shift o the
-window of i = j + left - o covers rows j - o ... j - o + window - 1, so from one shift to the next
-the count gains one row and loses one (two mask loads per shift, exact integer counts).
+o in [0, window): the same windowed sum over the mirrored window, on g_i * rcount_i (rcount_i =
+keep_i / c_i, saved by the forward), so the backward needs neither x nor the mask: keep_j is
+rcount_j > 0, since a real token always counts itself, and the shift o = left (i = j) carries the
+"- g_j" with weight rcount_j - 1, as in the forward.
 
 Layouts: x and the upstream gradient are read through their strides (any view: transposed,
 sliced, expanded), so no copy is made; outputs are allocated contiguous. Offsets inside one
@@ -92,6 +94,7 @@ def _pool_fwd_kernel(
     x_ptr,
     pad_ptr,
     out_ptr,
+    rcount_ptr,
     N,
     D,
     window,
@@ -107,7 +110,10 @@ def _pool_fwd_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """out[b, n] = mean of the real x[b, n - left + o] for o < window, minus x[b, n]; 0 on padding."""
+    """out[b, n] = mean of the real x[b, n - left + o] for o < window, minus x[b, n]; 0 on padding.
+
+    Also writes rcount[b, n] = keep / count (fp32, contiguous (B, N)) for the backward.
+    """
     pid_bn = tl.program_id(0)
     pid_d = tl.program_id(1)
     n_blocks = tl.cdiv(N, BLOCK_N)
@@ -144,17 +150,22 @@ def _pool_fwd_kernel(
     if HAS_MASK:  # padding tokens get 0 (their x was not loaded, but their neighbours were)
         keep_n = _real(pad_b, offs_n, N, stride_pn, True)
         out_nd = tl.where(keep_n[:, None], out_nd, 0.0)
+    n_ok = offs_n < N
     tl.store(
         out_ptr + b * N * D + offs_n[:, None] * D + offs_d[None, :],
         out_nd.to(out_ptr.dtype.element_ty),
-        mask=(offs_n < N)[:, None] & d_ok[None, :],
+        mask=n_ok[:, None] & d_ok[None, :],
     )
+    if pid_d == 0:
+        if HAS_MASK:
+            inv_n = tl.where(keep_n, inv_n, 0.0)
+        tl.store(rcount_ptr + b * N + offs_n, inv_n, mask=n_ok)
 
 
 @triton.jit(do_not_specialize=["rows_bucket", "d_bucket"])
 def _pool_bwd_kernel(
     g_ptr,
-    pad_ptr,
+    rcount_ptr,
     dx_ptr,
     N,
     D,
@@ -163,59 +174,44 @@ def _pool_bwd_kernel(
     stride_gb,
     stride_gn,
     stride_gd,
-    stride_pb,
-    stride_pn,
     rows_bucket,  # autotuning key only, unused
     d_bucket,  # autotuning key only, unused
-    HAS_MASK: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """dx[b, j] = keep_j * (sum over o < window of keep_i g[b, i] / c_i - g[b, j]), i = j + left - o."""
+    """dx[b, j] = keep_j * (sum over o < window of (g * rcount)[b, j + left - o] - g[b, j])."""
     pid_bn = tl.program_id(0)
     pid_d = tl.program_id(1)
     n_blocks = tl.cdiv(N, BLOCK_N)
     b = (pid_bn // n_blocks).to(tl.int64)
     offs_n = (pid_bn % n_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    n_ok = offs_n < N
     d_ok = offs_d < D
     g_b = g_ptr + b * stride_gb
     cols_d = offs_d * stride_gd
-    pad_b = pad_ptr + b * stride_pb
+    r_b = rcount_ptr + b * N
 
-    count_n = tl.zeros((BLOCK_N,), dtype=tl.int32)
-    if HAS_MASK:
-        # the count of a virtual shift o = window: rows j - window ... j - 1
-        for s in range(0, window):
-            count_n += _real(pad_b, offs_n - window + s, N, stride_pn, True).to(tl.int32)
     dx_nd = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-    for t in range(0, window):
-        o = window - 1 - t
+    for o in range(0, window):
         dst_n = offs_n + left - o  # the tokens i whose window holds token j at offset o
-        if HAS_MASK:
-            # i's window is rows j - o ... j - o + window - 1: one row in, one row out
-            count_n += _real(pad_b, offs_n - o + window - 1, N, stride_pn, True).to(tl.int32)
-            count_n -= _real(pad_b, offs_n - o - 1, N, stride_pn, True).to(tl.int32)
-        else:
-            count_n = _span_count(dst_n, N, window, left)
-        ok_n = _real(pad_b, dst_n, N, stride_pn, HAS_MASK)
-        # weight keep_i / c_i, and the shift o == left (i = j) also carries the "- g_j"
-        w_n = 1.0 / tl.maximum(count_n, 1).to(tl.float32)
-        w_n = tl.where(o == left, w_n - 1.0, w_n)
+        r_n = tl.load(r_b + dst_n, mask=(dst_n >= 0) & (dst_n < N), other=0.0)
+        # weight keep_i / c_i (0 for padding, whose g is then not read), and the shift o == left
+        # (i = j) also carries the "- g_j"
         gs_nd = tl.load(
             g_b + dst_n[:, None] * stride_gn + cols_d[None, :],
-            mask=ok_n[:, None] & d_ok[None, :],
+            mask=(r_n > 0.0)[:, None] & d_ok[None, :],
             other=0.0,
         )
+        w_n = tl.where(o == left, r_n - 1.0, r_n)
         dx_nd += gs_nd.to(tl.float32) * w_n[:, None]
 
-    if HAS_MASK:  # padding tokens get 0
-        keep_n = _real(pad_b, offs_n, N, stride_pn, True)
-        dx_nd = tl.where(keep_n[:, None], dx_nd, 0.0)
+    keep_n = tl.load(r_b + offs_n, mask=n_ok, other=0.0) > 0.0  # a real token counts itself
+    dx_nd = tl.where(keep_n[:, None], dx_nd, 0.0)
     tl.store(
         dx_ptr + b * N * D + offs_n[:, None] * D + offs_d[None, :],
         dx_nd.to(dx_ptr.dtype.element_ty),
-        mask=(offs_n < N)[:, None] & d_ok[None, :],
+        mask=n_ok[:, None] & d_ok[None, :],
     )
 
 
@@ -262,7 +258,7 @@ def _buckets(b: int, n: int, d: int) -> tuple[int, int]:
 _pool_fwd = triton.autotune(CONFIGS, key=KEY, prune_configs_by={"early_config_prune": _prune})(
     _pool_fwd_kernel
 )
-_pool_bwd = triton.autotune(CONFIGS, key=KEY, prune_configs_by={"early_config_prune": _prune})(
+_pool_bwd = triton.autotune(CONFIGS, key=KEY[:2], prune_configs_by={"early_config_prune": _prune})(
     _pool_bwd_kernel
 )
 
@@ -354,38 +350,32 @@ def _grid(b: int, n: int, d: int):
     return lambda meta: (b * triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_D"]))
 
 
-def _alloc_like(t_bnd: torch.Tensor) -> torch.Tensor:
-    """A contiguous (B, N, D) output in t's dtype and device (NaN-filled when tests poison)."""
+def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if POISON_OUTPUTS:
-        return torch.full(t_bnd.shape, float("nan"), dtype=t_bnd.dtype, device=t_bnd.device)
-    return torch.empty(t_bnd.shape, dtype=t_bnd.dtype, device=t_bnd.device)
-
-
-def _mask_args(
-    key_padding_mask: torch.Tensor | None, dummy: torch.Tensor
-) -> tuple[torch.Tensor, int, int]:
-    """(pointer, batch stride, token stride) of the mask as bytes; without a mask, any tensor as
-    a pointer the kernel never reads (HAS_MASK=False), so nothing is allocated."""
-    if key_padding_mask is None:
-        return dummy, 0, 0
-    pad_bn = key_padding_mask.view(torch.uint8)  # a view: same bytes, no copy
-    return pad_bn, pad_bn.stride(0), pad_bn.stride(1)
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _launch_fwd(
     x_bnd: torch.Tensor, window: int, causal: bool, key_padding_mask: torch.Tensor | None
-) -> torch.Tensor:
-    """The forward launch on checked arguments."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward launch on checked arguments: (out (B, N, D), rcount (B, N) fp32)."""
     b, n, d = x_bnd.shape
-    out_bnd = _alloc_like(x_bnd)
+    out_bnd = _alloc((b, n, d), x_bnd.dtype, x_bnd.device)
+    rcount_bn = _alloc((b, n), torch.float32, x_bnd.device)
     if out_bnd.numel() == 0:
-        return out_bnd
-    pad, stride_pb, stride_pn = _mask_args(key_padding_mask, x_bnd)
+        return out_bnd, rcount_bn.zero_()
+    if key_padding_mask is None:  # a pointer the kernel never reads (HAS_MASK=False): no tensor
+        pad_bn, stride_pb, stride_pn = x_bnd, 0, 0
+    else:
+        pad_bn = key_padding_mask.view(torch.uint8)  # a view: the same bytes, no copy
+        stride_pb, stride_pn = pad_bn.stride()
     stride_xb, stride_xn, stride_xd = x_bnd.stride()
     _pool_fwd[_grid(b, n, d)](
         x_bnd,
-        pad,
+        pad_bn,
         out_bnd,
+        rcount_bn,
         n,
         d,
         window,
@@ -398,22 +388,21 @@ def _launch_fwd(
         *_buckets(b, n, d),
         HAS_MASK=key_padding_mask is not None,
     )
-    return out_bnd
+    return out_bnd, rcount_bn
 
 
 def _launch_bwd(
-    grad_bnd: torch.Tensor, window: int, causal: bool, key_padding_mask: torch.Tensor | None
+    grad_bnd: torch.Tensor, rcount_bn: torch.Tensor, window: int, causal: bool
 ) -> torch.Tensor:
-    """The backward launch on checked arguments."""
+    """The backward launch on checked arguments: dx (B, N, D)."""
     b, n, d = grad_bnd.shape
-    dx_bnd = _alloc_like(grad_bnd)
+    dx_bnd = _alloc((b, n, d), grad_bnd.dtype, grad_bnd.device)
     if dx_bnd.numel() == 0:
         return dx_bnd
-    pad, stride_pb, stride_pn = _mask_args(key_padding_mask, grad_bnd)
     stride_gb, stride_gn, stride_gd = grad_bnd.stride()
     _pool_bwd[_grid(b, n, d)](
         grad_bnd,
-        pad,
+        rcount_bn,
         dx_bnd,
         n,
         d,
@@ -422,10 +411,7 @@ def _launch_bwd(
         stride_gb,
         stride_gn,
         stride_gd,
-        stride_pb,
-        stride_pn,
         *_buckets(b, n, d),
-        HAS_MASK=key_padding_mask is not None,
     )
     return dx_bnd
 
@@ -435,43 +421,56 @@ def pool_mix_forward(
     window: int,
     causal: bool,
     key_padding_mask: torch.Tensor | None,
-) -> torch.Tensor:
-    """Run the forward kernel: out (B, N, D), contiguous, in x's dtype."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the forward kernel: returns (out (B, N, D) contiguous in x's dtype, rcount (B, N) fp32)."""
     check_pool_args(x_bnd, window, causal, key_padding_mask)
     return _launch_fwd(x_bnd, window, causal, key_padding_mask)
 
 
 def pool_mix_backward(
     grad_bnd: torch.Tensor,
+    rcount_bn: torch.Tensor,
     window: int,
     causal: bool,
-    key_padding_mask: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Run the backward kernel: dx (B, N, D), contiguous, in grad's dtype. Needs only the
-    upstream gradient and the forward's mask: the window counts are recomputed, not saved."""
-    check_pool_args(grad_bnd, window, causal, key_padding_mask, name="grad")
-    return _launch_bwd(grad_bnd, window, causal, key_padding_mask)
+    """Run the backward kernel: dx (B, N, D), contiguous, in grad's dtype, from the saved rcount."""
+    check_pool_args(grad_bnd, window, causal, None, name="grad")
+    b, n, _ = grad_bnd.shape
+    if (
+        tuple(rcount_bn.shape) != (b, n)
+        or rcount_bn.dtype != torch.float32
+        or rcount_bn.device != grad_bnd.device
+        or not rcount_bn.is_contiguous()
+    ):
+        raise ValueError(
+            f"rcount_bn must be a contiguous float32 tensor of shape {(b, n)} on "
+            f"{grad_bnd.device} (from pool_mix_forward), got {rcount_bn.dtype} "
+            f"{tuple(rcount_bn.shape)} strides {rcount_bn.stride()} on {rcount_bn.device}"
+        )
+    return _launch_bwd(grad_bnd, rcount_bn, window, causal)
 
 
 # ------------------------------------------------------------------------------------ autograd
 
 
 class PoolMix(torch.autograd.Function):
-    """Autograd wrapper: saves only a reference to the mask (no x, no counts)."""
+    """Autograd wrapper: the forward saves only rcount (B, N); x and the mask are not kept."""
 
     @staticmethod
     def forward(ctx, x_bnd, window, causal, key_padding_mask):  # type: ignore[override]
-        ctx.window, ctx.causal, ctx.key_padding_mask = window, causal, key_padding_mask
-        return _launch_fwd(x_bnd, window, causal, key_padding_mask)
+        out_bnd, rcount_bn = _launch_fwd(x_bnd, window, causal, key_padding_mask)
+        ctx.save_for_backward(rcount_bn)
+        ctx.window, ctx.causal = window, causal
+        return out_bnd
 
     @staticmethod
     @once_differentiable  # the backward kernel is not itself differentiable: say so, loudly
     def backward(ctx, grad_bnd):  # type: ignore[override]
+        (rcount_bn,) = ctx.saved_tensors
         # autograd hands a gradient of out's shape and dtype, in any strides; only its span
         # (int32 indexing) is not implied by the forward's checks
         _check_int32_offsets("grad", grad_bnd)
-        dx_bnd = _launch_bwd(grad_bnd, ctx.window, ctx.causal, ctx.key_padding_mask)
-        return dx_bnd, None, None, None
+        return _launch_bwd(grad_bnd, rcount_bn, ctx.window, ctx.causal), None, None, None
 
 
 def pool_mix(
@@ -504,49 +503,71 @@ def aot_specs() -> list[AotSpec]:
     specs: list[AotSpec] = []
     for ty in _TL_TYPES.values():
         for cfg in GPU_CONFIGS:  # what a GPU launch can pick, whatever TRITON_INTERPRET says
-            bn, bd = cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_D"]
-            for name, fn, src, dst in (
-                ("pool_fwd", _pool_fwd_kernel, "x", "out"),
-                ("pool_bwd", _pool_bwd_kernel, "g", "dx"),
-            ):
-                for has_mask in (False, True):
-                    specs.append(
-                        AotSpec(
-                            name=name,
-                            fn=fn,
-                            signature={
-                                f"{src}_ptr": f"*{ty}",
-                                "pad_ptr": "*u8",
-                                f"{dst}_ptr": f"*{ty}",
-                                "N": "i32",
-                                "D": "i32",
-                                "window": "i32",
-                                "left": "i32",
-                                f"stride_{src[0]}b": "i32",
-                                f"stride_{src[0]}n": "i32",
-                                f"stride_{src[0]}d": "constexpr",
-                                "stride_pb": "i32",
-                                "stride_pn": "i32",
-                                "rows_bucket": "i32",
-                                "d_bucket": "i32",
-                                "HAS_MASK": "constexpr",
-                                "BLOCK_N": "constexpr",
-                                "BLOCK_D": "constexpr",
-                            },
-                            constexprs={
-                                f"stride_{src[0]}d": 1,
-                                "HAS_MASK": has_mask,
-                                "BLOCK_N": bn,
-                                "BLOCK_D": bd,
-                            },
-                            num_warps=cfg.num_warps,
-                            num_stages=cfg.num_stages,
-                            label=(
-                                f"{ty} {'mask' if has_mask else 'no-mask'} any-window "
-                                f"BLOCK_N={bn} BLOCK_D={bd} w{cfg.num_warps}"
-                            ),
-                            # pointers, D and the batch/token strides: multiples of 16
-                            attrs={(i,): aligned for i in (0, 1, 2, 4, 7, 8)},
-                        )
+            bn, bd, warps = cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_D"], cfg.num_warps
+            tile = f"BLOCK_N={bn} BLOCK_D={bd} w{warps}"
+            for has_mask in (False, True):
+                specs.append(
+                    AotSpec(
+                        name="pool_fwd",
+                        fn=_pool_fwd_kernel,
+                        signature={
+                            "x_ptr": f"*{ty}",
+                            "pad_ptr": "*u8",
+                            "out_ptr": f"*{ty}",
+                            "rcount_ptr": "*fp32",
+                            "N": "i32",
+                            "D": "i32",
+                            "window": "i32",
+                            "left": "i32",
+                            "stride_xb": "i32",
+                            "stride_xn": "i32",
+                            "stride_xd": "constexpr",
+                            "stride_pb": "i32",
+                            "stride_pn": "i32",
+                            "rows_bucket": "i32",
+                            "d_bucket": "i32",
+                            "HAS_MASK": "constexpr",
+                            "BLOCK_N": "constexpr",
+                            "BLOCK_D": "constexpr",
+                        },
+                        constexprs={
+                            "stride_xd": 1,
+                            "HAS_MASK": has_mask,
+                            "BLOCK_N": bn,
+                            "BLOCK_D": bd,
+                        },
+                        num_warps=warps,
+                        num_stages=cfg.num_stages,
+                        label=f"{ty} {'mask' if has_mask else 'no-mask'} any-window {tile}",
+                        # the pointers, D and x's batch and token strides: multiples of 16
+                        attrs={(i,): aligned for i in (0, 1, 2, 3, 5, 8, 9)},
                     )
+                )
+            specs.append(
+                AotSpec(
+                    name="pool_bwd",
+                    fn=_pool_bwd_kernel,
+                    signature={
+                        "g_ptr": f"*{ty}",
+                        "rcount_ptr": "*fp32",
+                        "dx_ptr": f"*{ty}",
+                        "N": "i32",
+                        "D": "i32",
+                        "window": "i32",
+                        "left": "i32",
+                        "stride_gb": "i32",
+                        "stride_gn": "i32",
+                        "stride_gd": "constexpr",
+                        "rows_bucket": "i32",
+                        "d_bucket": "i32",
+                        "BLOCK_N": "constexpr",
+                        "BLOCK_D": "constexpr",
+                    },
+                    constexprs={"stride_gd": 1, "BLOCK_N": bn, "BLOCK_D": bd},
+                    num_warps=warps,
+                    num_stages=cfg.num_stages,
+                    label=f"{ty} any-window {tile}",
+                    attrs={(i,): aligned for i in (0, 1, 2, 4, 7, 8)},
+                )
+            )
     return specs

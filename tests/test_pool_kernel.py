@@ -56,8 +56,9 @@ def reference_vjp(x, window, causal, mask, grad):
 
 
 def kernel_fwd_bwd(x, window, causal, mask, grad):
-    out = pooling.pool_mix_forward(x, window, causal, mask)
-    dx = pooling.pool_mix_backward(grad, window, causal, mask)
+    out, rcount = pooling.pool_mix_forward(x, window, causal, mask)
+    assert torch.isfinite(rcount).all(), "rcount has elements the forward never wrote"
+    dx = pooling.pool_mix_backward(grad, rcount, window, causal)
     return out, dx
 
 
@@ -165,17 +166,11 @@ def test_bad_arguments_raise_value_error_naming_them(name, bad):
         pooling.pool_mix(**args)
 
 
-def test_backward_launcher_checks_its_gradient_and_mask():
+def test_bad_saved_counts_raise_value_error():
     g = torch.randn(2, 5, 4)
-    mask = torch.zeros(2, 5, dtype=torch.bool)
-    with pytest.raises(ValueError, match="grad must have 3 dims"):
-        pooling.pool_mix_backward(g[0], 3, False, None)
-    with pytest.raises(ValueError, match="grad has dtype"):
-        pooling.pool_mix_backward(g.double(), 3, False, None)
-    with pytest.raises(ValueError, match="key_padding_mask must have shape"):
-        pooling.pool_mix_backward(g, 3, False, mask[:, :4])
-    with pytest.raises(ValueError, match="window must be odd"):
-        pooling.pool_mix_backward(g, 4, False, mask)
+    for bad in [torch.ones(2, 4), torch.ones(2, 5).half(), torch.ones(5, 2).mT]:
+        with pytest.raises(ValueError, match="rcount_bn"):
+            pooling.pool_mix_backward(g, bad, 3, False)
 
 
 def test_sequence_beyond_int32_indexing_raises_value_error():
