@@ -17,7 +17,6 @@ from attnzoo.kernels import attention, pooling
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "scripts" / "kernel_report.py"
-BENCH = ROOT / "scripts" / "bench_kernels.py"
 
 
 def run(
@@ -54,8 +53,8 @@ def test_report_compiles_every_kernel_config_for_sm80_and_sm90(tmp_path: Path) -
     assert len(rows) == len(expected)
     for kernel, config, cc, regs, shared, spills, wgmma in rows:
         assert 0 < int(regs) <= 255, (kernel, config, cc)
-        # the pooling backward keeps everything in registers; every attention kernel stages tiles
-        assert int(shared) > 0 or kernel == "pooling.pool_bwd", (kernel, config, cc)
+        # the pooling kernels keep their tiles in registers; every attention kernel stages tiles
+        assert int(shared) > 0 or kernel.startswith("pooling."), (kernel, config, cc)
         assert int(spills) >= 0, (kernel, config, cc)  # reported; the autotuner may pick a spiller
         assert wgmma in (("yes", "no") if cc == "sm_90" else ("–",))
     # Hopper's warp-group MMA is what makes the half-precision forward fast on sm_90; it needs
@@ -88,20 +87,3 @@ def test_report_fails_when_nothing_matches() -> None:
     out = run([str(REPORT), "--only", "no-such-kernel"])
     assert out.returncode == 1
     assert "no kernel specs matched" in out.stderr
-
-
-def test_bench_without_gpu_prints_the_cost_model_and_targets() -> None:
-    out = run([str(BENCH), "--n", "512", "4096"], interpret=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "timings need a GPU" in out.stdout
-    assert "0.8× PyTorch flash SDPA at N=4096" in out.stdout
-    rows = [
-        line for line in out.stdout.splitlines() if line.startswith("| ") and "GFLOP" not in line
-    ]
-    ops = {(r.split("|")[1].strip(), r.split("|")[2].strip()) for r in rows}
-    assert ops == {(op, n) for op in ("scaled_dot", "quadratic", "metric") for n in ("512", "4096")}
-    # metric reads one tensor where scaled-dot reads three: fewer bytes per FLOP
-    by_op = {
-        r.split("|")[1].strip() + r.split("|")[2].strip(): float(r.split("|")[5]) for r in rows
-    }
-    assert by_op["metric4096"] < 0.6 * by_op["scaled_dot4096"]

@@ -217,3 +217,21 @@ def test_pooling_model_trains_on_the_kernel_like_on_the_reference(causal):
         opt.step()
         first = loss.item() if first is None else first
     assert loss.item() < first
+
+
+def test_gpu_autotuning_prunes_wasteful_tiles_and_keys_on_buckets():
+    """What a GPU launch autotunes over (the interpreter runs one config, so this is checked
+    directly): feature blocks that would leave over a quarter of their lanes idle are dropped,
+    the narrowest always stays, and a new sequence length within a power of two reuses the key."""
+
+    def widths(d):
+        return sorted({c.kwargs["BLOCK_D"] for c in pooling._prune(pooling.GPU_CONFIGS, {"D": d})})
+
+    assert widths(384) == [32, 64, 128]
+    assert widths(512) == [32, 64, 128]
+    assert widths(96) == [32]  # 64 or 128 would pad 96 to 128
+    assert widths(40) == [32]  # nothing fits well: the narrowest stays
+    assert widths(8) == [32]
+    assert pooling._buckets(64, 250, 384) == pooling._buckets(64, 256, 384) == (16384, 512)
+    assert pooling._buckets(2, 4096, 512) != pooling._buckets(2, 8192, 512)
+    assert pooling._buckets(10**4, 10**4, 10**4) == (2**20, 4096)

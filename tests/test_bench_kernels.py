@@ -1,0 +1,225 @@
+"""scripts/bench_kernels.py without a GPU: the comparisons it times compute the ops it compares
+them with, its verdicts read the ratios the right way round, and a part stops at its time limit.
+
+conftest sets TRITON_INTERPRET=1, so the validation runs the Triton kernels in the interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_kernels", ROOT / "scripts/bench_kernels.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_dry_run_proves_every_formulation_equal_to_its_triton_op(bench, tmp_path, capsys):
+    """Every comparison (each op against its SDPA / avg_pool1d formulation, causal and
+    bidirectional) agrees in outputs and gradients with the Triton kernels, and nothing is timed."""
+    assert bench.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "timings need a GPU" in printed
+    saved = json.loads((tmp_path / "bench_kernels.json").read_text())
+    checks = {(c["part"], c["mode"], c["formulation"]): c for c in saved["validation"]}
+    assert set(checks) == {
+        ("scaled_dot", "bidirectional", "sdpa"),
+        ("scaled_dot", "causal", "sdpa"),
+        ("metric", "bidirectional", "sdpa(p@M,p,p)"),
+        ("metric", "causal", "sdpa(p@M,p,p)"),
+        ("quadratic", "bidirectional", "sdpa(x@U,x,v)"),
+        ("quadratic", "causal", "sdpa(x@U,x,v)"),
+        ("pool", "bidirectional", "avg_pool1d - x"),
+    }
+    for key, c in checks.items():
+        assert c["impl"] == "triton", key
+        assert c["ok"] and c["err_out"] < 1e-5 and c["err_grad"] < 1e-5, (key, c)
+    assert saved["results"] == [] and saved["verdicts"] == []
+    md = (tmp_path / "bench_kernels.md").read_text()
+    assert "| pool | bidirectional | avg_pool1d - x | triton |" in md
+
+
+def test_a_formulation_that_differs_from_the_op_fails_validation(bench, monkeypatch, tmp_path):
+    """avg_pool1d counting the zero padding at the sequence ends is not pool_mix: caught, exit 1."""
+
+    def counts_padding(x, window):
+        return torch.nn.functional.avg_pool1d(x.mT, window, 1, window // 2).mT - x
+
+    monkeypatch.setattr(bench, "avg_pool_mix", counts_padding)
+    assert bench.main(["--dry-run", "--only", "pool", "--out", str(tmp_path)]) == 1
+    (check,) = json.loads((tmp_path / "bench_kernels.json").read_text())["validation"]
+    assert not check["ok"] and check["err_out"] > 1e-2
+
+
+def _r(bench, part, shape, cand, ms, mode="fwd+bwd", host=10.0, rate=None):
+    return bench.Result(part, shape, cand, mode, ms, host, rate)
+
+
+def test_verdicts_compare_in_the_right_direction(bench):
+    R = bench.Result
+    results = [
+        # scaled_dot, N = 4096: faster than flash when causal, slower when bidirectional
+        _r(bench, "scaled_dot", "N4096-causal", "attnzoo", 0.5, rate=200.0),
+        _r(bench, "scaled_dot", "N4096-causal", "sdpa flash", 0.6),
+        _r(bench, "scaled_dot", "N4096-causal", "sdpa cudnn", 0.4),
+        _r(bench, "scaled_dot", "N4096-bidirectional", "attnzoo", 2.0, rate=100.0),
+        _r(bench, "scaled_dot", "N4096-bidirectional", "sdpa flash", 1.0),
+        # training shape: 1.1x flash's time; host 60 vs 50 us forward, 200 vs 100 fwd+bwd
+        _r(bench, "scaled_dot", "train", "attnzoo", 0.275, host=200.0),
+        _r(bench, "scaled_dot", "train", "sdpa flash", 0.25, host=100.0),
+        _r(bench, "scaled_dot", "train", "attnzoo", 0.1, mode="fwd", host=60.0),
+        _r(bench, "scaled_dot", "train", "sdpa flash", 0.1, mode="fwd", host=50.0),
+        # metric: the best SDPA formulation is cuDNN's; flash unavailable
+        _r(bench, "metric", "N4096-causal", "attnzoo", 1.0),
+        _r(bench, "metric", "N4096-causal", "sdpa(p@M,p,p) cudnn", 0.8),
+        _r(bench, "metric", "N4096-causal", "sdpa(p@M,p,p) efficient", 1.5),
+        R("metric", "N4096-causal", "sdpa(p@M,p,p) flash", "fwd+bwd", note="unavailable"),
+        # quadratic, causal: faster than its formulation, 60% of scaled_dot's TFLOP/s
+        _r(bench, "quadratic", "N4096-causal", "attnzoo", 10.0, rate=120.0),
+        _r(bench, "quadratic", "N4096-causal", "sdpa(x@U,x,v) efficient", 12.0),
+        # pool: faster at one shape, slower at the other: the worst decides
+        _r(bench, "pool", "N4096-pool", "attnzoo", 0.010),
+        _r(bench, "pool", "N4096-pool", "avg_pool1d - x", 0.030),
+        _r(bench, "pool", "train-pool", "attnzoo", 0.020),
+        _r(bench, "pool", "train-pool", "avg_pool1d - x", 0.018),
+    ]
+    got = {v.target: v for v in bench.verdicts(results)}
+    v = got["scaled_dot fwd+bwd vs flash SDPA, N4096-causal"]
+    assert v.verdict == "met" and v.measured.startswith("1.20×") and "cuDNN 0.80×" in v.measured
+    v = got["scaled_dot fwd+bwd vs flash SDPA, N4096-bidirectional"]
+    assert v.verdict == "MISSED" and v.measured.startswith("0.50×")
+    v = got["scaled_dot fwd+bwd at the training shape"]
+    assert v.verdict == "met" and v.measured.startswith("1.10×")
+    v = got["metric fwd+bwd vs best sdpa(p@M,p,p), N4096-causal"]
+    assert v.verdict == "MISSED" and v.measured.startswith("0.80×") and "cudnn" in v.measured
+    assert got["metric fwd+bwd vs best sdpa(p@M,p,p), N4096-bidirectional"].verdict == (
+        "not measured"
+    )
+    v = got["quadratic fwd+bwd vs sdpa(x@U,x,v), N4096-causal"]
+    assert v.verdict == "met" and v.measured.startswith("1.20×")
+    v = got["quadratic TFLOP/s vs scaled_dot's, N4096-causal"]
+    assert v.verdict == "met" and v.measured == "60%"
+    v = got["pool_mix fwd+bwd vs avg_pool1d - x, every pool shape"]
+    assert v.verdict == "MISSED" and v.measured.startswith("0.90×") and "train-pool" in v.measured
+    assert got["host time per fwd call at the training shape, vs SDPA"].verdict == "met"
+    v = got["host time per fwd+bwd call at the training shape, vs SDPA"]
+    assert v.verdict == "MISSED" and v.measured.startswith("2.00×")
+
+
+def test_a_part_stops_at_its_time_limit(bench):
+    start = time.perf_counter()
+    with (
+        pytest.raises(bench.PartTimeout, match="part slow stopped at its time limit of 0.2 s"),
+        bench.time_limit(0.2, "part slow"),
+    ):
+        while time.perf_counter() - start < 10:
+            time.sleep(0.01)
+    assert time.perf_counter() - start < 2
+    with bench.time_limit(0.2, "part quick"):  # finishing in time leaves no alarm behind
+        pass
+    time.sleep(0.3)
+
+
+def test_cost_model_reads_fewer_bytes_for_metric_and_a_copy_for_pool(bench):
+    s = bench.Shape("N4096", 2, 8, 4096, 64, False)
+    metric, scaled = bench.cost("metric", s), bench.cost("scaled_dot", s)
+    # metric reads one tensor where scaled-dot reads three
+    assert metric["fwd_bytes"] < 0.6 * scaled["fwd_bytes"]
+    assert metric["fwd_flop"] > scaled["fwd_flop"]  # plus q = p M
+    pool = bench.Shape("pool", 2, 1, 4096, 512, False)
+    assert bench.cost("pool", pool)["fwd_bytes"] == 2 * 2 * 2 * 4096 * 512  # bf16 in + out
+    causal = bench.Shape("N4096", 2, 8, 4096, 64, True)
+    assert bench.cost("scaled_dot", causal)["fwd_flop"] == scaled["fwd_flop"] / 2
+
+
+def test_shapes_include_the_training_shape_and_a_large_pool(bench):
+    shapes = bench.attention_shapes([1024, 4096], ["causal", "bidirectional"], 2, 8, 64, True)
+    assert [s.name for s in shapes] == [
+        "train",
+        "N1024-causal",
+        "N1024-bidirectional",
+        "N4096-causal",
+        "N4096-bidirectional",
+    ]
+    train = shapes[0]
+    assert (train.batch, train.heads, train.n, train.head_dim, train.causal) == (
+        64,
+        6,
+        256,
+        64,
+        True,
+    )
+    pools = bench.pool_shapes(shapes, large=True)
+    assert [(p.name, p.batch, p.n, p.head_dim) for p in pools] == [
+        ("train-pool", 64, 256, 384),
+        ("N1024-pool", 2, 1024, 512),
+        ("N4096-pool", 2, 4096, 512),
+        ("large-pool", 8, 8192, 1024),
+    ]
+
+
+@pytest.mark.parametrize(
+    "args", [["--window", "4"], ["--head-dim", "8"], ["--reps", "0"], ["--only", "nope"]]
+)
+def test_bad_options_exit_with_a_usage_error(bench, args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--dry-run", *args])
+    assert exc.value.code == 2
+    assert args[0].lstrip("-").split("-")[0] in capsys.readouterr().err
+
+
+def test_time_part_runs_every_candidate_and_notes_refused_backends(bench):
+    """The timing loop on CPU with a stand-in timer (the real one needs CUDA events): every
+    candidate's forward and forward+backward closures run, rates follow the cost model, and a
+    backend that refuses the tensors (cuDNN on CPU) becomes a note instead of an error."""
+    calls = []
+
+    def timer(fn):
+        fn()
+        calls.append(fn)
+        return {"device_ms": 2.0, "host_us": 5.0}
+
+    results = []
+    shape = bench.Shape("tiny", 1, 2, 24, 16, True)
+    bench.time_part("scaled_dot", [shape], "triton", 3, timer, results.append, "cpu", torch.float32)
+    by = {(r.candidate, r.mode): r for r in results}
+    flop = bench.cost("scaled_dot", shape)
+    assert by[("attnzoo", "fwd")].rate == pytest.approx(flop["fwd_flop"] / 2.0 / 1e9)
+    both = flop["fwd_flop"] + flop["bwd_flop"]
+    assert by[("attnzoo", "fwd+bwd")].rate == pytest.approx(both / 2.0 / 1e9)
+    cudnn = by[("sdpa cudnn", "fwd+bwd")]
+    assert cudnn.device_ms is None and cudnn.note.startswith("unavailable: RuntimeError")
+    timed = {r.candidate for r in results if r.device_ms is not None}
+    assert "attnzoo" in timed and len(calls) == 2 * len(timed)
+
+    pool = bench.Shape("pool", 2, 1, 20, 24, False)
+    results.clear()
+    bench.time_part("pool", [pool], "triton", 3, timer, results.append, "cpu", torch.float32)
+    modes = {(r.candidate, r.mode) for r in results}
+    assert modes == {
+        ("attnzoo", "fwd"),
+        ("attnzoo", "fwd+bwd"),
+        ("avg_pool1d - x", "fwd"),
+        ("avg_pool1d - x", "fwd+bwd"),
+        ("copy", "fwd"),  # the bandwidth reference: forward only
+    }
+    copy = next(r for r in results if r.candidate == "copy")
+    assert copy.rate == pytest.approx(2 * 4 * 2 * 20 * 24 / 2.0 / 1e6)  # fp32 in + out, GB/s
