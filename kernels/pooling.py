@@ -56,7 +56,6 @@ import os
 import torch
 import triton
 import triton.language as tl
-from torch.autograd.function import once_differentiable
 
 from ._aot import AotSpec
 
@@ -448,43 +447,6 @@ def pool_mix_backward(
             f"{tuple(rcount_bn.shape)} strides {rcount_bn.stride()} on {rcount_bn.device}"
         )
     return _launch_bwd(grad_bnd, rcount_bn, window, causal)
-
-
-# ------------------------------------------------------------------------------------ autograd
-
-
-class PoolMix(torch.autograd.Function):
-    """Autograd wrapper: the forward saves only rcount (B, N); x and the mask are not kept."""
-
-    @staticmethod
-    def forward(ctx, x_bnd, window, causal, key_padding_mask):  # type: ignore[override]
-        out_bnd, rcount_bn = _launch_fwd(x_bnd, window, causal, key_padding_mask)
-        ctx.save_for_backward(rcount_bn)
-        ctx.window, ctx.causal = window, causal
-        return out_bnd
-
-    @staticmethod
-    @once_differentiable  # the backward kernel is not itself differentiable: say so, loudly
-    def backward(ctx, grad_bnd):  # type: ignore[override]
-        (rcount_bn,) = ctx.saved_tensors
-        # autograd hands a gradient of out's shape and dtype, in any strides; only its span
-        # (int32 indexing) is not implied by the forward's checks
-        _check_int32_offsets("grad", grad_bnd)
-        return _launch_bwd(grad_bnd, rcount_bn, ctx.window, ctx.causal), None, None, None
-
-
-def pool_mix(
-    x_bnd: torch.Tensor,
-    window: int,
-    causal: bool,
-    key_padding_mask: torch.Tensor | None,
-) -> torch.Tensor:
-    """Triton pool_mix, (B, N, D) -> (B, N, D), differentiable in x; see `reference.pool_mix`.
-
-    The arguments are checked once, here; the autograd function launches on them directly.
-    """
-    check_pool_args(x_bnd, window, causal, key_padding_mask)
-    return PoolMix.apply(x_bnd, window, causal, key_padding_mask)
 
 
 # ------------------------------------------------------------------------------------ AOT specs
