@@ -40,26 +40,26 @@ and scaled alike; delta = rowsum(dO ∘ O) holds unchanged because O already inc
 Feature widths: the value width dv is padded to a power of two `HEAD` in [16, 128]. In the forward
 the q/k width is walked in chunks of `HEAD` (so any dk works for scaled-dot and quadratic; metric
 needs dk ≤ 128): a query tile sums its scores over the chunks once, nothing is recomputed. The
-backward's q/k tile is `QK_HEAD` wide: HEAD when dk ≤ HEAD (scaled-dot and metric then compile
-to the same code as without QK_HEAD), else dk rounded up to a power of two up to 512
-(`qk_tile_width`, the `wide` variants). Each backward program then computes the scores of a tile
-pair once, `tl.dot(q, kᵀ)` over the whole width, and accumulates dk (resp. dq) for the whole
-width, a [BLOCK, QK_HEAD] fp32 tile that fits in registers at QK_HEAD = 512 with 32-row tiles on
-8 warps (16-row in fp32). Why, from the counts (C = ⌈D/HEAD⌉ chunks): chunked like the forward,
-the backward's grid had one program per (tile, chunk), and each program needs the full scores to
-form P and dS, so it computed them over all C chunks: C score computations per tile pair in each
-of the two backward kernels (C² HEAD-wide chunk dots), 2C in all (16 at D = 512, dv = 64), against
-2 now, as in scaled-dot's backward. In FLOPs per head, in units of 2·N² (D = 512, dv = HEAD = 64,
-C = 8): the forward is D + dv = 576; the chunked backward was C·(D + 2·dv + HEAD) for dk/dv
-(scores, dP, dV again in every chunk's program, the dk chunk) plus C·(D + dv + HEAD) for dq,
-5632 + 5120 = 10752; the wide backward is (D + 2·dv + D) + (D + dv + D) = 1152 + 1088 = 2240.
-Forward and backward together, 11328 → 2816: 4.0× fewer FLOPs. So we expect the D = 512 case
-measured at 63 ms on an H100 (N = 4096, batch 2, 8 heads, bf16; `sdpa(x @ U[h], x, v)` takes
-44 ms) to take about a quarter of that, ~16 ms, if the wide tiles keep the chunked ones' FLOP
+backward's q/k tile is `QK_HEAD` wide: HEAD when dk ≤ HEAD (scaled-dot and metric then compile to
+the same code as without QK_HEAD), else dk rounded up to a power of two up to 512 (`qk_tile_width`,
+the `wide` variants). Each backward program then computes the scores of a tile pair once,
+`tl.dot(q, kᵀ)` over the whole width, and accumulates dk (resp. dq) for the whole width, a [BLOCK,
+QK_HEAD] fp32 tile that fits in registers at QK_HEAD = 512 with 32-row tiles on 8 warps (16-row for
+fp32 inputs; one fp32 variant spills 8 bytes, see _GPU_CONFIGS). Why, from the counts (C = ⌈D/HEAD⌉
+chunks): chunked like the forward, the backward's grid had one program per (tile, chunk), and each
+program needs the full scores to form P and dS, so it computed them over all C chunks: C score
+computations per tile pair in each of the two backward kernels (C² HEAD-wide chunk dots), 2C in all
+(16 at D = 512, dv = 64), against 2 now, as in scaled-dot's backward. In FLOPs per head, in units
+of 2·N² (D = 512, dv = HEAD = 64, C = 8): the forward is D + dv = 576; the chunked backward was
+C·(D + 2·dv + HEAD) for dk/dv (scores, dP, dV again in every chunk's program, the dk chunk) plus
+C·(D + dv + HEAD) for dq, 5632 + 5120 = 10752; the wide backward is (D + 2·dv + D) + (D + dv + D) =
+1152 + 1088 = 2240. Forward and backward together, 11328 → 2816: 4.0× fewer FLOPs. So we expect the
+D = 512 case measured at 63 ms on an H100 (N = 4096, batch 2, 8 heads, bf16; `sdpa(x @ U[h], x, v)`
+takes 44 ms) to take about a quarter of that, ~16 ms, if the wide tiles keep the chunked ones' FLOP
 rate (both use 32×32 tiles without wgmma); not yet measured on a GPU. A width that is not a power
 of two pays its padding (D = 160 runs 256-wide dots, 1.6× its FLOPs, where the chunked backward
-computed the scores 5 times per kernel at dv = 32). Above 512 the backward falls back to
-HEAD-wide chunks, with the C-fold recomputation: a [BLOCK, 1024] fp32 accumulator would not fit.
+computed the scores 5 times per kernel at dv = 32). Above 512 the backward falls back to HEAD-wide
+chunks, with the C-fold recomputation: a [BLOCK, 1024] fp32 accumulator would not fit.
 
 Inputs fp16/bf16/fp32, accumulation in fp32 (fp32 inputs use IEEE fp32 dots, not TF32).
 A query whose every key is masked (causal and padding together) gets zeros, and zero gradients.
@@ -555,22 +555,41 @@ _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int
         128: [(16, 16, 8, 1)],
     },
 }
-# The backward's wide variants (QK_HEAD > HEAD: the whole q/k width in one tile), by QK_HEAD and
-# then HEAD. Up to 128 they are no wider than the plain variants; from 256 the fp32 dk (dq)
-# accumulator, [BLOCK, QK_HEAD], needs 32-row tiles on 8 warps (16-row in fp32) not to spill.
-for _kernel in ("attn_bwd_dkdv", "attn_bwd_dq"):
-    for _qk, _half, _fp32 in (
-        (32, (64, 64, 4, 2), (16, 32, 4, 1)),
-        (64, (64, 64, 8, 2), (16, 32, 4, 1)),
-        (128, (32, 32, 8, 1), (16, 16, 8, 1)),
-        (256, (32, 32, 8, 1), (16, 16, 8, 1)),
-        (512, (32, 32, 8, 1), (16, 16, 8, 1)),
-    ):
-        _heads = [h for h in HEADS_PADDED if h < _qk]
-        _GPU_CONFIGS[(_kernel, "half", f"wide{_qk}")] = {h: [_half] for h in _heads}
-        _GPU_CONFIGS[(_kernel, "fp32", f"wide{_qk}")] = {h: [_fp32] for h in _heads}
-# 32×32 spilled 12 bytes on sm_80 with dropout (254 registers on sm_90): 16-key tiles there.
-_GPU_CONFIGS[("attn_bwd_dkdv", "half", "wide512")][128] = [(32, 16, 8, 1)]
+# The backward's wide variants (QK_HEAD > HEAD: the whole q/k width in one tile), "wide<QK_HEAD>"
+# -> {HEAD: configs}. From QK_HEAD = 128 the fp32 dk (dq) accumulator, [BLOCK, QK_HEAD], takes
+# 32-row tiles on 8 warps (16-row for fp32 inputs); the irregular fp32 entries are where 8 warps
+# spilled. One spills still: fp32 dk/dv at HEAD = 128, QK_HEAD = 512, 8 bytes on sm_90 with
+# dropout (every other 4-, 8- and 16-warp config we tried spilled 8-56 bytes on sm_80 or sm_90).
+_T64, _T32 = (64, 64, 8, 2), (32, 32, 8, 1)  # 64×64 and 32×32 tiles, 8 warps
+_GPU_CONFIGS.update(
+    {
+        ("attn_bwd_dkdv", "half", "wide32"): {16: [_T64]},
+        ("attn_bwd_dkdv", "half", "wide64"): {16: [_T64], 32: [(64, 32, 8, 2)]},
+        ("attn_bwd_dkdv", "half", "wide128"): {16: [_T32], 32: [_T32], 64: [_T32]},
+        ("attn_bwd_dkdv", "half", "wide256"): {h: [_T32] for h in HEADS_PADDED},
+        ("attn_bwd_dkdv", "half", "wide512"): {16: [_T32], 32: [_T32], 64: [_T32],
+                                              128: [(32, 16, 8, 1)]},
+        ("attn_bwd_dq", "half", "wide32"): {16: [(64, 64, 4, 2)]},
+        ("attn_bwd_dq", "half", "wide64"): {16: [_T64], 32: [_T64]},
+        ("attn_bwd_dq", "half", "wide128"): {16: [_T32], 32: [_T32], 64: [_T32]},
+        ("attn_bwd_dq", "half", "wide256"): {h: [_T32] for h in HEADS_PADDED},
+        ("attn_bwd_dq", "half", "wide512"): {h: [_T32] for h in HEADS_PADDED},
+        ("attn_bwd_dkdv", "fp32", "wide32"): {16: [(16, 32, 4, 1)]},
+        ("attn_bwd_dkdv", "fp32", "wide64"): {16: [(16, 16, 8, 1)], 32: [(16, 32, 4, 1)]},
+        ("attn_bwd_dkdv", "fp32", "wide128"): {h: [(16, 16, 8, 1)] for h in (16, 32, 64)},
+        ("attn_bwd_dkdv", "fp32", "wide256"): {16: [(16, 16, 8, 1)], 32: [(16, 16, 16, 1)],
+                                              64: [(16, 16, 8, 1)], 128: [(16, 16, 4, 1)]},
+        ("attn_bwd_dkdv", "fp32", "wide512"): {16: [(16, 16, 8, 1)], 32: [(16, 16, 8, 1)],
+                                              64: [(16, 16, 16, 1)], 128: [(16, 32, 16, 1)]},
+        ("attn_bwd_dq", "fp32", "wide32"): {16: [(16, 32, 4, 1)]},
+        ("attn_bwd_dq", "fp32", "wide64"): {16: [(16, 32, 4, 1)], 32: [(16, 32, 4, 1)]},
+        ("attn_bwd_dq", "fp32", "wide128"): {h: [(16, 16, 8, 1)] for h in (16, 32, 64)},
+        ("attn_bwd_dq", "fp32", "wide256"): {16: [(16, 16, 4, 1)], 32: [(16, 16, 8, 1)],
+                                            64: [(16, 16, 8, 1)], 128: [(16, 16, 8, 1)]},
+        ("attn_bwd_dq", "fp32", "wide512"): {16: [(16, 16, 8, 1)], 32: [(16, 16, 4, 1)],
+                                            64: [(16, 16, 8, 1)], 128: [(16, 16, 8, 1)]},
+    }
+)  # fmt: skip
 # The backward's metric variant uses the plain tables (verified by the report like the rest).
 for _kernel in ("attn_bwd_dkdv", "attn_bwd_dq"):
     for _kind in ("half", "fp32"):
