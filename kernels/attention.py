@@ -19,8 +19,8 @@ What the three ops feed the same kernels:
   one read of q, 2·B·H·N·D elements, next to the attention's 2·B·H·N²·(D + dv) FLOPs: about N
   FLOPs per element of extra traffic, far above any GPU's FLOP-to-byte ratio. k = x is read for
   all heads through a zero head-stride view (`x[:, None].expand(...)`), never copied per head.
-  Scores run over the full width D, which may exceed 128: the kernels loop over feature chunks
-  of the value width (`CHUNKED`).
+  Scores run over the full width D, which may exceed 128: the forward loops over feature chunks
+  of the value width (`CHUNKED`); the backward holds the whole q/k width in one tile (below).
 - `metric_attention` (fused prologue): reads only p (B, H, N, dk) and M (H, dk, dk). q = p·M is
   formed in registers (16 columns of p against 16 rows of M at a time, so M never sits in
   registers whole), and k = v = p: one tile load per key block serves both the scores and the
@@ -37,9 +37,31 @@ log-sum-exp) are those before dropout; the backward draws the same mask from the
 in both kernels, so the mask is never stored. dv uses the dropped probabilities and dP is masked
 and scaled alike; delta = rowsum(dO ∘ O) holds unchanged because O already includes the mask.
 
-Feature widths: the value width dv is padded to a power of two `HEAD` in [16, 128]; the q/k width
-is walked in chunks of `HEAD` (so any dk works for scaled-dot and quadratic; metric needs
-dk ≤ 128). Inputs fp16/bf16/fp32, accumulation in fp32 (fp32 inputs use IEEE fp32 dots, not TF32).
+Feature widths: the value width dv is padded to a power of two `HEAD` in [16, 128]. In the forward
+the q/k width is walked in chunks of `HEAD` (so any dk works for scaled-dot and quadratic; metric
+needs dk ≤ 128): a query tile sums its scores over the chunks once, nothing is recomputed. The
+backward's q/k tile is `QK_HEAD` wide: HEAD when dk ≤ HEAD (scaled-dot and metric then compile to
+the same code as without QK_HEAD), else dk rounded up to a power of two up to 512 (`qk_tile_width`,
+the `wide` variants). Each backward program then computes the scores of a tile pair once,
+`tl.dot(q, kᵀ)` over the whole width, and accumulates dk (resp. dq) for the whole width, a [BLOCK,
+QK_HEAD] fp32 tile that fits in registers at QK_HEAD = 512 with 32-row tiles on 8 warps (16-row for
+fp32 inputs; one fp32 variant spills 8 bytes, see _GPU_CONFIGS). Why, from the counts (C = ⌈D/HEAD⌉
+chunks): chunked like the forward, the backward's grid had one program per (tile, chunk), and each
+program needs the full scores to form P and dS, so it computed them over all C chunks: C score
+computations per tile pair in each of the two backward kernels (C² HEAD-wide chunk dots), 2C in all
+(16 at D = 512, dv = 64), against 2 now, as in scaled-dot's backward. In FLOPs per head, in units
+of 2·N² (D = 512, dv = HEAD = 64, C = 8): the forward is D + dv = 576; the chunked backward was
+C·(D + 2·dv + HEAD) for dk/dv (scores, dP, dV again in every chunk's program, the dk chunk) plus
+C·(D + dv + HEAD) for dq, 5632 + 5120 = 10752; the wide backward is (D + 2·dv + D) + (D + dv + D) =
+1152 + 1088 = 2240. Forward and backward together, 11328 → 2816: 4.0× fewer FLOPs. So we expect the
+D = 512 case measured at 63 ms on an H100 (N = 4096, batch 2, 8 heads, bf16; `sdpa(x @ U[h], x, v)`
+takes 44 ms) to take about a quarter of that, ~16 ms, if the wide tiles keep the chunked ones' FLOP
+rate (both use 32×32 tiles without wgmma); not yet measured on a GPU. A width that is not a power
+of two pays its padding (D = 160 runs 256-wide dots, 1.6× its FLOPs, where the chunked backward
+computed the scores 5 times per kernel at dv = 32). Above 512 the backward falls back to HEAD-wide
+chunks, with the C-fold recomputation: a [BLOCK, 1024] fp32 accumulator would not fit.
+
+Inputs fp16/bf16/fp32, accumulation in fp32 (fp32 inputs use IEEE fp32 dots, not TF32).
 A query whose every key is masked (causal and padding together) gets zeros, and zero gradients.
 """
 
@@ -62,6 +84,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 MAX_HEAD = 128
 HEADS_PADDED = (16, 32, 64, 128)
+# The widest q/k tile the backward holds whole (QK_HEAD); a wider q/k width is chunked.
+MAX_QK_HEAD = 512
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # Tests set this to True: outputs are then allocated full of NaN, so an element the kernel never
@@ -256,10 +280,13 @@ def _attn_bwd_dkdv(
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
     H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p, n_bucket,
-    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One key tile and one q/k feature chunk: dk for that chunk, dv (chunk 0 stores it).
+
+    The q/k tiles are QK_HEAD wide: HEAD when d_qk ≤ HEAD (plain and metric) or when the width is
+    chunked, else the whole padded q/k width in one tile (`wide`: one chunk, the scores once).
 
     Metric (k = v = p): stores dk + dv into DK, the two roles' sum."""
     pid_n = tl.program_id(0)
@@ -274,8 +301,9 @@ def _attn_bwd_dkdv(
     row_base = pid_bh.to(tl.int64) * N
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD)
-    offs_c = pid_c * HEAD + offs_d
-    k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
+    offs_k = tl.arange(0, QK_HEAD)
+    offs_c = pid_c * QK_HEAD + offs_k
+    k0 = _load_rows(K + k_base, offs_n, skn, offs_k, N, d_qk)
     if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
         v = k0
     else:
@@ -284,17 +312,17 @@ def _attn_bwd_dkdv(
     if DROPOUT:
         seed = tl.load(Seed)
 
-    dk = tl.zeros([BLOCK_N, HEAD], tl.float32)
+    dk = tl.zeros([BLOCK_N, QK_HEAD], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
     lo = 0
     if causal != 0:
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
     for start_m in range(lo, N, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC,
+        q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_k, N, d_qk, METRIC,
                          DOT_PREC)  # fmt: skip
-        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
-                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
+                    n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
         lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
         ok = _allowed(offs_m, offs_n, key_ok, causal)
         p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
@@ -335,10 +363,11 @@ def _attn_bwd_dq(
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdqb, sdqh, sdqn, smb,
     H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p, n_bucket,
-    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
-    """One query tile and one q/k feature chunk: dq = scale · dS · k for that chunk."""
+    """One query tile and one q/k feature chunk (QK_HEAD wide, as in the dk/dv kernel):
+    dq = scale · dS · k for that chunk."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_c = tl.program_id(2)
@@ -350,23 +379,24 @@ def _attn_bwd_dq(
     row_base = pid_bh.to(tl.int64) * N
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD)
-    offs_c = pid_c * HEAD + offs_d
-    q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC, DOT_PREC)
+    offs_k = tl.arange(0, QK_HEAD)
+    offs_c = pid_c * QK_HEAD + offs_k
+    q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_k, N, d_qk, METRIC, DOT_PREC)
     do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v)
     lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
     delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
     if DROPOUT:
         seed = tl.load(Seed)
 
-    dq = tl.zeros([BLOCK_M, HEAD], tl.float32)
+    dq = tl.zeros([BLOCK_M, QK_HEAD], tl.float32)
     hi = N
     if causal != 0:
         hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
-        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
-                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        k0 = _load_rows(K + k_base, offs_n, skn, offs_k, N, d_qk)
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
+                    n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
         ok = _allowed(offs_m, offs_n, _key_ok(Mask, b * smb, offs_n, N, has_mask), causal)
         p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
         if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
@@ -401,16 +431,38 @@ def _dtype_kind(dtype: torch.dtype) -> str:
     return "fp32" if dtype == torch.float32 else "half"
 
 
-def spec_cases() -> Iterator[tuple[str, torch.dtype, int, bool, bool]]:
-    """(kernel, dtype, head, metric, chunked) for every variant the launchers can compile.
+def spec_cases() -> Iterator[tuple[str, torch.dtype, int, int, bool, bool]]:
+    """(kernel, dtype, head, qk_head, metric, chunked) for every variant the launchers can compile.
 
     Causal or not, padding mask or not, and the sequence length are runtime arguments: they do
-    not multiply the variants. Metric attention is never chunked (dk = dv ≤ 128)."""
+    not multiply the variants. Metric attention is never chunked (dk = dv ≤ 128). The forward's
+    q/k tiles are always HEAD wide; the backward's are wider (`wide`, qk_head > head) when the
+    q/k width fits in one tile of at most MAX_QK_HEAD (see `qk_tile_width`)."""
     for kernel in KERNELS:
         for dtype in DTYPES:
             for head in HEADS_PADDED:
                 for metric, chunked in ((False, False), (False, True), (True, False)):
-                    yield kernel, dtype, head, metric, chunked
+                    yield kernel, dtype, head, head, metric, chunked
+                if kernel != "attn_fwd":
+                    for qk_head in (w for w in _QK_HEADS if w > head):
+                        yield kernel, dtype, head, qk_head, False, False
+
+
+_QK_HEADS = tuple(2**i for i in range(4, MAX_QK_HEAD.bit_length()))  # 16 .. MAX_QK_HEAD
+
+
+def qk_tile_width(d_qk: int, head: int) -> int:
+    """The backward's q/k feature tile (QK_HEAD): HEAD when the q/k width fits in it or is wider
+    than MAX_QK_HEAD (then chunked, HEAD wide), else the q/k width rounded up to a power of two,
+    so that each backward program computes the scores of a tile pair once."""
+    return triton.next_power_of_2(d_qk) if head < d_qk <= MAX_QK_HEAD else head
+
+
+def variant_name(head: int, qk_head: int, metric: bool, chunked: bool) -> str:
+    """The row of _GPU_CONFIGS: "plain", "metric", "chunked", or "wide<QK_HEAD>"."""
+    if qk_head > head:
+        return f"wide{qk_head}"
+    return "metric" if metric else ("chunked" if chunked else "plain")
 
 
 # (kernel, "half" | "fp32", "plain" | "metric" | "chunked") -> {HEAD: configs}, each config
@@ -509,6 +561,41 @@ _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int
         128: [(16, 16, 8, 1)],
     },
 }
+# The backward's wide variants (QK_HEAD > HEAD: the whole q/k width in one tile), "wide<QK_HEAD>"
+# -> {HEAD: configs}. From QK_HEAD = 128 the fp32 dk (dq) accumulator, [BLOCK, QK_HEAD], takes
+# 32-row tiles on 8 warps (16-row for fp32 inputs); the irregular fp32 entries are where 8 warps
+# spilled. One spills still: fp32 dk/dv at HEAD = 128, QK_HEAD = 512, 8 bytes on sm_90 with
+# dropout (every other 4-, 8- and 16-warp config we tried spilled 8-56 bytes on sm_80 or sm_90).
+_T64, _T32 = (64, 64, 8, 2), (32, 32, 8, 1)  # 64×64 and 32×32 tiles, 8 warps
+_GPU_CONFIGS.update(
+    {
+        ("attn_bwd_dkdv", "half", "wide32"): {16: [_T64]},
+        ("attn_bwd_dkdv", "half", "wide64"): {16: [_T64], 32: [(64, 32, 8, 2)]},
+        ("attn_bwd_dkdv", "half", "wide128"): {16: [_T32], 32: [_T32], 64: [_T32]},
+        ("attn_bwd_dkdv", "half", "wide256"): {h: [_T32] for h in HEADS_PADDED},
+        ("attn_bwd_dkdv", "half", "wide512"): {16: [_T32], 32: [_T32], 64: [_T32],
+                                              128: [(32, 16, 8, 1)]},
+        ("attn_bwd_dq", "half", "wide32"): {16: [(64, 64, 4, 2)]},
+        ("attn_bwd_dq", "half", "wide64"): {16: [_T64], 32: [_T64]},
+        ("attn_bwd_dq", "half", "wide128"): {16: [_T32], 32: [_T32], 64: [_T32]},
+        ("attn_bwd_dq", "half", "wide256"): {h: [_T32] for h in HEADS_PADDED},
+        ("attn_bwd_dq", "half", "wide512"): {h: [_T32] for h in HEADS_PADDED},
+        ("attn_bwd_dkdv", "fp32", "wide32"): {16: [(16, 32, 4, 1)]},
+        ("attn_bwd_dkdv", "fp32", "wide64"): {16: [(16, 16, 8, 1)], 32: [(16, 32, 4, 1)]},
+        ("attn_bwd_dkdv", "fp32", "wide128"): {h: [(16, 16, 8, 1)] for h in (16, 32, 64)},
+        ("attn_bwd_dkdv", "fp32", "wide256"): {16: [(16, 16, 8, 1)], 32: [(16, 16, 16, 1)],
+                                              64: [(16, 16, 8, 1)], 128: [(16, 16, 4, 1)]},
+        ("attn_bwd_dkdv", "fp32", "wide512"): {16: [(16, 16, 8, 1)], 32: [(16, 16, 8, 1)],
+                                              64: [(16, 16, 16, 1)], 128: [(16, 32, 16, 1)]},
+        ("attn_bwd_dq", "fp32", "wide32"): {16: [(16, 32, 4, 1)]},
+        ("attn_bwd_dq", "fp32", "wide64"): {16: [(16, 32, 4, 1)], 32: [(16, 32, 4, 1)]},
+        ("attn_bwd_dq", "fp32", "wide128"): {h: [(16, 16, 8, 1)] for h in (16, 32, 64)},
+        ("attn_bwd_dq", "fp32", "wide256"): {16: [(16, 16, 4, 1)], 32: [(16, 16, 8, 1)],
+                                            64: [(16, 16, 8, 1)], 128: [(16, 16, 8, 1)]},
+        ("attn_bwd_dq", "fp32", "wide512"): {16: [(16, 16, 8, 1)], 32: [(16, 16, 4, 1)],
+                                            64: [(16, 16, 8, 1)], 128: [(16, 16, 8, 1)]},
+    }
+)  # fmt: skip
 # The backward's metric variant uses the plain tables (verified by the report like the rest).
 for _kernel in ("attn_bwd_dkdv", "attn_bwd_dq"):
     for _kind in ("half", "fp32"):
@@ -522,25 +609,29 @@ def block_configs(
     metric: bool,
     chunked: bool,
     interpret: bool = INTERPRET,
+    qk_head: int | None = None,
 ) -> list[tuple[int, int, int, int]]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner may try for one kernel variant.
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) the autotuner may try for one kernel variant
+    (`qk_head`, the backward's q/k tile, defaults to `head`).
 
     One config under the interpreter: it only checks semantics, and 32×32 tiles make sequences
     of 17..257 tokens span one to nine ragged tiles."""
     if interpret:
         return [(32, 32, 4, 1)]
     kind = "fp32" if dtype == torch.float32 else "half"
-    variant = "metric" if metric else ("chunked" if chunked else "plain")
+    variant = variant_name(head, qk_head or head, metric, chunked)
     return _GPU_CONFIGS[(kernel, kind, variant)][head]
 
 
 def _as_triton_configs(kernel: str, interpret: bool = INTERPRET) -> list[triton.Config]:
     """Every config of `kernel` in the table, for the autotuner; the pruner narrows it per call."""
     seen: dict[tuple[int, int, int, int], triton.Config] = {}
-    for name, dtype, head, metric, chunked in spec_cases():
+    for name, dtype, head, qk_head, metric, chunked in spec_cases():
         if name != kernel:
             continue
-        for bm, bn, w, s in block_configs(kernel, dtype, head, metric, chunked, interpret):
+        for bm, bn, w, s in block_configs(
+            kernel, dtype, head, metric, chunked, interpret, qk_head=qk_head
+        ):
             seen[(bm, bn, w, s)] = triton.Config(
                 {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s
             )
@@ -550,8 +641,9 @@ def _as_triton_configs(kernel: str, interpret: bool = INTERPRET) -> list[triton.
 def _pruner(kernel: str, interpret: bool = INTERPRET):
     def prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
         dtype, head = named_args["Q"].dtype, kwargs["HEAD"]
+        metric, chunked, qk_head = kwargs["METRIC"], kwargs["CHUNKED"], kwargs.get("QK_HEAD")
         wanted = set(
-            block_configs(kernel, dtype, head, kwargs["METRIC"], kwargs["CHUNKED"], interpret)
+            block_configs(kernel, dtype, head, metric, chunked, interpret, qk_head=qk_head)
         )
         keep = [
             c
@@ -699,6 +791,7 @@ class _Problem:
         self.b, self.h, self.n, self.d_qk, self.d_v = b, h, n, d_qk, d_v
         self.head = head_width(d_v)
         self.n_chunks = triton.cdiv(d_qk, self.head)
+        self.qk_head = qk_tile_width(d_qk, self.head)  # the backward's q/k tile
         self.causal, self.scale = causal, scale
         self.metric = m is not None
         self.has_mask = int(mask is not None)
@@ -732,6 +825,15 @@ class _Problem:
             "DROPOUT": self.dropout_p > 0.0,
             "DOT_PREC": _dot_precision(self.q.dtype),
         }
+
+    def backward_flags(self) -> dict:
+        """The forward's flags plus the backward's q/k tile: one tile (not chunked) when the
+        q/k width fits in QK_HEAD."""
+        return {**self.flags(), "QK_HEAD": self.qk_head, "CHUNKED": self.backward_chunks() > 1}
+
+    def backward_chunks(self) -> int:
+        """The backward grid's feature-chunk axis: one program per QK_HEAD-wide chunk."""
+        return triton.cdiv(self.d_qk, self.qk_head)
 
 
 def _check_dropout(dropout_p: float, seed: torch.Tensor | None, n: int, like: torch.Tensor) -> None:
@@ -783,17 +885,18 @@ def attention_backward(
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
     common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket)
-    grid_n = lambda meta: (triton.cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, p.n_chunks)
+    chunks = p.backward_chunks()
+    grid_n = lambda meta: (triton.cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
     _bwd_dkdv[grid_n](
         *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,
         *p.strides(), *d_out.stride()[:3], *dk.stride()[:3], *dv_arg.stride()[:3], smb,
-        *common, **p.flags(),
+        *common, **p.backward_flags(),
     )  # fmt: skip
-    grid_m = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, p.n_chunks)
+    grid_m = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, chunks)
     _bwd_dq[grid_m](
         *p.inputs(), d_out, lse, delta, dq, p.mask_i8, p.seed,
         *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
-        *common, **p.flags(),
+        *common, **p.backward_flags(),
     )  # fmt: skip
     return dq, dk, dv
 
@@ -921,7 +1024,16 @@ def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
     ptr = f"*{_TRITON_DTYPE[dtype]}"
     sig: dict[str, str] = {}
     for name in fn.arg_names:
-        if name in ("METRIC", "HEAD", "CHUNKED", "DROPOUT", "BLOCK_M", "BLOCK_N", "DOT_PREC"):
+        if name in (
+            "METRIC",
+            "HEAD",
+            "QK_HEAD",
+            "CHUNKED",
+            "DROPOUT",
+            "BLOCK_M",
+            "BLOCK_N",
+            "DOT_PREC",
+        ):
             sig[name] = "constexpr"
         elif name == "Mask":
             sig[name] = "*i8"
@@ -942,7 +1054,7 @@ def aot_specs() -> list[AotSpec]:
     """One spec per kernel, per configuration the launchers can pick on a GPU (the GPU tables,
     also when this process runs the interpreter), without and with attention dropout."""
     specs = []
-    for (kernel, dtype, head, metric, chunked), dropout in itertools.product(
+    for (kernel, dtype, head, qk_head, metric, chunked), dropout in itertools.product(
         spec_cases(), (False, True)
     ):
         sig = _signature(kernel, dtype)
@@ -954,7 +1066,7 @@ def aot_specs() -> list[AotSpec]:
             if sig[name].startswith("*")
         }
         for bm, bn, warps, stages in block_configs(
-            kernel, dtype, head, metric, chunked, interpret=False
+            kernel, dtype, head, metric, chunked, interpret=False, qk_head=qk_head
         ):
             constexprs = {
                 "METRIC": metric,
@@ -965,7 +1077,9 @@ def aot_specs() -> list[AotSpec]:
                 "BLOCK_N": bn,
                 "DOT_PREC": _dot_precision(dtype),
             }
-            prologue = "metric" if metric else ("chunked" if chunked else "plain")
+            if "QK_HEAD" in KERNELS[kernel].arg_names:
+                constexprs["QK_HEAD"] = qk_head
+            prologue = variant_name(head, qk_head, metric, chunked)
             prologue += " dropout" if dropout else ""
             label = (
                 f"{_TRITON_DTYPE[dtype]} {prologue} HEAD={head} "

@@ -1,11 +1,12 @@
 """The Triton attention kernels against the PyTorch references, in Triton's interpreter.
 
 Forward and backward for scaled-dot, quadratic and metric attention: odd sequence lengths (one
-to nine ragged 32-token tiles), 1-4 heads, head dims 16/32/64 (and a q/k width wider than the
-value width, which takes the chunked path), causal on and off, padding masks including rows with
-no visible key at all. Outputs are allocated full of NaN (attention.POISON_OUTPUTS), so an element
-the kernel never writes fails the comparison. The cases are a covering set, not the cartesian
-product: the interpreter runs each tile op in numpy and is slow.
+to nine ragged 32-token tiles), 1-4 heads, head dims 16/32/64 (and q/k widths wider than the
+value width up to D = 600: the forward's chunk loop, the backward's one wide q/k tile up to 512
+and its chunks beyond), causal on and off, padding masks including rows with no visible key at
+all. Outputs are allocated full of NaN (attention.POISON_OUTPUTS), so an element the kernel
+never writes fails the comparison. The cases are a covering set, not the cartesian product: the
+interpreter runs each tile op in numpy and is slow.
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ CASES = [
     Case("quadratic", 257, 2, 32, 16, True, "pad", F16),
     Case("quadratic", 100, 1, 64, 64, True, "none"),
     Case("quadratic", 33, 4, 48, 16, True, "empty"),
-    Case("quadratic", 17, 2, 160, 32, False, "empty"),  # D = 160 > 128: five feature chunks
+    Case("quadratic", 17, 2, 160, 32, False, "empty"),  # D = 160: 5 chunks fwd, one 256 tile bwd
+    Case("quadratic", 40, 2, 256, 32, True, "pad"),  # the backward's q/k tile 256 wide
+    Case("quadratic", 37, 2, 512, 64, True, "pad"),  # ... and 512 wide, the widest one tile
+    Case("quadratic", 21, 1, 512, 16, False, "empty", F16),
+    Case("quadratic", 19, 1, 600, 128, True, "pad"),  # D > 512: the backward chunks too
     Case("quadratic", 60, 3, 48, 16, False, "pad", F16),
     Case("metric", 1, 1, 16, 16, True, "none"),
     Case("metric", 17, 3, 32, 32, False, "pad"),
@@ -182,14 +187,43 @@ def test_quadratic_reads_x_once_for_all_heads(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_every_launch_uses_a_variant_the_aot_report_compiles() -> None:
-    """The report compiles spec_cases(); whatever widths a user passes, the launcher lands there."""
-    compiled = {(d, h, m, c) for _, d, h, m, c in attention.spec_cases()}
+    """The report compiles spec_cases(); whatever widths a user passes, the launchers land there
+    (the flags are the launchers' own, from _Problem)."""
+    compiled = set(attention.spec_cases())
     for dtype in attention.DTYPES:
         for d_v in range(1, attention.MAX_HEAD + 1):
-            for d_qk, metric in ((d_v, True), (d_v, False), (3 * d_v + 5, False)):
-                head = attention.head_width(d_v)
-                chunked = -(-d_qk // head) > 1
-                assert (dtype, head, metric, chunked) in compiled, (dtype, d_v, d_qk, metric)
+            widths = [(d_v, True), (d_v, False), (3 * d_v + 5, False), (4 * d_v + 1, False)]
+            widths += [(d, False) for d in (256, 512, 513, 1000)]
+            for d_qk, metric in widths:
+                p = torch.empty(1, 1, 1, d_qk, dtype=dtype)
+                v = p if metric else torch.empty(1, 1, 1, d_v, dtype=dtype)
+                m = torch.empty(1, d_qk, d_qk, dtype=dtype) if metric else None
+                prob = attention._Problem(p, p, v, m, False, None, 0.25)
+                fwd, bwd = prob.flags(), prob.backward_flags()
+                variant = ("attn_fwd", dtype, fwd["HEAD"], fwd["HEAD"], metric, fwd["CHUNKED"])
+                assert variant in compiled, (dtype, d_v, d_qk, metric)
+                for kernel in ("attn_bwd_dkdv", "attn_bwd_dq"):
+                    variant = (kernel, dtype, bwd["HEAD"], bwd["QK_HEAD"], metric, bwd["CHUNKED"])
+                    assert variant in compiled, (kernel, dtype, d_v, d_qk, metric)
+
+
+@pytest.mark.parametrize("d_qk,d_v", [(48, 16), (160, 32), (512, 64), (512, 16), (513, 64)])
+def test_backward_computes_the_scores_once_per_tile_pair_up_to_512(d_qk: int, d_v: int) -> None:
+    """Up to q/k width 512 each backward program holds the whole q/k width in one tile: no
+    feature-chunk grid axis, so no program recomputes scores that another one computed. Wider,
+    the backward falls back to HEAD-wide chunks."""
+    prob = attention._Problem(
+        torch.empty(1, 1, 1, d_qk), torch.empty(1, 1, 1, d_qk), torch.empty(1, 1, 1, d_v),
+        None, False, None, 0.25,
+    )  # fmt: skip
+    flags = prob.backward_flags()
+    assert flags["HEAD"] == attention.head_width(d_v)
+    if d_qk <= attention.MAX_QK_HEAD:
+        assert prob.backward_chunks() == 1 and not flags["CHUNKED"]
+        assert d_qk <= flags["QK_HEAD"] < 2 * d_qk
+    else:
+        assert flags["QK_HEAD"] == flags["HEAD"] and flags["CHUNKED"]
+        assert prob.backward_chunks() == -(-d_qk // flags["HEAD"])
 
 
 def test_gpu_autotuner_tries_exactly_the_table_configs() -> None:
@@ -198,21 +232,25 @@ def test_gpu_autotuner_tries_exactly_the_table_configs() -> None:
     for kernel in attention.KERNELS:
         configs = attention._as_triton_configs(kernel, interpret=False)
         prune = attention._pruner(kernel, interpret=False)
-        for name, dtype, head, metric, chunked in attention.spec_cases():
+        for name, dtype, head, qk_head, metric, chunked in attention.spec_cases():
             if name != kernel:
                 continue
+            extra = {} if kernel == "attn_fwd" else {"QK_HEAD": qk_head}
             kept = prune(
                 configs,
                 {"Q": torch.empty(0, dtype=dtype)},
                 HEAD=head,
                 METRIC=metric,
                 CHUNKED=chunked,
+                **extra,
             )
             got = [
                 (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in kept
             ]
-            want = attention.block_configs(kernel, dtype, head, metric, chunked, interpret=False)
-            assert sorted(got) == sorted(want), (kernel, dtype, head, metric, chunked)
+            want = attention.block_configs(
+                kernel, dtype, head, metric, chunked, interpret=False, qk_head=qk_head
+            )
+            assert sorted(got) == sorted(want), (kernel, dtype, head, qk_head, metric, chunked)
 
 
 @pytest.mark.parametrize("op", ["scaled_dot", "quadratic", "metric"])
