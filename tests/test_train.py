@@ -480,3 +480,94 @@ def test_metrics_file_drops_steps_after_the_checkpoint_and_a_torn_last_line(tmp_
     assert records[-1]["train/loss"] is None  # JSON has no NaN: null, and the file stays JSON
     MetricsFile(path, truncate_after_step=5).close()
     assert [r["step"] for r in read_metrics(path)] == [0, 5]
+
+
+@pytest.fixture
+def checks_on_device(monkeypatch):
+    """The CUDA code path on CPU: non-finite steps masked on the device by the fused AdamW's
+    found_inf, and read by the host only at log, evaluation and checkpoint steps."""
+    import attnzoo.train as trainer
+
+    monkeypatch.setattr(trainer, "checks_on_device", lambda device: True)
+
+
+@pytest.mark.parametrize("where", ["loss", "grad"])
+def test_on_device_checks_skip_the_bad_step_and_keep_the_weights_finite(
+    tmp_path, monkeypatch, capsys, checks_on_device, where
+):
+    _poison(monkeypatch, 13, where)
+    summary = run(tiny("train.on_nonfinite=skip"), tmp_path)
+    assert summary["status"] == "completed" and summary["skipped_steps"] == 1
+    assert "at step 13; step skipped" in capsys.readouterr().err  # reported at the step-15 log
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r.get("train/skipped_steps") for r in records] == [None, None, None, 1, 1, 1, 1]
+    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)
+    weights = read_checkpoint(tmp_path / "checkpoints" / "last.pt")["model"].values()
+    assert all(bool(torch.isfinite(w).all()) for w in weights)  # the NaN gradient never applied
+    assert isinstance(summary["final"]["val/loss"], float)
+
+
+def test_on_device_checks_stop_at_the_next_log_step_naming_the_bad_one(
+    tmp_path, monkeypatch, checks_on_device
+):
+    _poison(monkeypatch, 13, "loss")
+    summary = run(tiny(), tmp_path)
+    assert summary["status"] == "diverged" and summary["step"] == 12
+    assert "non-finite loss (nan) at step 13 (seen at step 15)" in summary["error"]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 5, 10]
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 10
+
+
+def test_on_device_checks_train_like_host_checks(tmp_path, checks_on_device):
+    """The fused AdamW of the CUDA path follows the same curve as the CPU's (to rounding)."""
+    import attnzoo.train as trainer
+
+    on_device = _losses_of(run(tiny(), tmp_path / "device"), tmp_path / "device")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(trainer, "checks_on_device", lambda device: False)
+        on_host = _losses_of(run(tiny(), tmp_path / "host"), tmp_path / "host")
+    assert on_device.keys() == on_host.keys()
+    for step in on_host:
+        assert on_device[step] == pytest.approx(on_host[step], rel=1e-4), step
+
+
+def _losses_of(summary, run_dir):
+    assert summary["status"] == "completed"
+    return _losses(run_dir / "metrics.jsonl")
+
+
+def test_threads_auto_follows_the_work_per_step():
+    from attnzoo.train import AUTO_FLOP_PER_THREAD, threads_for
+
+    assert threads_for(3, 10**9, 10**6, cores=2) == 3  # an int is taken as given
+    assert threads_for("auto", 1000, 10, cores=16) == 1  # tiny work: one thread
+    work = 6 * 800_000 * 768  # the Shakespeare preset
+    assert threads_for("auto", 800_000, 768, cores=2) == min(2, int(work // AUTO_FLOP_PER_THREAD))
+    assert threads_for("auto", 10**9, 10**6, cores=4) == 4  # never more than the cores
+
+
+def test_threads_must_be_auto_or_a_positive_int(tmp_path):
+    for bad in ("0", "many", "1.5"):
+        with pytest.raises(ValueError, match="train.threads.*auto or a positive int"):
+            run(tiny(f"train.threads={bad}"), tmp_path / bad)
+        assert not (tmp_path / bad / "metrics.jsonl").exists()
+
+
+def test_compiled_run_trains_and_checkpoints_eager_keys(tmp_path):
+    """train.compile=true (torch.compile, impl=torch on CPU): same records as an eager run, close
+    numbers, and a checkpoint an eager model loads (no `_orig_mod.` prefix)."""
+    few = ("train.max_steps=10", "train.ckpt_every=5", "impl=torch")
+    compiled = run(tiny(*few, "train.compile=true"), tmp_path / "compiled")
+    assert run(tiny(*few), tmp_path / "eager")["status"] == "completed"
+    assert compiled["status"] == "completed" and compiled["step"] == 10
+    got = read_metrics(tmp_path / "compiled" / "metrics.jsonl")
+    want = read_metrics(tmp_path / "eager" / "metrics.jsonl")
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    for g, w in zip(got, want, strict=True):
+        if "train/loss" in w:
+            assert g["train/loss"] == pytest.approx(w["train/loss"], rel=1e-3)
+    state = read_checkpoint(tmp_path / "compiled" / "checkpoints" / "last.pt")["model"]
+    assert not any(k.startswith("_orig_mod.") for k in state)
+    assert set(state) == set(
+        read_checkpoint(tmp_path / "eager" / "checkpoints" / "last.pt")["model"]
+    )
