@@ -130,7 +130,10 @@ class LoggerSchema:
     group: str | None = None  # null: the multirun sweep's name (single runs: none)
     name: str | None = None
     tags: list[str] = field(default_factory=list)
-    attention_maps: bool = True  # images of attention maps and learned U / M at every eval
+    attention_maps: bool = True  # images of attention maps and learned U / M with the extras
+    # the share of wall time the evaluation extras (sample text, rank figure, W&B media) may take:
+    # made while within it, and at the last evaluation; 1: at every evaluation, 0: at the last
+    media_budget: float = 0.05
     init_timeout: float = 90.0  # seconds wandb.init may wait for the server before going offline
 
 
@@ -283,6 +286,8 @@ def validate(cfg: DictConfig) -> None:
         threads,
         "auto or a positive int (>= 1)",
     )
+    budget = cfg.logger.media_budget
+    _require(0 <= budget <= 1, "logger.media_budget", budget, "in [0, 1] (a share of wall time)")
     if enum_value(t.device) == "cuda":
         import torch
 

@@ -240,10 +240,10 @@ def _requeued() -> bool:
 
 @torch.no_grad()
 def evaluate(
-    model: Model, task: Task, cfg: DictConfig, device: torch.device
+    model: Model, task: Task, cfg: DictConfig, device: torch.device, sample: bool = True
 ) -> dict[str, float | str]:
     """Validation loss and the task's metrics, averaged over `train.eval_batches` batches that are
-    the same at every evaluation; for language models also a sample text."""
+    the same at every evaluation; for language models and `sample` also a sample text."""
     model.eval()
     gen = torch.Generator().manual_seed(int(cfg.train.seed) + 1)
     sums: dict[str, float] = {}
@@ -257,7 +257,8 @@ def evaluate(
             for k, v in values.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out: dict[str, float | str] = {f"val/{k}": v / n for k, v in sums.items()}
-        text = task.sample_text(model, torch.Generator().manual_seed(int(cfg.train.seed) + 2))
+        seed = int(cfg.train.seed) + 2
+        text = task.sample_text(model, torch.Generator().manual_seed(seed)) if sample else None
         if text is not None:
             out["val/sample_text"] = text
     finally:
@@ -475,6 +476,21 @@ def available_cores() -> int:
     return max(1, cores // max(1, local))
 
 
+def extras_due(
+    spent_s: float, last_cost_s: float, elapsed_s: float, budget: float, last: bool
+) -> bool:
+    """Whether an evaluation also makes the extras (sample text, rank figure, W&B media): always
+    at the last evaluation; otherwise only while they stay within `budget` (a fraction, the
+    `logger.media_budget`) of the wall time so far, counting the one about to be made (its cost
+    guessed from the last) and keeping room for the last one. They cost seconds of plotting and
+    image encoding per evaluation whatever the model, which on a fast run would dominate; the
+    numbers (validation loss, metrics, rank profile) are measured at every evaluation."""
+    if last or budget >= 1:
+        return True
+    cost = last_cost_s if last_cost_s > 0 else 1.0  # before the first: a guess of a second
+    return spent_s + 2 * cost < budget * elapsed_s
+
+
 def checks_on_device(device: torch.device) -> bool:
     """Whether non-finite steps are detected on the device and read by the host only at log,
     evaluation and checkpoint steps (CUDA: no per-step synchronisation), rather than after every
@@ -621,7 +637,9 @@ class Trainer:
         self.probe = probe_batch(task, cfg, device)
         self.stats = StepStats(device)
         self.evals_done = 0
-        self.eval_s = 0.0
+        self.eval_s = 0.0  # seconds in evaluation, extras included
+        self.extras_s, self.extras_cost = 0.0, 0.0  # seconds in extras; the last one's
+        self.t_start = time.perf_counter()  # reset when the loop starts
         self.bar = _progress(bool(t.progress), self.max_steps, self.state.step)
         self.print = self.bar.write if self.bar is not None else _print_err
 
@@ -697,13 +715,19 @@ class Trainer:
 
     # ---- evaluation, checkpoints, reports --------------------------------------------------
 
-    def evaluate(self, record: dict[str, Any]) -> None:
-        """Validation numbers and rank profile into `record`; the best-so-far; the sample text,
-        the rank figure and the W&B media (every `logger.media_every`-th evaluation and the
-        last: they are the slow part)."""
+    def evaluate(self, record: dict[str, Any], last: bool = False) -> None:
+        """Validation numbers and rank profile into `record` and the best-so-far, at every
+        evaluation; the extras (sample text, rank figure, W&B media) when `extras_due`."""
         start = time.perf_counter()
         state, cfg = self.state, self.cfg
-        values = evaluate(self.model, self.task, cfg, self.device)
+        extras = extras_due(
+            self.extras_s,
+            self.extras_cost,
+            start - self.t_start,
+            float(cfg.logger.media_budget),
+            last,
+        )
+        values = evaluate(self.model, self.task, cfg, self.device, sample=extras)
         ranks = rank_record(self.model, self.probe)
         record.update(values)
         record.update(ranks)
@@ -719,6 +743,17 @@ class Trainer:
             old = state.best.get(main_metric)
             if old is None or (mv > old if self.task.higher_is_better else mv < old):
                 state.best[main_metric] = mv
+        if extras:
+            extras_start = time.perf_counter()
+            self.extras(values)
+            self.extras_cost = time.perf_counter() - extras_start
+            self.extras_s += self.extras_cost
+        self.evals_done += 1
+        self.eval_s += time.perf_counter() - start
+
+    def extras(self, values: dict[str, Any]) -> None:
+        """The sample text, rank_decay.png, and the W&B rank media and attention images."""
+        state, cfg = self.state, self.cfg
         if "val/sample_text" in values:
             self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
         fig = rank_figure(state.rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
@@ -733,8 +768,6 @@ class Trainer:
             import matplotlib.pyplot as plt
 
             plt.close(fig)
-        self.evals_done += 1
-        self.eval_s += time.perf_counter() - start
 
     def checkpoint(self) -> None:
         if not self.main:
@@ -799,7 +832,7 @@ class Trainer:
         if self.state.skipped:
             record["train/skipped_steps"] = self.state.skipped
         if is_eval:
-            self.evaluate(record)
+            self.evaluate(record, last=step == self.max_steps)
         self.write(record)
         if self.bar is not None:
             self.bar.set_postfix(
@@ -818,7 +851,8 @@ class Trainer:
         preempt = Preemption()
         preempt.install()
         status, error, exit_reason = "completed", None, None
-        start_step, t_start = state.step, time.perf_counter()
+        start_step = state.step
+        t_start = self.t_start = time.perf_counter()
         t_interval, tokens = time.perf_counter(), 0
         try:
             self.model.train()
@@ -894,7 +928,12 @@ class Trainer:
             error=error,
             best=state.best,
             skipped_steps=state.skipped,
-            time={"total_s": elapsed, "eval_s": self.eval_s, "evaluations": self.evals_done},
+            time={
+                "total_s": elapsed,
+                "eval_s": self.eval_s,
+                "extras_s": self.extras_s,
+                "evaluations": self.evals_done,
+            },
         )
         if exit_reason:
             summary["preempted_by"] = exit_reason

@@ -290,7 +290,8 @@ def _wandb_history(run_dir: Path) -> list[dict]:
 
 
 def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
-    summary = run(tiny("logger.mode=offline", "logger.project=attnzoo-test"), tmp_path)
+    overrides = ("logger.mode=offline", "logger.project=attnzoo-test", "logger.media_budget=1")
+    summary = run(tiny(*overrides), tmp_path)
     assert summary["status"] == "completed"
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and summary["wandb"]["id"] in runs[0].name
@@ -308,7 +309,7 @@ def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
             if not k.startswith("_") and isinstance(v, (int, float)) and "." not in k
         }  # fmt: skip
         assert scalars == set(r), r["step"]
-        if "rank/last" in r:  # the rank media go with every evaluation
+        if "rank/last" in r:  # the rank media go with every evaluation (media_budget=1)
             assert any(k.startswith("rank/table") for k in logged)
             assert any(k.startswith("rank/vs_depth") for k in logged)
             assert any(k.startswith("rank/plot") for k in logged)
@@ -451,13 +452,15 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
     assert info["run_group"] == "my-sweep" and info["job_type"] == "pooling"
 
 
-def test_language_model_samples_are_printed_and_logged_at_every_eval(tmp_path, monkeypatch, capsys):
+def test_language_model_samples_are_printed_and_logged_at_every_eval_with_budget_1(
+    tmp_path, monkeypatch, capsys
+):
     def sample_text(self, model, generator):
         assert not model.training  # sampled in eval mode
         return "to be or not " + str(int(torch.randint(0, 9, (1,), generator=generator)))
 
     monkeypatch.setattr(Sort, "sample_text", sample_text)
-    run(tiny(), tmp_path)
+    run(tiny("logger.media_budget=1"), tmp_path)
     samples = [
         r["val/sample_text"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/loss" in r
     ]
@@ -571,3 +574,28 @@ def test_compiled_run_trains_and_checkpoints_eager_keys(tmp_path):
     assert set(state) == set(
         read_checkpoint(tmp_path / "eager" / "checkpoints" / "last.pt")["model"]
     )
+
+
+def test_extras_stay_within_their_share_of_wall_time():
+    from attnzoo.train import extras_due
+
+    assert extras_due(0.0, 0.0, 0.5, 0.05, last=True)  # the last evaluation always has them
+    assert extras_due(9.0, 9.0, 1.0, 1.0, last=False)  # budget 1: every evaluation
+    assert not extras_due(0.0, 0.0, 10.0, 0.05, last=False)  # 2 x a 1 s guess > 5% of 10 s
+    assert extras_due(0.0, 0.0, 50.0, 0.05, last=False)
+    assert not extras_due(2.0, 2.0, 100.0, 0.05, last=False)  # 2 + 2 x 2 s > 5 s
+    assert extras_due(2.0, 2.0, 200.0, 0.05, last=False)
+    assert not extras_due(0.0, 0.0, 1e9, 0.0, last=False)  # budget 0: only at the last
+
+
+def test_extras_budget_0_makes_them_only_at_the_last_evaluation(tmp_path, monkeypatch):
+    monkeypatch.setattr(Sort, "sample_text", lambda self, model, generator: "sampled")
+    summary = run(tiny("logger.media_budget=0"), tmp_path)
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "val/loss" in r]
+    assert [r["step"] for r in evals] == [0, 10, 20, 30]  # the numbers at every evaluation
+    assert [r.get("val/sample_text") for r in evals] == [None, None, None, "sampled"]
+    assert (tmp_path / "rank_decay.png").stat().st_size > 1000
+    t = summary["time"]
+    assert t["evaluations"] == 4 and 0 < t["extras_s"] <= t["eval_s"] < t["total_s"]
+    with pytest.raises(ValueError, match="logger.media_budget"):
+        run(tiny("logger.media_budget=1.5"), tmp_path / "bad")
