@@ -487,7 +487,7 @@ def extras_due(
     numbers (validation loss, metrics, rank profile) are measured at every evaluation."""
     if last or budget >= 1:
         return True
-    cost = last_cost_s if last_cost_s > 0 else 1.0  # before the first: a guess of a second
+    cost = last_cost_s if last_cost_s > 0 else 5.0  # before the first: what a loaded CPU takes
     return spent_s + 2 * cost < budget * elapsed_s
 
 
@@ -758,10 +758,12 @@ class Trainer:
             self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
         fig = rank_figure(state.rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
         try:
+            image: Any = fig
             if self.main:
-                fig.savefig(self.run_dir / "rank_decay.png")
+                image = self.run_dir / "rank_decay.png"
+                fig.savefig(image)  # rendered once: W&B's image is this file
             if self.wb.active:
-                _log_rank_media(self.wb, fig, state.rank_history, state.step)
+                _log_rank_media(self.wb, image, state.rank_history, state.step)
             if self.wb.active and cfg.logger.attention_maps:
                 _log_attention_media(self.wb, self.model, self.probe, state.step)
         finally:
@@ -970,9 +972,10 @@ def metrics_last(path: Path) -> dict[str, Any]:
 
 
 def _log_rank_media(
-    wb: WandbRun, fig: Any, history: Sequence[tuple[int, Sequence[float]]], step: int
+    wb: WandbRun, image: Any, history: Sequence[tuple[int, Sequence[float]]], step: int
 ) -> None:
-    """The rank table, rank-vs-depth line series and the matplotlib figure, as W&B media."""
+    """The rank table, rank-vs-depth line series and the rank figure (a matplotlib figure or
+    the PNG file it was saved to), as W&B media."""
     wandb = wb.wandb
     try:
         rows = [[s, layer, float(r)] for s, ranks in history for layer, r in enumerate(ranks)]
@@ -985,7 +988,8 @@ def _log_rank_media(
             title="rank decay: relative residual vs depth",
             xname="layer",
         )
-        media = {"rank/table": table, "rank/vs_depth": series, "rank/plot": wandb.Image(fig)}
+        plot = wandb.Image(str(image) if isinstance(image, Path) else image)
+        media = {"rank/table": table, "rank/vs_depth": series, "rank/plot": plot}
     except Exception as err:
         wb._fail("building rank media", err)
         return

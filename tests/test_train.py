@@ -581,8 +581,8 @@ def test_extras_stay_within_their_share_of_wall_time():
 
     assert extras_due(0.0, 0.0, 0.5, 0.05, last=True)  # the last evaluation always has them
     assert extras_due(9.0, 9.0, 1.0, 1.0, last=False)  # budget 1: every evaluation
-    assert not extras_due(0.0, 0.0, 10.0, 0.05, last=False)  # 2 x a 1 s guess > 5% of 10 s
-    assert extras_due(0.0, 0.0, 50.0, 0.05, last=False)
+    assert not extras_due(0.0, 0.0, 150.0, 0.05, last=False)  # 2 x a 5 s guess > 5% of 150 s
+    assert extras_due(0.0, 0.0, 250.0, 0.05, last=False)
     assert not extras_due(2.0, 2.0, 100.0, 0.05, last=False)  # 2 + 2 x 2 s > 5 s
     assert extras_due(2.0, 2.0, 200.0, 0.05, last=False)
     assert not extras_due(0.0, 0.0, 1e9, 0.0, last=False)  # budget 0: only at the last
