@@ -434,46 +434,40 @@ def _run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if main and not hydra_cfg.exists():  # the Python API: leave the same record the CLI leaves
         hydra_cfg.parent.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_cfg)
-    return _train(cfg, plain_cfg, task, model, device, run_dir, loaded, summary)
-
-
-def _train(
-    cfg: DictConfig,
-    plain_cfg: dict[str, Any],
-    task: Task,
-    model: Model,
-    device: torch.device,
-    run_dir: Path,
-    loaded: tuple[dict[str, Any], Path] | None,
-    summary: dict[str, Any],
-) -> dict[str, Any]:
     return Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, summary).fit()
 
 
 def threads_for(value: int | str, params: int, tokens_per_step: int, cores: int) -> int:
     """torch's intra-op threads for `train.threads`: an int as given; `auto` one thread per
     AUTO_FLOP_PER_THREAD of training work per step (6 x params x tokens), at least 1 and at most
-    `cores`. Small models lose more to thread hand-off than they gain from a second core."""
+    the idle `cores`. Small models lose more to handing work between threads than a second core
+    gives them, and a thread on a core that another process keeps busy stalls all the others at
+    every parallel region (README, "Threads": 3-4x slower on a loaded 2-core machine)."""
     if value != "auto":
         return int(value)
     flop_per_step = 6 * params * tokens_per_step
     return max(1, min(cores, int(flop_per_step // AUTO_FLOP_PER_THREAD)))
 
 
-# Measured on a 2-core CPU (README, "Threads"): the default job (~0.3 GFLOP a step) is fastest on
-# one thread, the Shakespeare preset (~3.8 GFLOP a step) on two.
+# The default job (~0.6 GFLOP a step) gets one thread, the Shakespeare preset (~3.8) two if idle.
 AUTO_FLOP_PER_THREAD = 1.5e9
 
 
 def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, e.g. a SLURM allocation), shared
-    among the data-parallel processes on this machine."""
+    """CPU cores this process may use and nobody else is using: its affinity mask (e.g. a SLURM
+    allocation) shared among the data-parallel processes on this machine, less the machine's
+    1-minute load average beyond what the mask leaves free."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        mask = os.sched_getaffinity(0)
+        cores = len(mask)
     except AttributeError:  # pragma: no cover - platforms without affinity masks
         cores = os.cpu_count() or 1
+    busy = 0
+    with contextlib.suppress(OSError, AttributeError):
+        outside = (os.cpu_count() or cores) - cores  # cores this process may not use anyway
+        busy = max(0, round(os.getloadavg()[0]) - outside)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    return max(1, cores // max(1, local))
+    return max(1, (cores - busy) // max(1, local))
 
 
 def extras_due(
@@ -590,9 +584,14 @@ class Trainer:
         self.stop_on_nonfinite = enum_value(t.on_nonfinite) == "stop"
         self.on_device = checks_on_device(device)
         tokens = int(t.batch_size) * task.max_len
-        torch.set_num_threads(
-            threads_for(t.threads, model.num_parameters(), tokens, available_cores())
-        )
+        saved = loaded[0].get("threads") if loaded is not None else None
+        if t.threads == "auto" and saved is not None:
+            self.threads = int(saved)  # as before: the thread count can change the rounding
+        else:
+            params = model.num_parameters()
+            self.threads = threads_for(t.threads, params, tokens, available_cores())
+        torch.set_num_threads(self.threads)
+        summary["threads"] = self.threads
         if t.deterministic:
             torch.use_deterministic_algorithms(True)
         self.model = model.to(device)  # the eager module: checkpoints, evaluation, rank probes
@@ -788,6 +787,7 @@ class Trainer:
                 "rank_history": state.rank_history,
                 "wandb_id": self.wb.id or state.wandb_id,
                 "skipped_steps": state.skipped,
+                "threads": self.threads,
             },
             self.ckpt_dir,
         )

@@ -599,3 +599,19 @@ def test_extras_budget_0_makes_them_only_at_the_last_evaluation(tmp_path, monkey
     assert t["evaluations"] == 4 and 0 < t["extras_s"] <= t["eval_s"] < t["total_s"]
     with pytest.raises(ValueError, match="logger.media_budget"):
         run(tiny("logger.media_budget=1.5"), tmp_path / "bad")
+
+
+def test_threads_auto_is_kept_on_resume(tmp_path, monkeypatch):
+    """auto decides when a run starts (the machine's load may differ later) and a resumed run
+    keeps that count, since the count can change how sums are rounded."""
+    import attnzoo.train as trainer
+
+    monkeypatch.setattr(trainer, "threads_for", lambda *args: 2)
+    first = run(tiny("train.max_steps=20"), tmp_path)
+    assert first["threads"] == 2
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["threads"] == 2
+    monkeypatch.setattr(trainer, "threads_for", lambda *args: 1)
+    resumed = run(tiny("train.max_steps=30", "train.resume=true"), tmp_path)
+    assert resumed["resumed_from"] == 20 and resumed["threads"] == 2
+    explicit = run(tiny("train.max_steps=40", "train.resume=true", "train.threads=1"), tmp_path)
+    assert explicit["threads"] == 1  # an explicit count is the user's choice
