@@ -848,6 +848,10 @@ class Trainer:
     # ---- the loop --------------------------------------------------------------------------
 
     def fit(self) -> dict[str, Any]:
+        """Train to `train.max_steps`: a step, then at log, evaluation and checkpoint steps the
+        host reads what the device accumulated (on CPU, also after a non-finite step), logs,
+        evaluates and checkpoints; a pre-emption signal ends it at the next step boundary.
+        Writes summary.json and returns it."""
         t, state = self.cfg.train, self.state
         log_every, eval_every, ckpt_every = int(t.log_every), int(t.eval_every), int(t.ckpt_every)
         preempt = Preemption()
