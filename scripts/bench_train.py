@@ -420,26 +420,24 @@ def bench_sequential(
         start = time.perf_counter()
         run = build(name, task, r, seed)
         window_ms, best, best_step = [], math.inf, 0
-        mark, loss = time.perf_counter(), None
+        mark, in_window = time.perf_counter(), 0
         for step in range(r.steps):
             loss = optimizer_step(run, task, r, step)
-            done = step + 1
-            if done % window == 0 or done == r.steps:
-                _sync(device)
-                now = time.perf_counter()
-                window_ms.append(
-                    1e3 * (now - mark) / (window if done % window == 0 else done % window)
-                )
-                if done % (window * 10) == 0:
-                    print(f"  {name} step {done}: loss {loss.item():.3f}", file=sys.stderr)
-            if (r.eval_every and done % r.eval_every == 0) or done == r.steps:
+            done, in_window = step + 1, in_window + 1
+            evaluating = (r.eval_every and done % r.eval_every == 0) or done == r.steps
+            if in_window < window and not evaluating:
+                continue
+            _sync(device)  # a window of steps ends (early at an evaluation)
+            window_ms.append(1e3 * (time.perf_counter() - mark) / in_window)
+            if done % 1000 == 0:
+                print(f"  {name} step {done}: loss {loss.item():.3f}", file=sys.stderr)
+            if evaluating:
                 val_loss, _ = validate(run, task, r, seed)
                 if val_loss < best:
                     best, best_step = val_loss, done
                 print(f"  {name} step {done}: val loss {val_loss:.4f}", file=sys.stderr)
-            if done % window == 0 or done == r.steps:
                 _sync(device)
-                mark = time.perf_counter()  # evaluation time is not step time
+            mark, in_window = time.perf_counter(), 0  # evaluation time is not step time
         _sync(device)
         wall = time.perf_counter() - start
         steady = statistics.median(window_ms[1:] or window_ms)
