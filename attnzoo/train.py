@@ -465,7 +465,7 @@ def available_cores() -> int:
     busy = 0
     with contextlib.suppress(OSError, AttributeError):
         outside = (os.cpu_count() or cores) - cores  # cores this process may not use anyway
-        busy = max(0, round(os.getloadavg()[0]) - outside)
+        busy = max(0, int(os.getloadavg()[0]) - outside)  # cores kept fully busy
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     return max(1, (cores - busy) // max(1, local))
 
