@@ -449,7 +449,9 @@ def threads_for(value: int | str, params: int, tokens_per_step: int, cores: int)
     return max(1, min(cores, int(flop_per_step // AUTO_FLOP_PER_THREAD)))
 
 
-# The default job (~0.6 GFLOP a step) gets one thread, the Shakespeare preset (~3.8) two if idle.
+# On an idle 2-core CPU two threads beat one on the Shakespeare preset (~3.8 GFLOP a step: 50
+# against 73 ms) and by less on the default job (~0.6 GFLOP: 14.7 against 19.9 ms), but when
+# another process starts mid-run two threads can run 13x slower (README): a small job keeps one.
 AUTO_FLOP_PER_THREAD = 1.5e9
 
 
