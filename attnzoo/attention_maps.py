@@ -110,8 +110,7 @@ def _grid(panels: list[list[torch.Tensor]], row_names: list[str], cmap: str, sym
             mosaic[y : y + mat.shape[0], x : x + mat.shape[1]] = mat
     fig = plt.figure(figsize=(1.8 * cols + 0.6, 1.8 * rows + 0.5))
     ax = fig.add_axes((0.6 / (1.8 * cols + 0.6), 0.02, 1 - 0.65 / (1.8 * cols + 0.6), 0.9))
-    colours = plt.get_cmap(cmap).copy()
-    colours.set_bad("white")
+    colours = plt.get_cmap(cmap).with_extremes(bad="white")  # the gaps between panels
     lo, hi = (-1.0, 1.0) if symmetric else (0.0, 1.0)
     ax.imshow(mosaic, cmap=colours, vmin=lo, vmax=hi, interpolation="nearest", aspect="equal")
     ax.set_axis_off()
