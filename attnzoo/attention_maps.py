@@ -9,8 +9,6 @@ are read.
 
 from __future__ import annotations
 
-import math
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -93,29 +91,34 @@ def learned_matrices(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _grid(panels: list[list[torch.Tensor]], row_names: list[str], cmap: str, symmetric: bool):
+    """The panels as one mosaic image on one axes (rows of panels, a blank line between them),
+    heads named above and rows on the left. One image instead of an axes per panel: a
+    matplotlib axes costs tens of milliseconds to build and lay out, and a figure has dozens."""
+    import numpy as np
+
     rows, cols = len(panels), max(len(r) for r in panels)
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(1.8 * cols + 0.6, 1.8 * rows + 0.4), squeeze=False
-    )
+    h = max(int(p.shape[0]) for row in panels for p in row)
+    w = max(int(p.shape[1]) for row in panels for p in row)
+    gap = max(1, h // 16)
+    mosaic = np.full((rows * (h + gap) - gap, cols * (w + gap) - gap), np.nan, dtype=np.float32)
     for r, row in enumerate(panels):
-        for c in range(cols):
-            ax = axes[r][c]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if c >= len(row):
-                ax.axis("off")
-                continue
-            mat = row[c].numpy()
-            if symmetric:
-                lim = float(abs(mat).max()) or 1.0
-                ax.imshow(mat, cmap=cmap, vmin=-lim, vmax=lim)
-            else:
-                ax.imshow(mat, cmap=cmap, vmin=0.0, vmax=1.0)
-            if r == 0:
-                ax.set_title(f"head {c}", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(row_names[r], fontsize=8)
-    fig.tight_layout()
+        for c, panel in enumerate(row):
+            mat = panel.numpy().astype(np.float32)
+            if symmetric:  # each panel on its own scale, 0 in the middle of the colour map
+                mat = mat / (float(abs(mat).max()) or 1.0)
+            y, x = r * (h + gap), c * (w + gap)
+            mosaic[y : y + mat.shape[0], x : x + mat.shape[1]] = mat
+    fig = plt.figure(figsize=(1.8 * cols + 0.6, 1.8 * rows + 0.5))
+    ax = fig.add_axes((0.6 / (1.8 * cols + 0.6), 0.02, 1 - 0.65 / (1.8 * cols + 0.6), 0.9))
+    colours = plt.get_cmap(cmap).with_extremes(bad="white")  # the gaps between panels
+    lo, hi = (-1.0, 1.0) if symmetric else (0.0, 1.0)
+    ax.imshow(mosaic, cmap=colours, vmin=lo, vmax=hi, interpolation="nearest", aspect="equal")
+    ax.set_axis_off()
+    for c in range(cols):
+        ax.text(c * (w + gap) + w / 2, -gap, f"head {c}", ha="center", va="bottom", fontsize=8)
+    for r, name in enumerate(row_names):
+        y = r * (h + gap) + h / 2
+        ax.text(-gap, y, name, ha="right", va="center", fontsize=8, rotation=90)
     return fig
 
 
@@ -125,7 +128,6 @@ def maps_figure(maps: list[torch.Tensor], step: int) -> plt.Figure:
         [list(m) for m in maps], [f"layer {i + 1}" for i in range(len(maps))], "viridis", False
     )
     fig.suptitle(f"attention maps, first probe example, step {step}", fontsize=9)
-    fig.subplots_adjust(top=1 - 0.35 / math.sqrt(max(1, len(maps))))
     return fig
 
 
@@ -133,5 +135,4 @@ def matrices_figure(mats: dict[str, torch.Tensor], step: int) -> plt.Figure:
     """Rows: layers; columns: heads; each panel a learned U or M (diverging colours, 0 = white)."""
     fig = _grid([list(m) for m in mats.values()], list(mats), "RdBu_r", True)
     fig.suptitle(f"learned matrices, step {step}", fontsize=9)
-    fig.subplots_adjust(top=1 - 0.35 / math.sqrt(max(1, len(mats))))
     return fig

@@ -112,11 +112,14 @@ class TrainSchema:
     ckpt_every: int = 200
     seed: int = 0
     device: Device = Device.auto
-    threads: int = 1  # torch intra-op threads; 1 is fastest for these sizes on a shared CPU
+    # torch intra-op threads: a positive int, or auto (from the model's size and the cores this
+    # process may use; see attnzoo.train.threads_for)
+    threads: Any = "auto"
     resume: bool = False
     on_nonfinite: OnNonfinite = OnNonfinite.stop
     progress: bool = True  # tqdm bar with loss and tokens/s
     deterministic: bool = False  # torch.use_deterministic_algorithms (CPU runs are already)
+    compile: bool = False  # torch.compile the model for training (checkpoints stay eager keys)
 
 
 @dataclass
@@ -127,7 +130,10 @@ class LoggerSchema:
     group: str | None = None  # null: the multirun sweep's name (single runs: none)
     name: str | None = None
     tags: list[str] = field(default_factory=list)
-    attention_maps: bool = True  # images of attention maps and learned U / M at every eval
+    attention_maps: bool = True  # images of attention maps and learned U / M with the extras
+    # the share of wall time the evaluation extras (sample text, rank figure, W&B media) may take:
+    # made while within it, and at the last evaluation; 1: at every evaluation, 0: at the last
+    media_budget: float = 0.05
     init_timeout: float = 90.0  # seconds wandb.init may wait for the server before going offline
 
 
@@ -272,7 +278,16 @@ def validate(cfg: DictConfig) -> None:
     _require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, ">= 0 (0 turns clipping off)")
     for key in ("log_every", "eval_every", "eval_batches", "probe_batch_size", "ckpt_every"):
         _require(t[key] >= 1, f"train.{key}", t[key], "a positive int (>= 1)")
-    _require(t.threads >= 1, "train.threads", t.threads, "a positive int (>= 1)")
+    threads = t.threads
+    _require(
+        threads == "auto"
+        or (isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1),
+        "train.threads",
+        threads,
+        "auto or a positive int (>= 1)",
+    )
+    budget = cfg.logger.media_budget
+    _require(0 <= budget <= 1, "logger.media_budget", budget, "in [0, 1] (a share of wall time)")
     if enum_value(t.device) == "cuda":
         import torch
 

@@ -64,13 +64,14 @@ def broadcast(obj: Any) -> Any:
     return box[0]
 
 
-def all_true(flag: bool, device: torch.device) -> bool:
-    """True only if `flag` holds on every rank, so that ranks take the same branch."""
+def all_finite(finite: torch.Tensor) -> torch.Tensor:
+    """`finite` (a 0-d bool tensor) and-ed over every rank, so that ranks skip the same steps;
+    an all-reduce on the device, with no host synchronisation."""
     if not dist.is_initialized():
-        return flag
-    t = torch.tensor([1 if flag else 0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return bool(t.item())
+        return finite
+    flag = finite.to(torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return flag.bool()
 
 
 def stream_seed(seed: int, step: int = 0) -> int:

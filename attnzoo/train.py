@@ -24,6 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -239,10 +240,10 @@ def _requeued() -> bool:
 
 @torch.no_grad()
 def evaluate(
-    model: Model, task: Task, cfg: DictConfig, device: torch.device
+    model: Model, task: Task, cfg: DictConfig, device: torch.device, sample: bool = True
 ) -> dict[str, float | str]:
     """Validation loss and the task's metrics, averaged over `train.eval_batches` batches that are
-    the same at every evaluation; for language models also a sample text."""
+    the same at every evaluation; for language models and `sample` also a sample text."""
     model.eval()
     gen = torch.Generator().manual_seed(int(cfg.train.seed) + 1)
     sums: dict[str, float] = {}
@@ -256,7 +257,8 @@ def evaluate(
             for k, v in values.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         out: dict[str, float | str] = {f"val/{k}": v / n for k, v in sums.items()}
-        text = task.sample_text(model, torch.Generator().manual_seed(int(cfg.train.seed) + 2))
+        seed = int(cfg.train.seed) + 2
+        text = task.sample_text(model, torch.Generator().manual_seed(seed)) if sample else None
         if text is not None:
             out["val/sample_text"] = text
     finally:
@@ -432,253 +434,532 @@ def _run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if main and not hydra_cfg.exists():  # the Python API: leave the same record the CLI leaves
         hydra_cfg.parent.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, hydra_cfg)
-    return _train(cfg, plain_cfg, task, model, device, run_dir, loaded, summary)
+    return Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, summary).fit()
 
 
-def _train(
-    cfg: DictConfig,
-    plain_cfg: dict[str, Any],
-    task: Task,
-    model: Model,
-    device: torch.device,
-    run_dir: Path,
-    loaded: tuple[dict[str, Any], Path] | None,
-    summary: dict[str, Any],
-) -> dict[str, Any]:
-    t = cfg.train
-    torch.set_num_threads(int(t.threads))
-    if t.deterministic:
-        torch.use_deterministic_algorithms(True)
-    ckpt_dir = run_dir / "checkpoints"
-    model.to(device)
-    summary["params"] = model.num_parameters()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": float(t.weight_decay)},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=float(t.lr),
-        betas=(float(t.beta1), float(t.beta2)),
-    )
-    max_steps = int(t.max_steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: lr_factor(s, int(t.warmup_steps), max_steps, float(t.min_lr_ratio)),
-    )
-    train_gen = torch.Generator().manual_seed(distributed.stream_seed(int(t.seed)))
-    main = distributed.is_main()
-    trained = distributed.wrap(model, device)  # DDP under torchrun: gradients averaged
-    world = distributed.world_size()
-    step, best, rank_history, wandb_id, skipped = 0, {}, [], None, 0
-    resumed_from, last_good = None, None
-    if loaded is not None:
-        state, path = loaded
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"], train_gen)
-        if not main:
-            train_gen.manual_seed(distributed.stream_seed(int(t.seed), int(state["step"])))
-        step, best = int(state["step"]), dict(state.get("best", {}))
-        rank_history = [tuple(x) for x in state.get("rank_history", [])]
-        wandb_id, skipped = state.get("wandb_id"), int(state.get("skipped_steps", 0))
-        resumed_from = step
-        last_good = path
-        print(f"resuming from {path} at step {step}", file=sys.stderr)
-    summary["resumed_from"] = resumed_from
-    if main:
-        metrics = MetricsFile(
-            run_dir / "metrics.jsonl", truncate_after_step=step if loaded else None
+def threads_for(value: int | str, params: int, tokens_per_step: int, cores: int) -> int:
+    """torch's intra-op threads for `train.threads`: an int as given; `auto` one thread per
+    AUTO_FLOP_PER_THREAD of training work per step (6 x params x tokens), at least 1 and at most
+    the idle `cores`. Small models lose more to handing work between threads than a second core
+    gives them, and a thread on a core that another process keeps busy stalls all the others at
+    every parallel region (README, "Threads": 3-4x slower on a loaded 2-core machine)."""
+    if value != "auto":
+        return int(value)
+    flop_per_step = 6 * params * tokens_per_step
+    return max(1, min(cores, int(flop_per_step // AUTO_FLOP_PER_THREAD)))
+
+
+# On an idle 2-core CPU two threads beat one on the Shakespeare preset (~3.8 GFLOP a step: 50
+# against 73 ms) and by less on the default job (~0.6 GFLOP: 14.7 against 19.9 ms), but when
+# another process starts mid-run two threads can run 13x slower (README): a small job keeps one.
+AUTO_FLOP_PER_THREAD = 1.5e9
+
+
+def available_cores() -> int:
+    """CPU cores this process may use and nobody else is using: its affinity mask (e.g. a SLURM
+    allocation) shared among the data-parallel processes on this machine, less the machine's
+    1-minute load average beyond what the mask leaves free."""
+    try:
+        mask = os.sched_getaffinity(0)
+        cores = len(mask)
+    except AttributeError:  # pragma: no cover - platforms without affinity masks
+        cores = os.cpu_count() or 1
+    busy = 0
+    with contextlib.suppress(OSError, AttributeError):
+        outside = (os.cpu_count() or cores) - cores  # cores this process may not use anyway
+        busy = max(0, int(os.getloadavg()[0]) - outside)  # cores kept fully busy
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    return max(1, (cores - busy) // max(1, local))
+
+
+def extras_due(
+    spent_s: float, last_cost_s: float, elapsed_s: float, budget: float, last: bool
+) -> bool:
+    """Whether an evaluation also makes the extras (sample text, rank figure, W&B media): always
+    at the last evaluation; otherwise only while they stay within `budget` (a fraction, the
+    `logger.media_budget`) of the wall time so far, counting the one about to be made (its cost
+    guessed from the last) and keeping room for the last one. They cost seconds of plotting and
+    image encoding per evaluation whatever the model, which on a fast run would dominate; the
+    numbers (validation loss, metrics, rank profile) are measured at every evaluation."""
+    if last or budget >= 1:
+        return True
+    cost = last_cost_s if last_cost_s > 0 else 5.0  # before the first: what a loaded CPU takes
+    return spent_s + 2 * cost < budget * elapsed_s
+
+
+def checks_on_device(device: torch.device) -> bool:
+    """Whether non-finite steps are detected on the device and read by the host only at log,
+    evaluation and checkpoint steps (CUDA: no per-step synchronisation), rather than after every
+    step (CPU, where reading a number costs nothing)."""
+    return device.type == "cuda"
+
+
+class StepStats:
+    """What the host reports about the steps since the last log line, kept on the device so that
+    a step never waits for the host: the summed loss and count of the applied steps, the last
+    gradient norm, and the non-finite steps (how many, the first one's step, loss and gradient
+    norm). `read()` is the one synchronisation, at log steps."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.halted = torch.zeros((), dtype=torch.bool, device=device)  # stop: nothing more applies
+        self.reset_interval()
+        self.reset_nonfinite()
+
+    def reset_interval(self) -> None:
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.applied = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.grad_norm = torch.full((), math.nan, dtype=torch.float64, device=self.device)
+
+    def reset_nonfinite(self) -> None:
+        self.bad = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.first_bad = torch.full((), -1, dtype=torch.int64, device=self.device)
+        self.first_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.first_grad = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def add(
+        self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, finite: torch.Tensor
+    ) -> torch.Tensor:
+        """Record step `step` (1-based) and return whether its update may be applied (a 0-d bool
+        tensor): finite, and in stop mode no non-finite step before it."""
+        loss64, norm64 = loss.detach().double(), grad_norm.detach().double()
+        applied = finite & ~self.halted
+        self.loss_sum += torch.where(applied, loss64, 0.0)
+        self.applied += applied
+        self.grad_norm = torch.where(applied, norm64, math.nan)
+        first = ~finite & (self.first_bad < 0)
+        self.first_bad = torch.where(first, step, self.first_bad)
+        self.first_loss = torch.where(first, loss64, self.first_loss)
+        self.first_grad = torch.where(first, norm64, self.first_grad)
+        self.bad += ~finite
+        return applied
+
+    def read(self) -> dict[str, float]:
+        values = torch.stack(
+            [
+                self.loss_sum,
+                self.applied.double(),
+                self.grad_norm,
+                self.bad.double(),
+                self.first_bad.double(),
+                self.first_loss,
+                self.first_grad,
+            ]
+        ).tolist()
+        keys = ("loss_sum", "applied", "grad_norm", "bad", "first_bad", "first_loss", "first_grad")
+        return dict(zip(keys, values, strict=True))
+
+
+@dataclass
+class Progress:
+    """The run's own state beside the model, optimiser and scheduler: what a checkpoint holds."""
+
+    step: int = 0
+    best: dict[str, float] = field(default_factory=dict)
+    rank_history: list[tuple[int, list[float]]] = field(default_factory=list)
+    wandb_id: str | None = None
+    skipped: int = 0
+
+
+class Trainer:
+    """One run, as a few named steps: `__init__` builds (optimiser, schedule, state from a
+    checkpoint, logging), `train_step` is the hot path (no host synchronisation on CUDA),
+    `evaluate`, `checkpoint`, `log` report, and `fit` is the loop that calls them."""
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        plain_cfg: dict[str, Any],
+        task: Task,
+        model: Model,
+        device: torch.device,
+        run_dir: Path,
+        loaded: tuple[dict[str, Any], Path] | None,
+        summary: dict[str, Any],
+    ) -> None:
+        t = cfg.train
+        self.cfg, self.plain_cfg, self.task, self.device = cfg, plain_cfg, task, device
+        self.run_dir, self.ckpt_dir, self.summary = run_dir, run_dir / "checkpoints", summary
+        self.main = distributed.is_main()
+        self.world = distributed.world_size()
+        self.max_steps = int(t.max_steps)
+        self.stop_on_nonfinite = enum_value(t.on_nonfinite) == "stop"
+        self.on_device = checks_on_device(device)
+        tokens = int(t.batch_size) * task.max_len
+        saved = loaded[0].get("threads") if loaded is not None else None
+        if t.threads == "auto" and saved is not None:
+            self.threads = int(saved)  # as before: the thread count can change the rounding
+        else:
+            params = model.num_parameters()
+            self.threads = threads_for(t.threads, params, tokens, available_cores())
+        torch.set_num_threads(self.threads)
+        summary["threads"] = self.threads
+        if t.deterministic:
+            torch.use_deterministic_algorithms(True)
+        self.model = model.to(device)  # the eager module: checkpoints, evaluation, rank probes
+        summary["params"] = model.num_parameters()
+        self.optimizer = self._optimizer(model)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(s, int(t.warmup_steps), self.max_steps, float(t.min_lr_ratio)),
         )
-    else:
-        metrics = distributed.Discard()
-    wb = WandbRun(
-        mode=enum_value(cfg.logger.mode) if main else "disabled",
-        run_dir=run_dir,
-        config=_flat(plain_cfg),
-        project=str(cfg.logger.project),
-        entity=cfg.logger.entity,
-        group=_wandb_group(cfg),
-        job_type=str(cfg.mixer.name),
-        name=_wandb_name(cfg),
-        tags=list(cfg.logger.tags),
-        resume_id=wandb_id,
-        init_timeout=float(cfg.logger.init_timeout),
-    )
-    summary["wandb"] = {"id": wb.id, "dir": wb.dir, "mode": wb.mode if wb.active else "disabled"}
-    probe = probe_batch(task, cfg, device)
-    preempt = Preemption()
-    preempt.install()
-    higher_is_better = task.higher_is_better
-    main_metric = f"val/{task.metric}"
+        self.train_gen = torch.Generator().manual_seed(distributed.stream_seed(int(t.seed)))
+        compiled = torch.compile(model) if t.compile else model
+        self.trained = distributed.wrap(compiled, device)  # DDP under torchrun
+        self.clip = float(t.grad_clip) if t.grad_clip > 0 else math.inf
+        self.state = Progress()
+        self.last_good: Path | None = None
+        if loaded is not None:
+            self._restore(*loaded)
+        summary["resumed_from"] = self.state.step if loaded is not None else None
+        self.metrics: MetricsFile | distributed.Discard = (
+            MetricsFile(
+                run_dir / "metrics.jsonl",
+                truncate_after_step=self.state.step if loaded else None,
+            )
+            if self.main
+            else distributed.Discard()
+        )
+        self.wb = WandbRun(
+            mode=enum_value(cfg.logger.mode) if self.main else "disabled",
+            run_dir=run_dir,
+            config=_flat(plain_cfg),
+            project=str(cfg.logger.project),
+            entity=cfg.logger.entity,
+            group=_wandb_group(cfg),
+            job_type=str(cfg.mixer.name),
+            name=_wandb_name(cfg),
+            tags=list(cfg.logger.tags),
+            resume_id=self.state.wandb_id,
+            init_timeout=float(cfg.logger.init_timeout),
+        )
+        mode = self.wb.mode if self.wb.active else "disabled"
+        summary["wandb"] = {"id": self.wb.id, "dir": self.wb.dir, "mode": mode}
+        self.probe = probe_batch(task, cfg, device)
+        self.stats = StepStats(device)
+        self.evals_done = 0
+        self.eval_s = 0.0  # seconds in evaluation, extras included
+        self.extras_s, self.extras_cost = 0.0, 0.0  # seconds in extras; the last one's
+        self.t_start = time.perf_counter()  # reset when the loop starts
+        self.bar = _progress(bool(t.progress), self.max_steps, self.state.step)
+        self.print = self.bar.write if self.bar is not None else _print_err
 
-    def checkpoint() -> None:
-        if not main:
-            return
-        state = {
-            "version": 1,
-            "step": step,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": _rng_state(train_gen),
-            "config": plain_cfg,
-            "best": best,
-            "rank_history": rank_history,
-            "wandb_id": wb.id or wandb_id,
-            "skipped_steps": skipped,
-        }
-        save_checkpoint(state, ckpt_dir)
-        metrics.sync()
+    def _optimizer(self, model: Model) -> torch.optim.Optimizer:
+        """AdamW with weight decay on matrices only; fused on CUDA, where its `found_inf` input
+        lets a non-finite step be skipped on the device."""
+        t = self.cfg.train
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        return torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": float(t.weight_decay)},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=float(t.lr),
+            betas=(float(t.beta1), float(t.beta2)),
+            fused=True if self.on_device else None,
+        )
 
-    def do_eval(record: dict[str, Any]) -> None:
-        nonlocal best
-        values = evaluate(model, task, cfg, device)
-        ranks = rank_record(model, probe)
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"], self.train_gen)
+        step = int(state["step"])
+        if not self.main:
+            seed = distributed.stream_seed(int(self.cfg.train.seed), step)
+            self.train_gen.manual_seed(seed)
+        self.state = Progress(
+            step=step,
+            best=dict(state.get("best", {})),
+            rank_history=[tuple(x) for x in state.get("rank_history", [])],
+            wandb_id=state.get("wandb_id"),
+            skipped=int(state.get("skipped_steps", 0)),
+        )
+        self.last_good = path
+        print(f"resuming from {path} at step {step}", file=sys.stderr)
+
+    # ---- the hot path ----------------------------------------------------------------------
+
+    def next_batch(self) -> Batch:
+        batch = self.task.batch("train", int(self.cfg.train.batch_size), self.train_gen)
+        if self.device.type == "cuda":
+            batch = batch.pin_memory()  # so that the copy below runs asynchronously
+        return batch.to(self.device)
+
+    def train_step(self, batch: Batch) -> bool | None:
+        """Forward, backward, clipping and AdamW for one batch. A non-finite loss or gradient
+        norm never reaches the weights: the update is skipped (on CUDA by the fused AdamW's
+        `found_inf`, on the device). Returns on CPU whether the update was applied; None on CUDA,
+        where nothing here waits for the device."""
+        with _autocast(self.device):
+            logits = self.trained(batch.inputs, batch.key_padding_mask)
+        loss = self.task.loss(logits, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        finite = distributed.all_finite(torch.isfinite(loss) & torch.isfinite(grad_norm))
+        applied = self.stats.add(self.state.step + 1, loss, grad_norm, finite)
+        ok: bool | None = None
+        if self.on_device:
+            self.optimizer.found_inf = (~applied).float()  # type: ignore[attr-defined]
+            self.optimizer.step()
+        else:
+            ok = bool(applied)
+            if ok:
+                self.optimizer.step()
+        if self.stop_on_nonfinite:
+            self.stats.halted |= ~finite
+        self.scheduler.step()
+        self.state.step += 1
+        return ok
+
+    # ---- evaluation, checkpoints, reports --------------------------------------------------
+
+    def evaluate(self, record: dict[str, Any], last: bool = False) -> None:
+        """Validation numbers and rank profile into `record` and the best-so-far, at every
+        evaluation; the extras (sample text, rank figure, W&B media) when `extras_due`."""
+        start = time.perf_counter()
+        state, cfg = self.state, self.cfg
+        extras = extras_due(
+            self.extras_s,
+            self.extras_cost,
+            start - self.t_start,
+            float(cfg.logger.media_budget),
+            last,
+        )
+        values = evaluate(self.model, self.task, cfg, self.device, sample=extras)
+        ranks = rank_record(self.model, self.probe)
         record.update(values)
         record.update(ranks)
-        depth_ranks = [ranks[f"rank/layer_{i}"] for i in range(len(ranks) - 1)]
-        rank_history.append((step, depth_ranks))
+        state.rank_history.append(
+            (state.step, [ranks[f"rank/layer_{i}"] for i in range(len(ranks) - 1)])
+        )
         vloss = values.get("val/loss")
-        if isinstance(vloss, float) and vloss < best.get("val/loss", math.inf):
-            best["val/loss"] = vloss
+        if isinstance(vloss, float) and vloss < state.best.get("val/loss", math.inf):
+            state.best["val/loss"] = vloss
+        main_metric = f"val/{self.task.metric}"
         mv = values.get(main_metric)
         if isinstance(mv, float):
-            old = best.get(main_metric)
-            if old is None or (mv > old if higher_is_better else mv < old):
-                best[main_metric] = mv
+            old = state.best.get(main_metric)
+            if old is None or (mv > old if self.task.higher_is_better else mv < old):
+                state.best[main_metric] = mv
+        if extras:
+            extras_start = time.perf_counter()
+            self.extras(values)
+            self.extras_cost = time.perf_counter() - extras_start
+            self.extras_s += self.extras_cost
+        self.evals_done += 1
+        self.eval_s += time.perf_counter() - start
+
+    def extras(self, values: dict[str, Any]) -> None:
+        """The sample text, rank_decay.png, and the W&B rank media and attention images."""
+        state, cfg = self.state, self.cfg
         if "val/sample_text" in values:
-            _print(f"[step {step}] sample: {values['val/sample_text']}")
-        fig = rank_figure(rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
+            self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
+        fig = rank_figure(state.rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
         try:
-            if main:
-                fig.savefig(run_dir / "rank_decay.png")
-            if wb.active:
-                _log_rank_media(wb, fig, rank_history, step)
-            if wb.active and cfg.logger.attention_maps:
-                _log_attention_media(wb, model, probe, step)
+            image: Any = fig
+            if self.main:
+                image = self.run_dir / "rank_decay.png"
+                fig.savefig(image)  # rendered once: W&B's image is this file
+            if self.wb.active:
+                _log_rank_media(self.wb, image, state.rank_history, state.step)
+            if self.wb.active and cfg.logger.attention_maps:
+                _log_attention_media(self.wb, self.model, self.probe, state.step)
         finally:
             import matplotlib.pyplot as plt
 
             plt.close(fig)
 
-    bar = _progress(bool(t.progress), max_steps, step)
-    _print = bar.write if bar is not None else (lambda s: print(s, file=sys.stderr))
-    status, error, exit_reason = "completed", None, None
-    start_step, t_start = step, time.perf_counter()
-    t_interval, tokens_interval, loss_sum, loss_count = time.perf_counter(), 0, 0.0, 0
-    try:
-        model.train()
-        if step == 0:
-            record: dict[str, Any] = {"step": 0}
-            do_eval(record)
-            metrics.write(record)
-            wb.log(record, step=0)
-        while step < max_steps:
-            if preempt.requested:
-                status = "preempted"
-                exit_reason = f"signal {signal.Signals(preempt.signum).name} at step {step}"
-                break
-            batch = task.batch("train", int(t.batch_size), train_gen).to(device)
-            with _autocast(device):
-                logits = trained(batch.inputs, batch.key_padding_mask)
-            loss = task.loss(logits, batch)
-            bad = None
-            if not distributed.all_true(bool(torch.isfinite(loss)), device):
-                bad = f"loss ({loss.item()})"
-            else:
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                clip = float(t.grad_clip) if t.grad_clip > 0 else math.inf
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                if not torch.isfinite(grad_norm):
-                    bad = f"gradient norm ({grad_norm.item()})"
-            if bad is not None:
-                where = f"non-finite {bad} at step {step + 1}"
-                if enum_value(t.on_nonfinite) == "stop":
-                    status = "diverged"
-                    kept = f"; the last good checkpoint {last_good} is kept" if last_good else ""
-                    error = f"{where}; stopping (train.on_nonfinite=stop){kept}"
-                    _print(f"error: {error}")
-                    break
-                skipped += 1
-                optimizer.zero_grad(set_to_none=True)
-                _print(f"warning: {where}; step skipped (train.on_nonfinite=skip)")
-            else:
-                optimizer.step()
-                loss_sum += loss.item()
-                loss_count += 1
-            scheduler.step()
-            step += 1
-            tokens_interval += batch.inputs.shape[0] * batch.inputs.shape[1] * world
-            is_eval = step % int(t.eval_every) == 0 or step == max_steps
-            if step % int(t.log_every) == 0 or is_eval:
-                now = time.perf_counter()
-                record = {
-                    "step": step,
-                    "train/loss": loss_sum / loss_count if loss_count else math.nan,
-                    "train/lr": optimizer.param_groups[0]["lr"],
-                    "train/grad_norm": float(grad_norm) if bad is None else math.nan,
-                    "perf/tokens_per_s": tokens_interval / max(now - t_interval, 1e-9),
-                }
-                if skipped:
-                    record["train/skipped_steps"] = skipped
-                if is_eval:
-                    do_eval(record)
-                metrics.write(record)
-                wb.log(record, step=step)
-                if bar is not None:
-                    bar.set_postfix(
-                        loss=f"{record['train/loss']:.4f}",
-                        tok_s=f"{record['perf/tokens_per_s']:.0f}",
+    def checkpoint(self) -> None:
+        if not self.main:
+            return
+        state = self.state
+        save_checkpoint(
+            {
+                "version": 1,
+                "step": state.step,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": _rng_state(self.train_gen),
+                "config": self.plain_cfg,
+                "best": state.best,
+                "rank_history": state.rank_history,
+                "wandb_id": self.wb.id or state.wandb_id,
+                "skipped_steps": state.skipped,
+                "threads": self.threads,
+            },
+            self.ckpt_dir,
+        )
+        self.metrics.sync()
+        self.last_good = self.ckpt_dir / "last.pt"
+
+    def check_nonfinite(self) -> str | None:
+        """Read the non-finite steps since the last check (one synchronisation); count skipped
+        ones and warn, or return the error that stops the run (train.on_nonfinite=stop)."""
+        s = self.stats.read()
+        if not s["bad"]:
+            return None
+        self.stats.reset_nonfinite()
+        first = int(s["first_bad"])
+        what = (
+            f"loss ({s['first_loss']})"
+            if not math.isfinite(s["first_loss"])
+            else f"gradient norm ({s['first_grad']})"
+        )
+        where = f"non-finite {what} at step {first}"
+        if self.stop_on_nonfinite:
+            late = f" (seen at step {self.state.step})" if self.state.step != first else ""
+            kept = f"; the last good checkpoint {self.last_good} is kept" if self.last_good else ""
+            self.state.step = first - 1  # the weights are those of the step before
+            return f"{where}{late}; stopping (train.on_nonfinite=stop){kept}"
+        n = int(s["bad"])
+        self.state.skipped += n
+        more = f" and {n - 1} more up to step {self.state.step}" if n > 1 else ""
+        self.print(f"warning: {where}{more}; step skipped (train.on_nonfinite=skip)")
+        return None
+
+    def log(self, is_eval: bool, seconds: float, tokens: int) -> None:
+        """One line of metrics.jsonl (and W&B) for the steps since the last one."""
+        s = self.stats.read()
+        self.stats.reset_interval()
+        step = self.state.step
+        record: dict[str, Any] = {
+            "step": step,
+            "train/loss": s["loss_sum"] / s["applied"] if s["applied"] else math.nan,
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+            "train/grad_norm": s["grad_norm"],
+            "perf/tokens_per_s": tokens / max(seconds, 1e-9),
+        }
+        if self.state.skipped:
+            record["train/skipped_steps"] = self.state.skipped
+        if is_eval:
+            self.evaluate(record, last=step == self.max_steps)
+        self.write(record)
+        if self.bar is not None:
+            self.bar.set_postfix(
+                loss=f"{record['train/loss']:.4f}", tok_s=f"{record['perf/tokens_per_s']:.0f}"
+            )
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.metrics.write(record)
+        self.wb.log(record, step=record["step"])
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        """Train to `train.max_steps`: a step, then at log, evaluation and checkpoint steps the
+        host reads what the device accumulated (on CPU, also after a non-finite step), logs,
+        evaluates and checkpoints; a pre-emption signal ends it at the next step boundary.
+        Writes summary.json and returns it."""
+        t, state = self.cfg.train, self.state
+        log_every, eval_every, ckpt_every = int(t.log_every), int(t.eval_every), int(t.ckpt_every)
+        preempt = Preemption()
+        preempt.install()
+        status, error, exit_reason = "completed", None, None
+        start_step = state.step
+        t_start = self.t_start = time.perf_counter()
+        t_interval, tokens = time.perf_counter(), 0
+        try:
+            self.model.train()
+            if state.step == 0:
+                record: dict[str, Any] = {"step": 0}
+                self.evaluate(record)
+                self.write(record)
+            while state.step < self.max_steps:
+                if preempt.requested:
+                    error = self.check_nonfinite()  # a checkpoint must not hold a bad step
+                    if error is not None:
+                        status = "diverged"
+                        self.print(f"error: {error}")
+                        break
+                    status = "preempted"
+                    assert preempt.signum is not None
+                    exit_reason = (
+                        f"signal {signal.Signals(preempt.signum).name} at step {state.step}"
                     )
-                loss_sum, loss_count, tokens_interval = 0.0, 0, 0
-                t_interval = time.perf_counter()
-            if bar is not None:
-                bar.update(1)
-            if step % int(t.ckpt_every) == 0 and step < max_steps:
-                checkpoint()
-                last_good = ckpt_dir / "last.pt"
-        if status in ("completed", "preempted"):
-            checkpoint()
-    except BaseException as err:
-        status = "failed"
-        error = f"{type(err).__name__}: {err}"
-        raise
-    finally:
-        elapsed = time.perf_counter() - t_start
-        if bar is not None:
-            bar.close()
-        preempt.uninstall()
-        metrics.close()
-        last = metrics_last(run_dir / "metrics.jsonl")
+                    break
+                batch = self.next_batch()
+                applied = self.train_step(batch)
+                step = state.step
+                tokens += batch.inputs.shape[0] * batch.inputs.shape[1] * self.world
+                is_eval = step % eval_every == 0 or step == self.max_steps
+                is_log = step % log_every == 0 or is_eval
+                is_ckpt = step % ckpt_every == 0 and step < self.max_steps
+                if applied is False or is_log or is_ckpt or step == self.max_steps:
+                    error = self.check_nonfinite()
+                    if error is not None:
+                        status = "diverged"
+                        self.print(f"error: {error}")
+                        break
+                if is_log:
+                    self.log(is_eval, time.perf_counter() - t_interval, tokens)
+                    tokens, t_interval = 0, time.perf_counter()
+                if self.bar is not None:
+                    self.bar.update(1)
+                if is_ckpt:
+                    self.checkpoint()
+            if status in ("completed", "preempted"):
+                self.checkpoint()
+        except BaseException as err:
+            status = "failed"
+            error = f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            preempt.uninstall()
+            self._finish(status, error, exit_reason, start_step, time.perf_counter() - t_start)
+        if status == "preempted":
+            preempt.chain()
+        return self.summary
+
+    def _finish(
+        self,
+        status: str,
+        error: str | None,
+        exit_reason: str | None,
+        start_step: int,
+        elapsed: float,
+    ) -> None:
+        """summary.json, the W&B summary, and the report of where everything is."""
+        state, summary = self.state, self.summary
+        if self.bar is not None:
+            self.bar.close()
+        self.metrics.close()
+        last = metrics_last(self.run_dir / "metrics.jsonl")
         summary.update(
             status=status,
-            step=step,
-            steps_per_s=(step - start_step) / elapsed if elapsed > 0 else 0.0,
+            step=state.step,
+            steps_per_s=(state.step - start_step) / elapsed if elapsed > 0 else 0.0,
             final=last,
             error=error,
-            best=best,
-            skipped_steps=skipped,
+            best=state.best,
+            skipped_steps=state.skipped,
+            time={
+                "total_s": elapsed,
+                "eval_s": self.eval_s,
+                "extras_s": self.extras_s,
+                "evaluations": self.evals_done,
+            },
         )
         if exit_reason:
             summary["preempted_by"] = exit_reason
-        wb.summary(
+        self.wb.summary(
             {
-                **{f"best/{k}": v for k, v in best.items()},
+                **{f"best/{k}": v for k, v in state.best.items()},
                 "final/rank_last": last.get("rank/last"),
                 "status": status,
             }
         )
-        wb.finish(exit_code=EXIT_CODES.get(status, EXIT_FAILED))
-        if main:
-            _write_json(run_dir / "summary.json", summary)
-            _report(run_dir, summary, wb)
-    if status == "preempted":
-        preempt.chain()
-    return summary
+        self.wb.finish(exit_code=EXIT_CODES.get(status, EXIT_FAILED))
+        if self.main:
+            _write_json(self.run_dir / "summary.json", summary)
+            _report(self.run_dir, summary, self.wb)
+
+
+def _print_err(s: str) -> None:
+    print(s, file=sys.stderr)
 
 
 def metrics_last(path: Path) -> dict[str, Any]:
@@ -697,9 +978,10 @@ def metrics_last(path: Path) -> dict[str, Any]:
 
 
 def _log_rank_media(
-    wb: WandbRun, fig: Any, history: Sequence[tuple[int, Sequence[float]]], step: int
+    wb: WandbRun, image: Any, history: Sequence[tuple[int, Sequence[float]]], step: int
 ) -> None:
-    """The rank table, rank-vs-depth line series and the matplotlib figure, as W&B media."""
+    """The rank table, rank-vs-depth line series and the rank figure (a matplotlib figure or
+    the PNG file it was saved to), as W&B media."""
     wandb = wb.wandb
     try:
         rows = [[s, layer, float(r)] for s, ranks in history for layer, r in enumerate(ranks)]
@@ -712,7 +994,8 @@ def _log_rank_media(
             title="rank decay: relative residual vs depth",
             xname="layer",
         )
-        media = {"rank/table": table, "rank/vs_depth": series, "rank/plot": wandb.Image(fig)}
+        plot = wandb.Image(str(image) if isinstance(image, Path) else image)
+        media = {"rank/table": table, "rank/vs_depth": series, "rank/plot": plot}
     except Exception as err:
         wb._fail("building rank media", err)
         return

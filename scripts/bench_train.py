@@ -14,6 +14,14 @@ trainer's schedule (`attnzoo.train.lr_factor`), bf16 autocast on CUDA. The table
 cost of the trainer's rank probe (`attnzoo.train.rank_record`) as a share of training time at an
 evaluation every `--eval-every` steps (target: under 5%).
 
+`--tasks shakespeare_gpu` is nanoGPT's GPU recipe for Tiny Shakespeare (6 layers x 6 heads x 384,
+context 256, batch 64, dropout 0.2, 5000 steps, lr 1e-3 with 100 warmup steps and cosine decay to
+1e-4, betas 0.9/0.99, weight decay 0.1, clipping 1.0, evaluation every 1000 steps over 200 batches;
+`conf/experiment/shakespeare_char_gpu.yaml` holds the same). A GPU is not shared, so there the
+models train one after another, each compiled with torch.compile, and the table gives what a user
+waits for: wall time (compilation and evaluations included), steady ms/step (median over windows
+of steps, after the first), tokens/s and the best validation loss.
+
 `--trainer` instead trains each mixer through `attnzoo.train.run` with the task's experiment
 config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user gets from
 `python -m attnzoo.train`, evaluation, probes and checkpoints included.
@@ -23,6 +31,7 @@ config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user g
     python scripts/bench_train.py --tasks imdb --steps 50 --eval-batches 5   # a quick look
     python scripts/bench_train.py --tasks shakespeare --device cuda --dim 256 --seq-len 256 --batch 32
     python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot --trainer
+    python scripts/bench_train.py --tasks shakespeare_gpu --device cuda       # nanoGPT's GPU recipe
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo import train as trainer
-from attnzoo.mixers import MIXERS
+from attnzoo.mixers import MIXERS, mixer_options
 from attnzoo.model import Model, ModelConfig
 from attnzoo.tasks import Batch, Task, build_task
 from attnzoo.train import lr_factor, rank_record
@@ -78,16 +87,42 @@ class Recipe:
     eval_batch_size: int = 12
     impl: str = "auto"
     device: str = "cpu"
+    dropout: float = 0.0  # embeddings and residual branches (attnzoo's model.dropout)
+    attn_dropout: float = 0.0  # attention probabilities (plain GPT; mixers with that option)
+    eval_every: int = 0  # evaluations during training (0: once, at the end)
+    compile: bool = False  # torch.compile the training forward
 
 
-EXPERIMENTS = {"shakespeare": "shakespeare_char", "imdb": "imdb"}  # conf/experiment/<name>.yaml
+# conf/experiment/<name>.yaml
+EXPERIMENTS = {
+    "shakespeare": "shakespeare_char",
+    "imdb": "imdb",
+    "shakespeare_gpu": "shakespeare_char_gpu",
+}
 RECIPES = {
     "shakespeare": Recipe("shakespeare_char", {"seq_len": 64}, steps=2000, batch_size=12),
     # No published reference; the same model and optimiser, longer reviews, bigger batches.
     "imdb": Recipe(
         "imdb", {"seq_len": 128}, steps=300, batch_size=32, eval_batches=60, eval_batch_size=50
     ),
+    # nanoGPT's config/train_shakespeare_char.py, evaluated every 1000 steps.
+    "shakespeare_gpu": Recipe(
+        "shakespeare_char",
+        {"seq_len": 256},
+        steps=5000,
+        batch_size=64,
+        dim=384,
+        depth=6,
+        heads=6,
+        dropout=0.2,
+        attn_dropout=0.2,
+        eval_every=1000,
+        eval_batch_size=64,
+        device="cuda",
+        compile=True,
+    ),
 }
+SEQUENTIAL = {"shakespeare_gpu"}  # recipes whose models train one after another (GPU)
 
 
 class PlainGPT(nn.Module):
@@ -96,37 +131,53 @@ class PlainGPT(nn.Module):
     For classification it mean-pools the real tokens, as Model does."""
 
     class Block(nn.Module):
-        def __init__(self, dim: int, heads: int, causal: bool) -> None:
+        def __init__(
+            self, dim: int, heads: int, causal: bool, dropout: float, attn_dropout: float
+        ) -> None:
             super().__init__()
-            self.heads, self.causal = heads, causal
+            self.heads, self.causal, self.attn_dropout = heads, causal, attn_dropout
             self.ln_1 = nn.LayerNorm(dim)
             self.c_attn = nn.Linear(dim, 3 * dim, bias=False)
             self.c_proj = nn.Linear(dim, dim, bias=False)
             self.ln_2 = nn.LayerNorm(dim)
-            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+            self.mlp = nn.Sequential(
+                nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(dropout)
+            )
+            self.drop = nn.Dropout(dropout)
 
         def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
             b, n, d = x.shape
             q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
             q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            p = self.attn_dropout if self.training else 0.0
             if key_padding_mask is None:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
             else:  # non-causal with padding (IMDB); a review always has one real token
                 y = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=~key_padding_mask[:, None, None]
+                    q, k, v, attn_mask=~key_padding_mask[:, None, None], dropout_p=p
                 )
-            x = x + self.c_proj(y.transpose(1, 2).reshape(b, n, d))
+            x = x + self.drop(self.c_proj(y.transpose(1, 2).reshape(b, n, d)))
             return x + self.mlp(self.ln_2(x))
 
     def __init__(
-        self, vocab: int, out: int, max_len: int, dim: int, depth: int, heads: int, head: str
+        self,
+        vocab: int,
+        out: int,
+        max_len: int,
+        dim: int,
+        depth: int,
+        heads: int,
+        head: str,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.head_kind = head
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Parameter(torch.zeros(max_len, dim))
+        self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            [PlainGPT.Block(dim, heads, causal=head == "lm") for _ in range(depth)]
+            [PlainGPT.Block(dim, heads, head == "lm", dropout, attn_dropout) for _ in range(depth)]
         )
         self.ln_f = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, out)
@@ -140,7 +191,7 @@ class PlainGPT(nn.Module):
                 nn.init.normal_(p, std=std)
 
     def forward(self, idx, key_padding_mask=None, return_hidden=False):
-        x = self.wte(idx) + self.wpe[: idx.shape[1]]
+        x = self.drop(self.wte(idx) + self.wpe[: idx.shape[1]])
         hidden = [x]
         for block in self.blocks:
             x = block(x, key_padding_mask)
@@ -159,7 +210,8 @@ class PlainGPT(nn.Module):
 @dataclass
 class Run:
     name: str
-    model: nn.Module
+    model: nn.Module  # the eager module: evaluation and rank probes
+    forward: nn.Module  # what training calls: the model, or torch.compile of it
     optimizer: torch.optim.Optimizer
     generator: torch.Generator
     step_s: list[float] = field(default_factory=list)
@@ -182,11 +234,28 @@ def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
     torch.manual_seed(seed)
     if name == PLAIN:
         model: nn.Module = PlainGPT(
-            task.vocab_size, task.out_features, task.max_len, r.dim, r.depth, r.heads, task.head
+            task.vocab_size,
+            task.out_features,
+            task.max_len,
+            r.dim,
+            r.depth,
+            r.heads,
+            task.head,
+            dropout=r.dropout,
+            attn_dropout=r.attn_dropout,
         )
     else:
+        # attention-probability dropout where the mixer has that option
+        extra = {"attn_dropout": r.attn_dropout} if "attn_dropout" in mixer_options(name) else {}
         cfg = ModelConfig(
-            dim=r.dim, depth=r.depth, heads=r.heads, mixer=name, causal=task.causal, impl=r.impl
+            dim=r.dim,
+            depth=r.depth,
+            heads=r.heads,
+            mixer=name,
+            mixer_options=extra,
+            causal=task.causal,
+            impl=r.impl,
+            dropout=r.dropout,
         )
         model = Model(cfg, task.out_features, task.max_len, task.vocab_size, head=task.head)
     model.to(r.device)
@@ -196,8 +265,10 @@ def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
         {"params": decay, "weight_decay": r.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=r.lr, betas=r.betas)
-    return Run(name, model, optimizer, torch.Generator().manual_seed(seed))
+    fused = True if r.device == "cuda" else None  # as the trainer: fused AdamW on CUDA
+    optimizer = torch.optim.AdamW(groups, lr=r.lr, betas=r.betas, fused=fused)
+    forward = torch.compile(model) if r.compile else model
+    return Run(name, model, forward, optimizer, torch.Generator().manual_seed(seed))
 
 
 def lr_at(step: int, r: Recipe) -> float:
@@ -211,18 +282,29 @@ def loss_of(model: nn.Module, task: Task, batch: Batch) -> tuple[torch.Tensor, t
     return task.loss(logits, batch), logits
 
 
-def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
+def optimizer_step(run: Run, task: Task, r: Recipe, step: int) -> torch.Tensor:
+    """One training step as the trainer takes it; returns the loss (on the device, unread)."""
     device = torch.device(r.device)
-    batch = task.batch("train", r.batch_size, run.generator).to(device)
-    _sync(device)
-    start = time.perf_counter()
+    batch = task.batch("train", r.batch_size, run.generator)
+    if device.type == "cuda":
+        batch = batch.pin_memory()
+    batch = batch.to(device)
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(step, r)
-    loss, _ = loss_of(run.model, task, batch)
+    loss, _ = loss_of(run.forward, task, batch)
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(run.model.parameters(), r.grad_clip)
     run.optimizer.step()
+    return loss.detach()
+
+
+def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
+    """One step, timed on its own (round-robin on a CPU)."""
+    device = torch.device(r.device)
+    _sync(device)
+    start = time.perf_counter()
+    loss = optimizer_step(run, task, r, step)
     _sync(device)
     run.step_s.append(time.perf_counter() - start)
     run.losses.append(loss.item())
@@ -244,7 +326,9 @@ def probe_ms(run: Run, probe: Batch) -> float:
 
 
 @torch.no_grad()
-def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
+def validate(run: Run, task: Task, r: Recipe, seed: int) -> tuple[float, float]:
+    """Validation loss and accuracy over the recipe's evaluation batches (the same batches at
+    every call), on the eager model."""
     run.model.eval()
     generator = torch.Generator().manual_seed(seed + 1)
     losses, accs = [], []
@@ -253,11 +337,16 @@ def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
         loss, logits = loss_of(run.model, task, batch)
         losses.append(loss.item())
         accs.append(task.metrics(logits.float(), batch)["accuracy"])
-    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2)).to(r.device)
     run.model.train()
+    return statistics.fmean(losses), statistics.fmean(accs)
+
+
+def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
+    val_loss, accuracy = validate(run, task, r, seed)
+    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2)).to(r.device)
     return {
-        "val_loss": statistics.fmean(losses),
-        "accuracy": statistics.fmean(accs),
+        "val_loss": val_loss,
+        "accuracy": accuracy,
         "rank": rank_record(run.model, probe)["rank/last"],
         "probe_ms": probe_ms(run, probe),
     }
@@ -267,7 +356,17 @@ def recipe(task_key: str, args: argparse.Namespace) -> Recipe:
     """The task's recipe with the command line's overrides."""
     r = Recipe(**{**RECIPES[task_key].__dict__})
     r.task_options = dict(r.task_options)
-    for key in ("steps", "eval_batches", "dim", "depth", "heads", "impl", "device"):
+    for key in (
+        "steps",
+        "eval_batches",
+        "eval_every",
+        "dim",
+        "depth",
+        "heads",
+        "impl",
+        "device",
+        "compile",
+    ):
         if getattr(args, key) is not None:
             setattr(r, key, getattr(args, key))
     if args.batch is not None:
@@ -306,16 +405,85 @@ def bench(task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str) 
     return rows
 
 
+def bench_sequential(
+    task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str, window: int = 100
+) -> list[dict]:
+    """Each model trained on its own, start to end (a GPU is not shared): wall time from building
+    the model to the last evaluation, compilation included; ms/step over windows of `window`
+    steps with one device synchronisation each (the first window, which compiles, is left out of
+    the median); validation every `r.eval_every` steps and at the end, the best kept."""
+    task = build_task(r.task, data_dir, seed, **r.task_options)
+    device = torch.device(r.device)
+    rows = []
+    for name in names:
+        _sync(device)
+        start = time.perf_counter()
+        run = build(name, task, r, seed)
+        window_ms, best, best_step = [], math.inf, 0
+        mark, in_window = time.perf_counter(), 0
+        for step in range(r.steps):
+            loss = optimizer_step(run, task, r, step)
+            done, in_window = step + 1, in_window + 1
+            evaluating = (r.eval_every and done % r.eval_every == 0) or done == r.steps
+            if in_window < window and not evaluating:
+                continue
+            _sync(device)  # a window of steps ends (early at an evaluation)
+            window_ms.append(1e3 * (time.perf_counter() - mark) / in_window)
+            if done % 1000 == 0:
+                print(f"  {name} step {done}: loss {loss.item():.3f}", file=sys.stderr)
+            if evaluating:
+                val_loss, _ = validate(run, task, r, seed)
+                if val_loss < best:
+                    best, best_step = val_loss, done
+                print(f"  {name} step {done}: val loss {val_loss:.4f}", file=sys.stderr)
+                _sync(device)
+            mark, in_window = time.perf_counter(), 0  # evaluation time is not step time
+        _sync(device)
+        wall = time.perf_counter() - start
+        steady = statistics.median(window_ms[1:] or window_ms)
+        tokens = r.batch_size * r.task_options["seq_len"]
+        rows.append(
+            {
+                "mixer": name,
+                "params": sum(p.numel() for p in run.model.parameters()),
+                "wall_s": wall,
+                "ms_step": steady,
+                "tokens_per_s": tokens / (steady / 1e3),
+                "best_val_loss": best,
+                "best_step": best_step,
+            }
+        )
+        del run
+    return rows
+
+
+def table_sequential(rows: list[dict]) -> str:
+    plain = next((row for row in rows if row["mixer"] == PLAIN), None)
+    lines = [
+        f"| mixer | params | wall (s) | steady ms/step | tokens/s | best val loss (step) "
+        f"| wall vs {PLAIN} |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        ratio = f"{row['wall_s'] / plain['wall_s']:.2f}x" if plain else "-"
+        lines.append(
+            f"| {row['mixer']} | {row['params']:,} | {row['wall_s']:.1f} | {row['ms_step']:.2f} "
+            f"| {row['tokens_per_s']:,.0f} | {row['best_val_loss']:.4f} ({row['best_step']}) "
+            f"| {ratio} |"
+        )
+    return "\n".join(lines)
+
+
 def table(task_key: str, rows: list[dict], eval_every: int) -> str:
     plain = next((row for row in rows if row["mixer"] == PLAIN), None)
-    metric = "val loss" if task_key == "shakespeare" else "val accuracy"
+    metric = "val loss" if task_key.startswith("shakespeare") else "val accuracy"
     lines = [
         f"| mixer | params | {metric} | ms/step (mean) | ms/step (median) | final rank "
         f"| time vs {PLAIN} | rank probe (ms) | probe share at eval_every={eval_every} |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        value = row["val_loss"] if task_key == "shakespeare" else row["accuracy"]
+        value = row["val_loss"] if task_key.startswith("shakespeare") else row["accuracy"]
         ratio = f"{row['ms_mean'] / plain['ms_mean']:.2f}x" if plain else "-"
         share = row["probe_ms"] / (row["probe_ms"] + eval_every * row["ms_median"])
         lines.append(
@@ -329,7 +497,7 @@ def table(task_key: str, rows: list[dict], eval_every: int) -> str:
 def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str) -> str:
     """Each mixer through `attnzoo.train.run` with the task's experiment config; the table of
     what the run's summary reports."""
-    metric = "loss" if task_key == "shakespeare" else "accuracy"
+    metric = "loss" if task_key.startswith("shakespeare") else "accuracy"
     lines = [
         f"| mixer | params | val {metric} | steps/s (whole run) | final rank |",
         "|---|---:|---:|---:|---:|",
@@ -375,7 +543,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--impl", default=None, choices=["auto", "torch", "triton"])
     parser.add_argument("--device", default=None, help="cpu (default) or cuda")
-    parser.add_argument("--eval-every", type=int, default=100, help="for the probe's share")
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="evaluations during training (sequential recipes); the probe's share (default 100)",
+    )
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the training forward (default: the recipe's)",
+    )
     parser.add_argument(
         "--trainer", action="store_true", help="train through attnzoo.train.run instead"
     )
@@ -406,15 +585,21 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\n### {task_key}: {r.task} {r.task_options}, {r.depth} layers x {r.heads} heads x "
             f"{r.dim}, batch {r.batch_size}, {r.steps} steps, impl={r.impl}, "
+            f"compile={r.compile}, dropout={r.dropout}, "
             f"torch {torch.__version__}, {where}{', via attnzoo.train' if args.trainer else ''}\n",
             flush=True,
         )
         if args.trainer:
             print(bench_trainer(task_key, r, names, args.seed, args.data_dir), flush=True)
+        elif task_key in SEQUENTIAL:
+            rows = bench_sequential(task_key, r, names, args.seed, args.data_dir)
+            print(table_sequential(rows), flush=True)
         else:
             print(
                 table(
-                    task_key, bench(task_key, r, names, args.seed, args.data_dir), args.eval_every
+                    task_key,
+                    bench(task_key, r, names, args.seed, args.data_dir),
+                    args.eval_every or 100,
                 ),
                 flush=True,
             )

@@ -100,6 +100,11 @@ def test_experiment_configs_carry_the_bench_recipes() -> None:
             r.weight_decay,
             r.grad_clip,
         )
+        assert (m.dropout, t.compile) == (r.dropout, r.compile)
+    gpu, cfg = bench.RECIPES["shakespeare_gpu"], compose(["experiment=shakespeare_char_gpu"])
+    assert (gpu.steps, gpu.batch_size, gpu.dim, gpu.depth, gpu.heads) == (5000, 64, 384, 6, 6)
+    assert (gpu.dropout, gpu.attn_dropout, gpu.compile, gpu.device) == (0.2, 0.2, True, "cuda")
+    assert (cfg.train.eval_every, cfg.train.eval_batches) == (gpu.eval_every, gpu.eval_batches)
 
 
 @pytest.mark.skipif(
@@ -154,3 +159,57 @@ def test_quick_bench_through_the_trainer(tmp_path: Path) -> None:
     assert len(rows) == 1
     val_loss = float(rows[0].split("|")[3])
     assert 3.0 < val_loss < 4.5
+
+
+@pytest.mark.skipif(
+    not (SHARED / "tinyshakespeare" / "input.txt").exists(), reason=f"no real corpora in {SHARED}"
+)
+def test_gpu_recipe_runs_at_a_tiny_size_on_cpu(tmp_path: Path) -> None:
+    """The GPU recipe's code path (models one after another, windows of steps, evaluations
+    during training, the best kept) on CPU at a tiny shape; its figures need a GPU."""
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts/bench_train.py"),
+        "--tasks",
+        "shakespeare_gpu",
+        "--mixers",
+        "scaled_dot,pooling,gpt",
+        "--device",
+        "cpu",
+        "--no-compile",
+        "--steps",
+        "20",
+        "--eval-every",
+        "10",
+        "--eval-batches",
+        "2",
+        "--dim",
+        "32",
+        "--depth",
+        "1",
+        "--heads",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch",
+        "4",
+    ]
+    env = {**os.environ, "ATTNZOO_CACHE_DIR": str(tmp_path), "ATTNZOO_OFFLINE": "1"}
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=300)
+    assert "compile=False, dropout=0.2" in done.stdout
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert [c.strip() for c in rows[0]][2:] == [
+        "wall (s)",
+        "steady ms/step",
+        "tokens/s",
+        "best val loss (step)",
+        "wall vs gpt",
+    ]
+    assert [row[0].strip() for row in rows[1:]] == ["scaled_dot", "pooling", "gpt"]
+    for row in rows[1:]:
+        wall, ms, tokens = float(row[2]), float(row[3]), float(row[4].replace(",", ""))
+        assert wall > 0 and ms > 0 and tokens == pytest.approx(4 * 16 / (ms / 1e3), rel=0.01)
+        best, step = row[5].split()
+        assert 3.0 < float(best) < 4.5 and step in ("(10)", "(20)")
+    assert rows[-1][6].strip() == "1.00x"
+    assert done.stderr.count("val loss") == 6  # at steps 10 and 20, for each model

@@ -11,6 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+import torch
+
 from attnzoo.checkpoint import read_checkpoint
 from attnzoo.tracking import read_metrics
 
@@ -34,6 +37,7 @@ ARGS = [
 
 def _train(run_dir: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(run_dir.parent)}
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"  # cuBLAS under train.deterministic=true
     env.pop("TRITON_INTERPRET", None)
     return subprocess.Popen(
         [sys.executable, "-m", "attnzoo.train", *ARGS, *extra, f"hydra.run.dir={run_dir}"],
@@ -59,10 +63,23 @@ def _curve(run_dir: Path) -> dict[int, float]:
 
 
 def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    _finish(_train(whole))
+    _kill_and_resume(tmp_path)
 
-    proc = _train(cut)
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kill_9_then_resume_on_cuda_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    """The same on a GPU (bf16 autocast, fused AdamW, checks on the device), with
+    train.deterministic=true: without it, atomics in backward kernels (e.g. the embedding's)
+    make two runs differ in the last bits, resumed or not."""
+    _kill_and_resume(tmp_path, "train.device=cuda", "train.deterministic=true")
+
+
+def _kill_and_resume(tmp_path: Path, *extra: str) -> None:
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    _finish(_train(whole, *extra))
+
+    proc = _train(cut, *extra)
     metrics = cut / "metrics.jsonl"
     deadline = time.monotonic() + 240
     # wait until at least two checkpoints exist and training is between checkpoints
@@ -79,7 +96,7 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None
     checkpoint_step = read_checkpoint(cut / "checkpoints" / "last.pt")["step"]
     assert 0 < checkpoint_step <= killed_at < 400
 
-    _finish(_train(cut, "train.resume=true"))
+    _finish(_train(cut, *extra, "train.resume=true"))
     steps = [r["step"] for r in read_metrics(metrics)]
     assert steps == sorted(set(steps)), "a step is logged twice or out of order"
     assert sorted(_curve(cut)) == list(range(1, 401)), "a step is missing"

@@ -290,7 +290,8 @@ def _wandb_history(run_dir: Path) -> list[dict]:
 
 
 def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
-    summary = run(tiny("logger.mode=offline", "logger.project=attnzoo-test"), tmp_path)
+    overrides = ("logger.mode=offline", "logger.project=attnzoo-test", "logger.media_budget=1")
+    summary = run(tiny(*overrides), tmp_path)
     assert summary["status"] == "completed"
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and summary["wandb"]["id"] in runs[0].name
@@ -308,7 +309,7 @@ def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
             if not k.startswith("_") and isinstance(v, (int, float)) and "." not in k
         }  # fmt: skip
         assert scalars == set(r), r["step"]
-        if "rank/last" in r:  # the rank media go with every evaluation
+        if "rank/last" in r:  # the rank media go with every evaluation (media_budget=1)
             assert any(k.startswith("rank/table") for k in logged)
             assert any(k.startswith("rank/vs_depth") for k in logged)
             assert any(k.startswith("rank/plot") for k in logged)
@@ -451,13 +452,15 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
     assert info["run_group"] == "my-sweep" and info["job_type"] == "pooling"
 
 
-def test_language_model_samples_are_printed_and_logged_at_every_eval(tmp_path, monkeypatch, capsys):
+def test_language_model_samples_are_printed_and_logged_at_every_eval_with_budget_1(
+    tmp_path, monkeypatch, capsys
+):
     def sample_text(self, model, generator):
         assert not model.training  # sampled in eval mode
         return "to be or not " + str(int(torch.randint(0, 9, (1,), generator=generator)))
 
     monkeypatch.setattr(Sort, "sample_text", sample_text)
-    run(tiny(), tmp_path)
+    run(tiny("logger.media_budget=1"), tmp_path)
     samples = [
         r["val/sample_text"] for r in read_metrics(tmp_path / "metrics.jsonl") if "val/loss" in r
     ]
@@ -480,3 +483,135 @@ def test_metrics_file_drops_steps_after_the_checkpoint_and_a_torn_last_line(tmp_
     assert records[-1]["train/loss"] is None  # JSON has no NaN: null, and the file stays JSON
     MetricsFile(path, truncate_after_step=5).close()
     assert [r["step"] for r in read_metrics(path)] == [0, 5]
+
+
+@pytest.fixture
+def checks_on_device(monkeypatch):
+    """The CUDA code path on CPU: non-finite steps masked on the device by the fused AdamW's
+    found_inf, and read by the host only at log, evaluation and checkpoint steps."""
+    import attnzoo.train as trainer
+
+    monkeypatch.setattr(trainer, "checks_on_device", lambda device: True)
+
+
+@pytest.mark.parametrize("where", ["loss", "grad"])
+def test_on_device_checks_skip_the_bad_step_and_keep_the_weights_finite(
+    tmp_path, monkeypatch, capsys, checks_on_device, where
+):
+    _poison(monkeypatch, 13, where)
+    summary = run(tiny("train.on_nonfinite=skip"), tmp_path)
+    assert summary["status"] == "completed" and summary["skipped_steps"] == 1
+    assert "at step 13; step skipped" in capsys.readouterr().err  # reported at the step-15 log
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r.get("train/skipped_steps") for r in records] == [None, None, None, 1, 1, 1, 1]
+    assert all(isinstance(r.get("train/loss", 0.0), float) for r in records)
+    weights = read_checkpoint(tmp_path / "checkpoints" / "last.pt")["model"].values()
+    assert all(bool(torch.isfinite(w).all()) for w in weights)  # the NaN gradient never applied
+    assert isinstance(summary["final"]["val/loss"], float)
+
+
+def test_on_device_checks_stop_at_the_next_log_step_naming_the_bad_one(
+    tmp_path, monkeypatch, checks_on_device
+):
+    _poison(monkeypatch, 13, "loss")
+    summary = run(tiny(), tmp_path)
+    assert summary["status"] == "diverged" and summary["step"] == 12
+    assert "non-finite loss (nan) at step 13 (seen at step 15)" in summary["error"]
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 5, 10]
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 10
+
+
+def test_on_device_checks_train_like_host_checks(tmp_path, checks_on_device):
+    """The fused AdamW of the CUDA path follows the same curve as the CPU's (to rounding)."""
+    import attnzoo.train as trainer
+
+    on_device = _losses_of(run(tiny(), tmp_path / "device"), tmp_path / "device")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(trainer, "checks_on_device", lambda device: False)
+        on_host = _losses_of(run(tiny(), tmp_path / "host"), tmp_path / "host")
+    assert on_device.keys() == on_host.keys()
+    for step in on_host:
+        assert on_device[step] == pytest.approx(on_host[step], rel=1e-4), step
+
+
+def _losses_of(summary, run_dir):
+    assert summary["status"] == "completed"
+    return _losses(run_dir / "metrics.jsonl")
+
+
+def test_threads_auto_follows_the_work_per_step():
+    from attnzoo.train import AUTO_FLOP_PER_THREAD, threads_for
+
+    assert threads_for(3, 10**9, 10**6, cores=2) == 3  # an int is taken as given
+    assert threads_for("auto", 1000, 10, cores=16) == 1  # tiny work: one thread
+    work = 6 * 800_000 * 768  # the Shakespeare preset
+    assert threads_for("auto", 800_000, 768, cores=2) == min(2, int(work // AUTO_FLOP_PER_THREAD))
+    assert threads_for("auto", 10**9, 10**6, cores=4) == 4  # never more than the cores
+
+
+def test_threads_must_be_auto_or_a_positive_int(tmp_path):
+    for bad in ("0", "many", "1.5"):
+        with pytest.raises(ValueError, match="train.threads.*auto or a positive int"):
+            run(tiny(f"train.threads={bad}"), tmp_path / bad)
+        assert not (tmp_path / bad / "metrics.jsonl").exists()
+
+
+def test_compiled_run_trains_and_checkpoints_eager_keys(tmp_path):
+    """train.compile=true (torch.compile, impl=torch on CPU): same records as an eager run, close
+    numbers, and a checkpoint an eager model loads (no `_orig_mod.` prefix)."""
+    few = ("train.max_steps=10", "train.ckpt_every=5", "impl=torch")
+    compiled = run(tiny(*few, "train.compile=true"), tmp_path / "compiled")
+    assert run(tiny(*few), tmp_path / "eager")["status"] == "completed"
+    assert compiled["status"] == "completed" and compiled["step"] == 10
+    got = read_metrics(tmp_path / "compiled" / "metrics.jsonl")
+    want = read_metrics(tmp_path / "eager" / "metrics.jsonl")
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    for g, w in zip(got, want, strict=True):
+        if "train/loss" in w:
+            assert g["train/loss"] == pytest.approx(w["train/loss"], rel=1e-3)
+    state = read_checkpoint(tmp_path / "compiled" / "checkpoints" / "last.pt")["model"]
+    assert not any(k.startswith("_orig_mod.") for k in state)
+    assert set(state) == set(
+        read_checkpoint(tmp_path / "eager" / "checkpoints" / "last.pt")["model"]
+    )
+
+
+def test_extras_stay_within_their_share_of_wall_time():
+    from attnzoo.train import extras_due
+
+    assert extras_due(0.0, 0.0, 0.5, 0.05, last=True)  # the last evaluation always has them
+    assert extras_due(9.0, 9.0, 1.0, 1.0, last=False)  # budget 1: every evaluation
+    assert not extras_due(0.0, 0.0, 150.0, 0.05, last=False)  # 2 x a 5 s guess > 5% of 150 s
+    assert extras_due(0.0, 0.0, 250.0, 0.05, last=False)
+    assert not extras_due(2.0, 2.0, 100.0, 0.05, last=False)  # 2 + 2 x 2 s > 5 s
+    assert extras_due(2.0, 2.0, 200.0, 0.05, last=False)
+    assert not extras_due(0.0, 0.0, 1e9, 0.0, last=False)  # budget 0: only at the last
+
+
+def test_extras_budget_0_makes_them_only_at_the_last_evaluation(tmp_path, monkeypatch):
+    monkeypatch.setattr(Sort, "sample_text", lambda self, model, generator: "sampled")
+    summary = run(tiny("logger.media_budget=0"), tmp_path)
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "val/loss" in r]
+    assert [r["step"] for r in evals] == [0, 10, 20, 30]  # the numbers at every evaluation
+    assert [r.get("val/sample_text") for r in evals] == [None, None, None, "sampled"]
+    assert (tmp_path / "rank_decay.png").stat().st_size > 1000
+    t = summary["time"]
+    assert t["evaluations"] == 4 and 0 < t["extras_s"] <= t["eval_s"] < t["total_s"]
+    with pytest.raises(ValueError, match="logger.media_budget"):
+        run(tiny("logger.media_budget=1.5"), tmp_path / "bad")
+
+
+def test_threads_auto_is_kept_on_resume(tmp_path, monkeypatch):
+    """auto decides when a run starts (the machine's load may differ later) and a resumed run
+    keeps that count, since the count can change how sums are rounded."""
+    import attnzoo.train as trainer
+
+    monkeypatch.setattr(trainer, "threads_for", lambda *args: 2)
+    first = run(tiny("train.max_steps=20"), tmp_path)
+    assert first["threads"] == 2
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["threads"] == 2
+    monkeypatch.setattr(trainer, "threads_for", lambda *args: 1)
+    resumed = run(tiny("train.max_steps=30", "train.resume=true"), tmp_path)
+    assert resumed["resumed_from"] == 20 and resumed["threads"] == 2
+    explicit = run(tiny("train.max_steps=40", "train.resume=true", "train.threads=1"), tmp_path)
+    assert explicit["threads"] == 1  # an explicit count is the user's choice

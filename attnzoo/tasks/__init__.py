@@ -25,6 +25,15 @@ class Batch:
     targets: torch.Tensor  # (B, N) per-token labels or (B,) per-sequence labels
     key_padding_mask: torch.Tensor | None = None  # (B, N) bool, True marks padding
 
+    def pin_memory(self) -> Batch:
+        """The batch in page-locked memory, so that `to(cuda)` copies it asynchronously."""
+        mask = self.key_padding_mask
+        return Batch(
+            self.inputs.pin_memory(),
+            self.targets.pin_memory(),
+            None if mask is None else mask.pin_memory(),
+        )
+
     def to(self, device: torch.device | str) -> Batch:
         mask = self.key_padding_mask
         return Batch(
