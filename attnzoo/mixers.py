@@ -316,7 +316,11 @@ class MetricTensorAttention(_HeadsThenProjection):
 
 class _OneHead(nn.Module):
     """A mixer without scores: for the path decomposition the whole mixer is one head, and since
-    it is linear in x, `scores_from` plays no part."""
+    it is linear in x, `scores_from` plays no part.
+
+    Such mixers accept `attn_dropout` and do nothing with it (there are no attention
+    probabilities to drop), so that one preset (e.g. nanoGPT's recipe, `experiment=
+    shakespeare_char_gpu`) can set it for every mixer of a sweep."""
 
     heads = 1
 
@@ -334,11 +338,20 @@ class _OneHead(nn.Module):
 class Pooling(_OneHead):
     """PoolFormer's mixer: mean over a window of tokens minus the token; no parameters."""
 
-    def __init__(self, dim: int, heads: int, causal: bool, impl: str, window: int = 3) -> None:
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        causal: bool,
+        impl: str,
+        window: int = 3,
+        attn_dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
             raise ValueError(f"pooling window must be a positive odd int, got {window!r}")
         self.dim, self.causal, self.impl, self.window = dim, causal, impl, window
+        _check_attn_dropout(attn_dropout)  # accepted, see _OneHead
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -351,9 +364,12 @@ class Pooling(_OneHead):
 class Identity(_OneHead):
     """No mixing at all: the baseline that tells what the rest of the block does alone."""
 
-    def __init__(self, dim: int, heads: int, causal: bool, impl: str) -> None:
+    def __init__(
+        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0
+    ) -> None:
         super().__init__()
         self.dim = dim
+        _check_attn_dropout(attn_dropout)  # accepted, see _OneHead
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo import train as trainer
-from attnzoo.mixers import MIXERS, mixer_options
+from attnzoo.mixers import MIXERS
 from attnzoo.model import Model, ModelConfig
 from attnzoo.tasks import Batch, Task, build_task
 from attnzoo.train import lr_factor, rank_record
@@ -245,8 +245,7 @@ def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
             attn_dropout=r.attn_dropout,
         )
     else:
-        # attention-probability dropout where the mixer has that option
-        extra = {"attn_dropout": r.attn_dropout} if "attn_dropout" in mixer_options(name) else {}
+        extra = {"attn_dropout": r.attn_dropout}  # every mixer takes it (a no-op without scores)
         cfg = ModelConfig(
             dim=r.dim,
             depth=r.depth,

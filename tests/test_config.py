@@ -158,5 +158,5 @@ def test_saved_config_round_trips(tmp_path):
     cfg = compose(["mixer=metric", "mixer.metric_param=psd", "model.skip=false"])
     OmegaConf.save(cfg, tmp_path / "c.yaml")
     back = yaml.safe_load((tmp_path / "c.yaml").read_text())
-    assert back["mixer"] == {"name": "metric", "metric_param": "psd"}
+    assert back["mixer"] == {"name": "metric", "metric_param": "psd", "attn_dropout": 0.0}
     assert back["model"]["skip"] is False and back["model"]["norm"] == "layernorm"

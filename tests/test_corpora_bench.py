@@ -105,6 +105,7 @@ def test_experiment_configs_carry_the_bench_recipes() -> None:
     assert (gpu.steps, gpu.batch_size, gpu.dim, gpu.depth, gpu.heads) == (5000, 64, 384, 6, 6)
     assert (gpu.dropout, gpu.attn_dropout, gpu.compile, gpu.device) == (0.2, 0.2, True, "cuda")
     assert (cfg.train.eval_every, cfg.train.eval_batches) == (gpu.eval_every, gpu.eval_batches)
+    assert cfg.mixer.attn_dropout == gpu.attn_dropout
 
 
 @pytest.mark.skipif(
