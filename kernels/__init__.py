@@ -1,8 +1,14 @@
 """Token-mixing ops on Triton kernels, with PyTorch references beside them.
 
 Installed as `attnzoo.kernels`; imports nothing from the rest of attnzoo.
+
+Imported under any other name it stays empty: with a checkout's root on sys.path (`python -m
+pytest`, `python -m attnzoo.train` run there), `import kernels` finds this folder — Hugging Face
+transformers does exactly that when it probes for the unrelated PyPI `kernels` package — and
+loading the modules a second time would register the `torch.ops.attnzoo` operators twice.
 """
 
-from .ops import metric_attention, pool_mix, quadratic_attention, scaled_dot_attention
+if __name__ == "attnzoo.kernels":
+    from .ops import metric_attention, pool_mix, quadratic_attention, scaled_dot_attention
 
-__all__ = ["metric_attention", "pool_mix", "quadratic_attention", "scaled_dot_attention"]
+    __all__ = ["metric_attention", "pool_mix", "quadratic_attention", "scaled_dot_attention"]

@@ -114,3 +114,28 @@ def test_installed_wheel_composes_the_trainer_config(wheel, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["metric", "convex_hull", "False"]  # the command line wins
+
+
+def test_the_checkout_folder_imported_as_kernels_stays_empty():
+    """With the checkout root on sys.path, `import kernels` finds kernels/ (transformers probes
+    for the PyPI `kernels` package that way). It must neither register the torch.ops.attnzoo
+    operators a second time nor look like that package; attnzoo.kernels works beside it."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import kernels, attnzoo.kernels, torch\n"
+        "assert not hasattr(kernels, 'scaled_dot_attention'), dir(kernels)\n"
+        "q = torch.randn(1, 2, 5, 4)\n"
+        "print(attnzoo.kernels.scaled_dot_attention(q, q, q, impl='torch').shape)\n"
+        "try:\n"
+        "    from transformers.utils.import_utils import is_kernels_available\n"
+        "except ImportError:\n"
+        "    print('no transformers')\n"
+        "else:\n"
+        "    print('transformers sees kernels:', is_kernels_available())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "torch.Size([1, 2, 5, 4])" in out.stdout
+    assert "transformers sees kernels: True" not in out.stdout
