@@ -164,7 +164,7 @@ def test_shared_blocks_make_a_recurrent_model():
         ),
         (
             lambda: build_mixer("pooling", dim=D, pool_size=3),
-            r"mixer 'pooling' has no option\(s\) \['pool_size'\]; its options are \['window'\]",
+            r"mixer 'pooling' has no option\(s\) \['pool_size'\]; its options are \['attn_dropout', 'window'\]",
         ),
         (
             lambda: Block(D, build_mixer("identity", dim=D), norm="batchnorm"),
