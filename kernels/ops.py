@@ -5,9 +5,13 @@ Every op takes `impl`:
 - "torch": the PyTorch reference in `reference.py` (any device, any float dtype);
 - "triton": the Triton kernels, the custom ops `torch.ops.attnzoo.*` of `library.py` (CUDA
   tensors, or any tensor under TRITON_INTERPRET=1; eager calls skip the dispatcher, see there);
-- "auto": Triton for CUDA tensors in fp16/bf16/fp32; elsewhere, for the three attention ops in
-  fp32/fp64, PyTorch's fused `scaled_dot_product_attention` (the fastest CPU path, same result as
-  the reference to rounding), and the reference for everything else.
+- "auto": the fastest path measured for the op on the device. On CUDA that is the Triton kernel
+  only where `scripts/bench_kernels.py` measured it beating what a user would write instead
+  (`TRITON_WINS_ON_CUDA` below: none has yet), else PyTorch: the attention ops through the fused
+  `scaled_dot_product_attention` (flash, cuDNN or efficient backend) on their one-line
+  formulations, pool_mix through the reference (`avg_pool1d`). On CPU, the three attention ops in
+  fp32/fp64 run through the fused SDPA too (the fastest CPU path, same result as the reference
+  to rounding), everything else through the reference.
 The torch paths are compositions of PyTorch ops, which `torch.compile` traces like any model
 code; the Triton path is one opaque op per call (forward and backward), which it does not trace.
 
@@ -87,7 +91,23 @@ def _dropout_seed(t: torch.Tensor, dropout_p: float) -> torch.Tensor | None:
     return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=t.device)
 
 
-def _use_triton(impl: str, t: torch.Tensor) -> bool:
+# Whether `impl="auto"` runs an op's Triton kernel on CUDA: only once the kernel benchmark
+# (scripts/bench_kernels.py, forward+backward, bf16) has measured it at least as fast as the PyTorch
+# formulation. The H100 baseline of 2026-11-23 (README, "GPU figures"): scaled_dot 0.47x flash
+# SDPA at N = 4096 and 5.1x its time at nanoGPT's training shape; metric 2.636 ms against 0.748
+# for sdpa(p @ M, p, p) on cuDNN; quadratic (D = 512) 63.1 against 44.2 ms for
+# sdpa(x @ U[h], x, v); pool_mix 0.456 against 0.178 ms for avg_pool1d(x) - x. The quadratic
+# backward and the pooling kernel have been rebuilt since and not re-measured: an entry turns True
+# when a GPU run of the benchmark shows its verdict met.
+TRITON_WINS_ON_CUDA = {
+    "scaled_dot_attention": False,
+    "quadratic_attention": False,
+    "metric_attention": False,
+    "pool_mix": False,
+}
+
+
+def _use_triton(impl: str, t: torch.Tensor, op: str) -> bool:
     check_impl(impl)
     if impl == "torch":
         return False
@@ -100,13 +120,13 @@ def _use_triton(impl: str, t: torch.Tensor) -> bool:
                 "before importing triton to run the kernels on CPU tensors in the interpreter"
             )
         return True
-    return t.is_cuda and t.dtype in TRITON_DTYPES
+    return t.is_cuda and t.dtype in TRITON_DTYPES and TRITON_WINS_ON_CUDA[op]
 
 
 def _use_sdpa(impl: str, t: torch.Tensor) -> bool:
-    """impl="auto" off CUDA in fp32/fp64: attention through torch's fused SDPA (call after
-    `_use_triton`, which has already checked `impl`)."""
-    return impl == "auto" and not t.is_cuda and t.dtype in (torch.float32, torch.float64)
+    """impl="auto" where Triton was not chosen: attention through torch's fused SDPA on CUDA, and
+    on CPU in fp32/fp64 (call after `_use_triton`, which has already checked `impl`)."""
+    return impl == "auto" and (t.is_cuda or t.dtype in (torch.float32, torch.float64))
 
 
 def _sdpa(
@@ -162,7 +182,7 @@ def scaled_dot_attention(
     check_attention(q, k, v, key_padding_mask)
     scale, dropout_p = _scale(scale, q.shape[-1]), _check_dropout(dropout_p)
     with _autocast_off(q):
-        if _use_triton(impl, q):
+        if _use_triton(impl, q, "scaled_dot_attention"):
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
                 "scaled_dot_attention", q, k, v, key_padding_mask, causal, scale, dropout_p, seed
@@ -206,7 +226,7 @@ def quadratic_attention(
     check_mask(key_padding_mask, b, n, x.device)
     scale, dropout_p = _scale(scale, d), _check_dropout(dropout_p)
     with _autocast_off(x):
-        if _use_triton(impl, x):
+        if _use_triton(impl, x, "quadratic_attention"):
             seed = _dropout_seed(x, dropout_p)
             return library.run(
                 "quadratic_attention", x, u, v, key_padding_mask, causal, scale, dropout_p, seed
@@ -245,7 +265,7 @@ def metric_attention(
     check_mask(key_padding_mask, b, n, p.device)
     scale, dropout_p = _scale(scale, dk), _check_dropout(dropout_p)
     with _autocast_off(p):
-        if _use_triton(impl, p):
+        if _use_triton(impl, p, "metric_attention"):
             seed = _dropout_seed(p, dropout_p)
             out, _ = library.run(
                 "metric_attention", p, m, key_padding_mask, causal, scale, dropout_p, seed
@@ -277,7 +297,7 @@ def pool_mix(
         raise ValueError(f"window must be odd for a centred (non-causal) pool, got {window}")
     check_mask(key_padding_mask, x.shape[0], x.shape[1], x.device)
     with _autocast_off(x):
-        if _use_triton(impl, x):
+        if _use_triton(impl, x, "pool_mix"):
             out, _ = library.run("pool_mix", x, window, causal, key_padding_mask)
             return out
         return reference.pool_mix(x, window, causal, key_padding_mask)
