@@ -457,19 +457,46 @@ AUTO_FLOP_PER_THREAD = 1.5e9
 
 def available_cores() -> int:
     """CPU cores this process may use and nobody else is using: its affinity mask (e.g. a SLURM
-    allocation) shared among the data-parallel processes on this machine, less the machine's
-    1-minute load average beyond what the mask leaves free."""
+    allocation) shared among the data-parallel processes on this machine, less the cores other
+    processes keep busy beyond what the mask leaves free (`busy_cores`)."""
     try:
         mask = os.sched_getaffinity(0)
         cores = len(mask)
     except AttributeError:  # pragma: no cover - platforms without affinity masks
         cores = os.cpu_count() or 1
-    busy = 0
-    with contextlib.suppress(OSError, AttributeError):
-        outside = (os.cpu_count() or cores) - cores  # cores this process may not use anyway
-        busy = max(0, int(os.getloadavg()[0]) - outside)  # cores kept fully busy
+    outside = (os.cpu_count() or cores) - cores  # cores this process may not use anyway
+    busy = max(0, busy_cores() - outside)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     return max(1, (cores - busy) // max(1, local))
+
+
+def busy_cores(window_s: float = 0.25, stat: Path = Path("/proc/stat")) -> int:
+    """Cores other processes keep fully busy now: the machine's non-idle CPU time over a short
+    window in which this process sleeps (/proc/stat), rounded down. Where there is no /proc/stat,
+    the 1-minute load average instead, which lags: a job that ended a minute ago still counts
+    there, and so a calm machine right after another run looked busy and got one thread."""
+
+    def sample() -> tuple[int, int, int]:
+        lines = stat.read_text().splitlines()
+        fields = [int(v) for v in lines[0].split()[1:]]  # "cpu": every CPU's times summed
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+        return sum(fields[:8]), idle, cpus
+
+    try:
+        total0, idle0, cpus = sample()
+        time.sleep(window_s)
+        total1, idle1, _ = sample()
+    except (OSError, ValueError, IndexError):
+        try:
+            return int(os.getloadavg()[0])
+        except (OSError, AttributeError):  # pragma: no cover - no load average either
+            return 0
+    elapsed = total1 - total0
+    if elapsed <= 0:
+        return 0
+    busy_share = 1.0 - (idle1 - idle0) / elapsed
+    return int(busy_share * max(cpus, 1) + 0.25)  # a core 75% busy counts as busy
 
 
 def extras_due(

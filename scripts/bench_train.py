@@ -32,6 +32,13 @@ config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user g
     python scripts/bench_train.py --tasks shakespeare --device cuda --dim 256 --seq-len 256 --batch 32
     python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot --trainer
     python scripts/bench_train.py --tasks shakespeare_gpu --device cuda       # nanoGPT's GPU recipe
+    python scripts/bench_train.py --tasks shakespeare --mixers gpt --sequential --eval-every 250 \
+        --eval-batches 40 --threads 2   # nanoGPT's CPU command's loop, on the plain GPT, with wall time
+
+`--sequential` trains the models one after another with wall times (as the GPU recipe does) on
+any recipe: with the line above, the plain GPT follows nanoGPT's CPU command (2000 steps, an
+evaluation every 250 over 20 train + 20 val batches, torch's threads) to set beside
+`python -m attnzoo.train experiment=shakespeare_char` run as a whole process (README, "Threads").
 """
 
 from __future__ import annotations
@@ -558,6 +565,11 @@ def main(argv: list[str] | None = None) -> int:
         "--trainer", action="store_true", help="train through attnzoo.train.run instead"
     )
     parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="train the models one after another, with wall times (as the GPU recipe does)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)"
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -590,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.trainer:
             print(bench_trainer(task_key, r, names, args.seed, args.data_dir), flush=True)
-        elif task_key in SEQUENTIAL:
+        elif task_key in SEQUENTIAL or args.sequential:
             rows = bench_sequential(task_key, r, names, args.seed, args.data_dir)
             print(table_sequential(rows), flush=True)
         else:

@@ -549,6 +549,35 @@ def test_threads_auto_follows_the_work_per_step():
     assert threads_for("auto", 10**9, 10**6, cores=4) == 4  # never more than the cores
 
 
+class _ProcStat:
+    """A /proc/stat whose `cpu` line advances by the given (busy, idle) jiffies per read."""
+
+    def __init__(self, cpus: int, busy: int, idle: int) -> None:
+        self.cpus, self.busy, self.idle, self.reads = cpus, busy, idle, 0
+
+    def read_text(self) -> str:
+        n = self.reads
+        self.reads += 1
+        user, idle = 1000 + n * self.busy, 5000 + n * self.idle
+        cpu_lines = [f"cpu{i} 0 0 0 0 0 0 0 0 0 0" for i in range(self.cpus)]
+        return "\n".join([f"cpu  {user} 0 0 {idle} 0 0 0 0 0 0", *cpu_lines, "intr 1"])
+
+
+def test_busy_cores_are_sampled_now_not_from_the_lagging_load_average(monkeypatch):
+    from attnzoo.train import busy_cores
+
+    # the load average would say two busy cores (a job that just ended): not read at all
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0, 2.0, 2.0))
+    assert busy_cores(0.0, _ProcStat(cpus=2, busy=0, idle=200)) == 0  # idle machine
+    assert busy_cores(0.0, _ProcStat(cpus=2, busy=100, idle=100)) == 1  # one core busy
+    assert busy_cores(0.0, _ProcStat(cpus=2, busy=150, idle=50)) == 1  # 1.5 cores: one
+    assert busy_cores(0.0, _ProcStat(cpus=2, busy=180, idle=20)) == 2  # 1.8: a core 75% busy counts
+    assert busy_cores(0.0, _ProcStat(cpus=4, busy=60, idle=140)) == 1  # 1.2 cores: one
+    assert busy_cores(0.0, _ProcStat(cpus=2, busy=0, idle=0)) == 0  # no time passed
+    # no /proc/stat (or unreadable): the load average after all
+    assert busy_cores(0.0, Path("/no/such/proc/stat")) == 2
+
+
 def test_threads_must_be_auto_or_a_positive_int(tmp_path):
     for bad in ("0", "many", "1.5"):
         with pytest.raises(ValueError, match="train.threads.*auto or a positive int"):
