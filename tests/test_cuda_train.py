@@ -42,9 +42,11 @@ def _wandb_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
-def train_20_steps(tmp_path, mixer: str, compiled: bool, device: str = "cuda") -> None:
+def train_20_steps(
+    tmp_path, mixer: str, compiled: bool, device: str = "cuda", impl: str = "auto"
+) -> None:
     """20 steps of the sorting task; on CUDA the trainer runs under bf16 autocast."""
-    overrides = [*SHORT, f"mixer={mixer}", f"train.device={device}"]
+    overrides = [*SHORT, f"mixer={mixer}", f"train.device={device}", f"impl={impl}"]
     summary = run(compose([*overrides, f"train.compile={str(compiled).lower()}"]), tmp_path)
     assert summary["status"] == "completed" and summary["step"] == 20, summary["error"]
     records = read_metrics(tmp_path / "metrics.jsonl")
@@ -58,7 +60,8 @@ def train_20_steps(tmp_path, mixer: str, compiled: bool, device: str = "cuda") -
     assert all(bool(torch.isfinite(w).all()) for w in state.values())
 
 
+@pytest.mark.parametrize("impl", ["auto", "triton"])  # auto: SDPA until a kernel wins (ops.py)
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
-def test_every_mixer_trains_on_cuda_under_bf16_autocast(tmp_path, mixer, compiled):
-    train_20_steps(tmp_path, mixer, compiled)
+def test_every_mixer_trains_on_cuda_under_bf16_autocast(tmp_path, mixer, compiled, impl):
+    train_20_steps(tmp_path, mixer, compiled, impl=impl)
