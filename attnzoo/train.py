@@ -618,7 +618,8 @@ class Trainer:
             self.threads = int(saved)  # as before: the thread count can change the rounding
         else:
             params = model.num_parameters()
-            self.threads = threads_for(t.threads, params, tokens, available_cores())
+            cores = available_cores() if t.threads == "auto" else 0  # sampled only when needed
+            self.threads = threads_for(t.threads, params, tokens, cores)
         torch.set_num_threads(self.threads)
         summary["threads"] = self.threads
         if t.deterministic:

@@ -37,7 +37,7 @@ config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user g
 
 `--sequential` trains the models one after another with wall times (as the GPU recipe does) on
 any recipe: with the line above, the plain GPT follows nanoGPT's CPU command (2000 steps, an
-evaluation every 250 over 20 train + 20 val batches, torch's threads) to set beside
+evaluation every 250 over 20 train + 20 val batches, two threads) to set beside
 `python -m attnzoo.train experiment=shakespeare_char` run as a whole process (README, "Threads").
 """
 

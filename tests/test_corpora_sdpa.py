@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attnzoo.kernels import ops
 
 from attnzoo import kernels
+
+ops = kernels.ops
 
 B, H, N, DK = 3, 2, 7, 5
 
