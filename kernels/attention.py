@@ -4,7 +4,20 @@ The scheme is FlashAttention-2's: a program owns a tile of queries, walks the ke
 with an online softmax (running max and running sum), and never holds the N×N score matrix in
 memory. The forward saves the log-sum-exp of every row (in base-2 units); the backward recomputes
 the probabilities from it in two kernels, one per key tile (dk, dv) and one per query tile (dq),
-so no gradient needs an atomic add. Both backward kernels handle causal and bidirectional masks.
+so no gradient needs an atomic add. Before them a small kernel forms delta = rowsum(dO ∘ O), in
+fp32 from one read of O and dO in their own dtype (it was four PyTorch ops on fp32 copies).
+
+What the inner loops leave out, because it is per element of every score tile:
+- Masks. Causal and padding are compile-time switches (CAUSAL, HAS_MASK), and each kernel walks
+  its tiles in two loops: the tiles that need the per-element mask (on the causal diagonal, the
+  ragged last key tile) and the rest, which run without one. Bidirectional attention over whole
+  tiles runs no mask at all; causal attention masks one or two tiles per row of tiles. The dk/dv
+  kernel needs the mask only on the diagonal: a query past the end reads lse = +inf (P = 0) and a
+  key past the end or padding only touches its own rows of dk and dv (not stored, or zeroed).
+- Transposes of register tiles. The dk/dv kernel computes its scores transposed, k·qᵀ (keys ×
+  queries), as FlashAttention-2 and Triton's fused-attention tutorial do: Pᵀ and dSᵀ then come
+  out of their dots already in the layout of the left operand of dv += Pᵀ·dO and dk += dSᵀ·q.
+  Untransposed, each tile pair sent P and dS through shared memory to transpose them.
 
 What the three ops feed the same kernels:
 
@@ -79,6 +92,7 @@ import triton
 import triton.language as tl
 
 from ._aot import AotSpec
+from ._host import cdiv, next_power_of_2
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
@@ -138,16 +152,16 @@ def _query_tile(
 
 @triton.jit
 def _scores(
-    q0,
-    k0,
-    Q,
-    K,
-    q_base,
-    k_base,
-    offs_m,
-    offs_n,
-    sqn,
-    skn,
+    a0,
+    b0,
+    A,
+    B,
+    a_base,
+    b_base,
+    offs_a,
+    offs_b,
+    sa,
+    sb,
     offs_d,
     N,
     d_qk,
@@ -156,71 +170,110 @@ def _scores(
     CHUNKED: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
-    """q·kᵀ over the full q/k width: chunk 0 from registers, the other chunks (if the width
-    exceeds HEAD) streamed. CHUNKED is a compile-time switch because the chunk loop nested in the
-    key loop costs registers even when it runs zero times."""
-    s = tl.dot(q0, tl.trans(k0), input_precision=DOT_PREC)
+    """a·bᵀ over the full q/k width, rows of A against rows of B (queries against keys, or keys
+    against queries for the transposed scores of the dk/dv kernel): chunk 0 from registers, the
+    other chunks (if the width exceeds HEAD) streamed. CHUNKED is a compile-time switch because
+    the chunk loop nested in the key loop costs registers even when it runs zero times."""
+    s = tl.dot(a0, tl.trans(b0), input_precision=DOT_PREC)
     if CHUNKED:
-        s = _more_chunks(s, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
-                         n_chunks, HEAD, DOT_PREC)  # fmt: skip
+        for c in range(1, n_chunks):
+            offs_c = c * HEAD + offs_d
+            ac = _load_rows(A + a_base, offs_a, sa, offs_c, N, d_qk)
+            bc = _load_rows(B + b_base, offs_b, sb, offs_c, N, d_qk)
+            s += tl.dot(ac, tl.trans(bc), input_precision=DOT_PREC)
     return s
 
 
 @triton.jit
-def _more_chunks(
-    s,
-    Q,
-    K,
-    q_base,
-    k_base,
-    offs_m,
-    offs_n,
-    sqn,
-    skn,
-    offs_d,
-    N,
-    d_qk,
-    n_chunks,
-    HEAD: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-):
-    for c in range(1, n_chunks):
-        offs_c = c * HEAD + offs_d
-        qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
-        kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
-        s += tl.dot(qc, tl.trans(kc), input_precision=DOT_PREC)
-    return s
-
-
-@triton.jit
-def _allowed(offs_m, offs_n, key_ok, causal):
-    return key_ok[None, :] & ((offs_m[:, None] >= offs_n[None, :]) | (causal == 0))
-
-
-@triton.jit
-def _key_ok(Mask, mask_base, offs_n, N, has_mask):
-    ok = offs_n < N
-    if has_mask != 0:
-        pad = tl.load(Mask + mask_base + offs_n, mask=ok, other=1)
-        ok = ok & (pad == 0)
+def _visible(queries, keys, N, CAUSAL: tl.constexpr):
+    """Which (query, key) pairs of a diagonal or ragged tile count: the key exists and, if causal,
+    does not come after the query. `queries` and `keys` broadcast to the tile's 2-D shape."""
+    ok = keys < N
+    if CAUSAL:
+        ok = ok & (queries >= keys)
     return ok
 
 
 @triton.jit
-def _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p):
-    """Which probabilities dropout keeps, (BLOCK_M, BLOCK_N): Philox keyed by seed + (batch·head)
-    at counter query·N + key, so the forward and both backward kernels draw the same mask without
-    storing it (and `dropout_keep_mask` below writes it out for tests)."""
-    offs = offs_m[:, None] * N + offs_n[None, :]
-    return tl.rand(seed + pid_bh, offs) >= dropout_p
+def _padding(Mask, mask_base, offs_n, N):
+    """True where a key is padding (the key-padding mask) or past the end."""
+    return tl.load(Mask + mask_base + offs_n, mask=offs_n < N, other=1) != 0
+
+
+@triton.jit
+def _dropout_keep(seed, pid_bh, queries, keys, N, dropout_p):
+    """Which probabilities dropout keeps: Philox keyed by seed + (batch·head) at counter
+    query·N + key, so the forward and both backward kernels draw the same mask without storing
+    it (and `dropout_keep_mask` below writes it out for tests). `queries` and `keys` broadcast to
+    the tile's shape, (queries, keys) or transposed."""
+    return tl.rand(seed + pid_bh, queries * N + keys) >= dropout_p
+
+
+@triton.jit
+def _key_tiles(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """The key tiles a query tile visits, [0, hi), and the first of them that needs a mask,
+    `full`: tiles before it lie inside the sequence and (causal) wholly at or before the tile's
+    first query, so they run without any per-element mask."""
+    if CAUSAL:
+        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+        full = tl.minimum(N, pid_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N
+    else:
+        hi = N
+        full = N // BLOCK_N * BLOCK_N
+    return full, hi
+
+
+@triton.jit
+def _fwd_loop(
+    acc, l_i, m_i, q0, Q, K, V, Mask, seed,
+    q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
+    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """The online softmax over key tiles [lo, hi). MASKED: the tiles on the causal diagonal and
+    the ragged last tile, which need the per-element mask; the others skip it."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
+                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        s = s * scale2
+        if MASKED:
+            s = tl.where(_visible(offs_m[:, None], offs_n[None, :], N, CAUSAL), s, float("-inf"))
+        if HAS_MASK:
+            s = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], float("-inf"), s)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen no key yet keeps m = -inf (a finite stand-in would shift the next
+        # tile's exp2 by it: scores far below it would underflow to an empty row); only the
+        # exponent uses 0 in its place, away from -inf - -inf.
+        if MASKED or HAS_MASK:  # noqa: SIM108 (a compile-time branch)
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)  # the softmax's sum: before dropout
+        if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
+            v = k0
+        else:
+            v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
+        if DROPOUT:
+            keep = _dropout_keep(seed, pid_bh, offs_m[:, None], offs_n[None, :], N, dropout_p)
+            p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        m_i = m_new
+    return acc, l_i, m_i
 
 
 @triton.jit
 def _attn_fwd(
     Q, K, V, M, Out, Lse, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sob, soh, son, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, dropout_p, n_bucket,
+    H, N, d_qk, d_v, n_chunks, scale2, dropout_p, n_bucket,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -228,41 +281,30 @@ def _attn_fwd(
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     q_base = b * sqb + h * sqh
-    k_base = b * skb + h * skh
-    v_base = b * svb + h * svh
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD)
     q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_d, N, d_qk, METRIC, DOT_PREC)
 
+    seed = 0
     if DROPOUT:
         seed = tl.load(Seed)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
-    hi = N
-    if causal != 0:
-        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
-        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
-                    n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
-        ok = _allowed(offs_m, offs_n, _key_ok(Mask, b * smb, offs_n, N, has_mask), causal)
-        s = tl.where(ok, s * scale2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)  # the softmax's sum: before dropout
-        if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
-            v = k0
-        else:
-            v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
-        if DROPOUT:
-            keep = _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p)
-            p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        m_i = m_new
+    k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
+    full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+    acc, l_i, m_i = _fwd_loop(
+        acc, l_i, m_i, q0, Q, K, V, Mask, seed,
+        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full,
+        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, False, BLOCK_N, DOT_PREC,
+    )  # fmt: skip
+    acc, l_i, m_i = _fwd_loop(
+        acc, l_i, m_i, q0, Q, K, V, Mask, seed,
+        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, full, hi,
+        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, True, BLOCK_N, DOT_PREC,
+    )  # fmt: skip
 
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
@@ -275,13 +317,168 @@ def _attn_fwd(
 
 
 @triton.jit
+def _attn_bwd_delta(
+    Out, DO, Delta, sob, soh, son, sdob, sdoh, sdon, H, N, d_v,
+    HEAD: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """delta = rowsum(O ∘ dO) in fp32 for one tile of rows, what both backward kernels subtract
+    from dP: one read of O and dO in their own dtype. (Computed inside the dq kernel instead, the
+    extra tiles and their reduction sent ptxas to the stack for fp32 with a 512-wide dq tile:
+    32 registers and 33 KB of spills where the kernel without them needs 169 and none.)"""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD)
+    o = _load_rows(Out + b * sob + h * soh, offs_m, son, offs_d, N, d_v).to(tl.float32)
+    do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v).to(tl.float32)
+    tl.store(Delta + pid_bh.to(tl.int64) * N + offs_m, tl.sum(o * do, 1), mask=offs_m < N)
+
+
+@triton.jit
+def _dq_loop(
+    dq, q0, do, lse, delta, Q, K, V, Mask, seed,
+    q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
+    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi,
+    METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """dq over key tiles [lo, hi); MASKED as in the forward's loop."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k0 = _load_rows(K + k_base, offs_n, skn, offs_k, N, d_qk)
+        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
+                    n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        p = tl.exp2(s * scale2 - lse[:, None])
+        if MASKED:
+            p = tl.where(_visible(offs_m[:, None], offs_n[None, :], N, CAUSAL), p, 0.0)
+        if HAS_MASK:
+            p = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], 0.0, p)
+        if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
+            v = k0
+        else:
+            v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        if DROPOUT:
+            keep = _dropout_keep(seed, pid_bh, offs_m[:, None], offs_n[None, :], N, dropout_p)
+            dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+        ds = p * (dp - delta[:, None])
+        if CHUNKED:  # noqa: SIM108
+            kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
+        else:
+            kc = k0
+        dq += tl.dot(ds.to(kc.dtype), kc, input_precision=DOT_PREC)
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq(
+    Q, K, V, M, DO, Lse, Delta, DQ, Mask, Seed,
+    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
+    sdqb, sdqh, sdqn, smb,
+    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket,
+    METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
+    DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One query tile and one q/k feature chunk (QK_HEAD wide, as in the dk/dv kernel):
+    dq = scale · dS · k for that chunk."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    pid_c = tl.program_id(2)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    q_base = b * sqb + h * sqh
+    row_base = pid_bh.to(tl.int64) * N
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD)
+    offs_k = tl.arange(0, QK_HEAD)
+    offs_c = pid_c * QK_HEAD + offs_k
+    q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_k, N, d_qk, METRIC, DOT_PREC)
+    do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v)
+    delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+    lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+
+    dq = tl.zeros([BLOCK_M, QK_HEAD], tl.float32)
+    k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
+    full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+    dq = _dq_loop(
+        dq, q0, do, lse, delta, Q, K, V, Mask, seed,
+        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full,
+        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, False, BLOCK_N, DOT_PREC,
+    )  # fmt: skip
+    dq = _dq_loop(
+        dq, q0, do, lse, delta, Q, K, V, Mask, seed,
+        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, full, hi,
+        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, True, BLOCK_N, DOT_PREC,
+    )  # fmt: skip
+
+    dq = dq * scale
+    dq_ptrs = DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqn + offs_c[None, :]
+    dq_mask = (offs_m[:, None] < N) & (offs_c[None, :] < d_qk)
+    tl.store(dq_ptrs, dq.to(DQ.dtype.element_ty), mask=dq_mask)
+
+
+@triton.jit
+def _dkdv_loop(
+    dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
+    q_base, k_base, m_base, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
+    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi,
+    METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
+    CAUSAL: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """dk and dv of one key tile over query tiles [lo, hi), in transposed form: the scores are
+    k·qᵀ (keys × queries), so Pᵀ and dSᵀ come out of their dots in the layout that dv += Pᵀ·dO
+    and dk += dSᵀ·q take as their left operand, with no transpose of a register tile between.
+    MASKED: the tiles on the causal diagonal. No other tile needs a mask: a query past the end
+    reads lse = +inf (so P = 0), and a key past the end (or padding) only touches its own row of
+    dk and dv, which is not stored (resp. zeroed)."""
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q0 = _query_tile(Q, M, q_base, m_base, offs_m, sqn, smr, offs_k, N, d_qk, METRIC,
+                         DOT_PREC)  # fmt: skip
+        s_t = _scores(k0, q0, K, Q, k_base, q_base, offs_n, offs_m, skn, sqn, offs_k, N, d_qk,
+                      n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
+        lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
+        p_t = tl.exp2(s_t * scale2 - lse[None, :])
+        if MASKED:
+            p_t = tl.where(_visible(offs_m[None, :], offs_n[:, None], N, CAUSAL), p_t, 0.0)
+        do = _load_rows(DO + do_base, offs_m, sdon, offs_d, N, d_v)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+        if DROPOUT:
+            # out = (P∘Z/(1-p)) v: dv sees the dropped probabilities, dP the same mask.
+            keep_t = _dropout_keep(seed, pid_bh, offs_m[None, :], offs_n[:, None], N, dropout_p)
+            p_drop_t = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
+            dv += tl.dot(p_drop_t.to(do.dtype), do, input_precision=DOT_PREC)
+            dp_t = tl.where(keep_t, dp_t / (1.0 - dropout_p), 0.0)
+        else:
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PREC)
+        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+        ds_t = p_t * (dp_t - delta[None, :])
+        if CHUNKED:  # noqa: SIM108
+            qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
+        else:
+            qc = q0
+        dk += tl.dot(ds_t.to(qc.dtype), qc, input_precision=DOT_PREC)
+    return dk, dv
+
+
+@triton.jit
 def _attn_bwd_dkdv(
     Q, K, V, M, DO, Lse, Delta, DK, DV, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p, n_bucket,
+    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket,
     METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
-    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One key tile and one q/k feature chunk: dk for that chunk, dv (chunk 0 stores it).
 
@@ -294,11 +491,7 @@ def _attn_bwd_dkdv(
     pid_c = tl.program_id(2)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
-    q_base = b * sqb + h * sqh
     k_base = b * skb + h * skh
-    v_base = b * svb + h * svh
-    do_base = b * sdob + h * sdoh
-    row_base = pid_bh.to(tl.int64) * N
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD)
     offs_k = tl.arange(0, QK_HEAD)
@@ -307,46 +500,40 @@ def _attn_bwd_dkdv(
     if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
         v = k0
     else:
-        v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
-    key_ok = _key_ok(Mask, b * smb, offs_n, N, has_mask)
+        v = _load_rows(V + b * svb + h * svh, offs_n, svn, offs_d, N, d_v)
+    seed = 0
     if DROPOUT:
         seed = tl.load(Seed)
 
     dk = tl.zeros([BLOCK_N, QK_HEAD], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
-    lo = 0
-    if causal != 0:
-        lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M
-    for start_m in range(lo, N, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_k, N, d_qk, METRIC,
-                         DOT_PREC)  # fmt: skip
-        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
-                    n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
-        lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
-        ok = _allowed(offs_m, offs_n, key_ok, causal)
-        p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
-        do = _load_rows(DO + do_base, offs_m, sdon, offs_d, N, d_v)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
-        if DROPOUT:
-            # out = (P∘Z/(1-p)) v: dv sees the dropped probabilities, dP the same mask.
-            keep = _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p)
-            p_drop = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-            dv += tl.dot(tl.trans(p_drop).to(do.dtype), do, input_precision=DOT_PREC)
-            dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
-        else:
-            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=DOT_PREC)
-        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
-        ds = p * (dp - delta[:, None])
-        if CHUNKED:  # noqa: SIM108
-            qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
-        else:
-            qc = q0
-        dk += tl.dot(tl.trans(ds).to(qc.dtype), qc, input_precision=DOT_PREC)
+    q_base, do_base, row_base = b * sqb + h * sqh, b * sdob + h * sdoh, pid_bh.to(tl.int64) * N
+    if CAUSAL:  # query tiles [lo, mid) cross the diagonal; from mid on every query sees the tile
+        lo = pid_n * BLOCK_N // BLOCK_M * BLOCK_M
+        mid = tl.minimum(N, tl.cdiv(pid_n * BLOCK_N + BLOCK_N - 1, BLOCK_M) * BLOCK_M)
+    else:
+        lo = 0
+        mid = 0
+    dk, dv = _dkdv_loop(
+        dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
+        q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
+        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, mid,
+        METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, True, BLOCK_M, DOT_PREC,
+    )  # fmt: skip
+    dk, dv = _dkdv_loop(
+        dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
+        q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
+        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, mid, N,
+        METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, False, BLOCK_M, DOT_PREC,
+    )  # fmt: skip
 
     dk = dk * scale
     if METRIC:
         dk = dk + dv
+    if HAS_MASK:  # a padding key gets no gradient
+        pad = _padding(Mask, b * smb, offs_n, N)
+        dk = tl.where(pad[:, None], 0.0, dk)
+        dv = tl.where(pad[:, None], 0.0, dv)
     dk_ptrs = DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_c[None, :]
     dk_mask = (offs_n[:, None] < N) & (offs_c[None, :] < d_qk)
     tl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=dk_mask)
@@ -355,69 +542,6 @@ def _attn_bwd_dkdv(
             dv_ptrs = DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :]
             dv_mask = (offs_n[:, None] < N) & (offs_d[None, :] < d_v)
             tl.store(dv_ptrs, dv.to(DV.dtype.element_ty), mask=dv_mask)
-
-
-@triton.jit
-def _attn_bwd_dq(
-    Q, K, V, M, DO, Lse, Delta, DQ, Mask, Seed,
-    sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
-    sdqb, sdqh, sdqn, smb,
-    H, N, d_qk, d_v, n_chunks, has_mask, causal, scale2, scale, dropout_p, n_bucket,
-    METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
-    DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
-):  # fmt: skip
-    """One query tile and one q/k feature chunk (QK_HEAD wide, as in the dk/dv kernel):
-    dq = scale · dS · k for that chunk."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    pid_c = tl.program_id(2)
-    b = (pid_bh // H).to(tl.int64)
-    h = (pid_bh % H).to(tl.int64)
-    q_base = b * sqb + h * sqh
-    k_base = b * skb + h * skh
-    v_base = b * svb + h * svh
-    row_base = pid_bh.to(tl.int64) * N
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD)
-    offs_k = tl.arange(0, QK_HEAD)
-    offs_c = pid_c * QK_HEAD + offs_k
-    q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_k, N, d_qk, METRIC, DOT_PREC)
-    do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v)
-    lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
-    delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
-    if DROPOUT:
-        seed = tl.load(Seed)
-
-    dq = tl.zeros([BLOCK_M, QK_HEAD], tl.float32)
-    hi = N
-    if causal != 0:
-        hi = tl.minimum(N, (pid_m + 1) * BLOCK_M)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k0 = _load_rows(K + k_base, offs_n, skn, offs_k, N, d_qk)
-        s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
-                    n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
-        ok = _allowed(offs_m, offs_n, _key_ok(Mask, b * smb, offs_n, N, has_mask), causal)
-        p = tl.where(ok, tl.exp2(s * scale2 - lse[:, None]), 0.0)
-        if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
-            v = k0
-        else:
-            v = _load_rows(V + v_base, offs_n, svn, offs_d, N, d_v)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
-        if DROPOUT:
-            keep = _dropout_keep(seed, pid_bh, offs_m, offs_n, N, dropout_p)
-            dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
-        ds = p * (dp - delta[:, None])
-        if CHUNKED:  # noqa: SIM108
-            kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
-        else:
-            kc = k0
-        dq += tl.dot(ds.to(kc.dtype), kc, input_precision=DOT_PREC)
-
-    dq = dq * scale
-    dq_ptrs = DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqn + offs_c[None, :]
-    dq_mask = (offs_m[:, None] < N) & (offs_c[None, :] < d_qk)
-    tl.store(dq_ptrs, dq.to(DQ.dtype.element_ty), mask=dq_mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,7 +579,7 @@ def qk_tile_width(d_qk: int, head: int) -> int:
     """The backward's q/k feature tile (QK_HEAD): HEAD when the q/k width fits in it or is wider
     than MAX_QK_HEAD (then chunked, HEAD wide), else the q/k width rounded up to a power of two,
     so that each backward program computes the scores of a tile pair once."""
-    return triton.next_power_of_2(d_qk) if head < d_qk <= MAX_QK_HEAD else head
+    return next_power_of_2(d_qk) if head < d_qk <= MAX_QK_HEAD else head
 
 
 def variant_name(head: int, qk_head: int, metric: bool, chunked: bool) -> str:
@@ -470,22 +594,26 @@ def variant_name(head: int, qk_head: int, metric: bool, chunked: bool) -> str:
 # the first call per length bucket and keeps the fastest. The rows began as the largest tiles
 # that do not spill on sm_80/sm_90 (ptxas's register allocation is not monotone in the tile size,
 # hence the irregular entries). On an H100 (2026-11-23 baseline) full-size tiles won although they
-# spill: 128×64, 4 warps, 3 stages forward and 2 backward took the bf16 head-64 scaled-dot
-# forward+backward from 0.47× to 0.70× of flash SDPA. Those, and the tiles of Triton's
-# fused-attention tutorial (32×128 keys for dk/dv, 128×32 queries for dq), are now in the
-# half-precision head-64/128 rows; the compile report shows what each spills.
+# spilled: 128×64, 4 warps, 3 stages forward and 2 backward took the bf16 head-64 scaled-dot
+# forward+backward from 0.47× to 0.70× of flash SDPA. The half-precision head-64 rows now hold
+# full-size tiles that compile without spills for sm_90 with the masks split out of the loops
+# and the transposed dk/dv kernel (ptxas, divisibility as the JIT sees it): forward 128×64 on 4
+# and 8 warps (254 / 114 registers) and 128×128 on 8 (212); dk/dv 64 queries × 128 keys on 8
+# warps (191) and the tutorial's 32×128 on 4 (255); dq 128×64 on 8 (125) and the tutorial's
+# 128×32 on 4 (164). The 8-warp tiles are there for the causal + padding + dropout variants
+# (nanoGPT's recipe), which spill on 4 warps (dq 128×64: 5.4 KB); the autotuner times each.
 _A, _B = (128, 64, 4, 3), (64, 64, 4, 3)
 _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int]]]] = {
     ("attn_fwd", "half", "plain"): {
         16: [_A, _B],
         32: [_A, _B],
-        64: [(128, 64, 4, 3), (128, 64, 8, 3), _B],
+        64: [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), _B],
         128: [(128, 64, 8, 2), (64, 32, 8, 1)],
     },
     ("attn_fwd", "half", "metric"): {
         16: [_A, _B],
         32: [_A, _B],
-        64: [(64, 32, 8, 2)],
+        64: [(128, 64, 8, 3), (64, 32, 8, 2)],
         128: [(64, 32, 8, 1)],
     },
     ("attn_fwd", "half", "chunked"): {
@@ -515,7 +643,7 @@ _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int
     ("attn_bwd_dkdv", "half", "plain"): {
         16: [(64, 64, 4, 2)],
         32: [(64, 64, 4, 2)],
-        64: [(128, 64, 4, 2), (32, 128, 4, 3), (64, 64, 8, 2)],
+        64: [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2)],
         128: [(32, 128, 8, 2), (32, 32, 8, 1)],
     },
     ("attn_bwd_dkdv", "half", "chunked"): {
@@ -539,7 +667,7 @@ _GPU_CONFIGS: dict[tuple[str, str, str], dict[int, list[tuple[int, int, int, int
     ("attn_bwd_dq", "half", "plain"): {
         16: [(64, 64, 4, 2)],
         32: [(64, 64, 4, 2)],
-        64: [(128, 64, 4, 2), (128, 32, 4, 3), (64, 64, 8, 2)],
+        64: [(128, 64, 8, 2), (128, 32, 4, 3), (128, 64, 4, 2), (64, 64, 4, 2)],
         128: [(128, 32, 8, 2), (32, 32, 8, 1)],
     },
     ("attn_bwd_dq", "half", "chunked"): {
@@ -659,7 +787,7 @@ def n_bucket(n: int) -> int:
     """The sequence length as the autotuner sees it: the next power of two, between 64 and 16384.
     One tuning serves every length in a bucket (a new length used to re-tune every kernel, about
     30 s before a run's first step), and the best tile depends on N only through its scale."""
-    return min(max(64, triton.next_power_of_2(max(n, 1))), 16384)
+    return min(max(64, next_power_of_2(max(n, 1))), 16384)
 
 
 # Keep the autotuner's choice on disk (Triton's cache directory), so a new process with the same
@@ -671,11 +799,15 @@ _CACHE_RESULTS = (
 )
 
 
+# Elements of O (and of dO) per program of the delta kernel: 4096 // HEAD rows, 32 to 256.
+_DELTA_TILE = 4096
+
+
 def _autotuned(kernel: str):
     return triton.autotune(
         configs=_as_triton_configs(kernel),
         # The tensors' dtypes are part of the key too (Triton adds them).
-        key=["n_bucket", "n_chunks", "HEAD", "CHUNKED", "METRIC", "DROPOUT"],
+        key=["n_bucket", "n_chunks", "HEAD", "CHUNKED", "METRIC", "DROPOUT", "HAS_MASK", "CAUSAL"],
         prune_configs_by={"early_config_prune": _pruner(kernel)},
         **_CACHE_RESULTS,
     )(KERNELS[kernel])
@@ -693,32 +825,36 @@ _bwd_dq = _autotuned("attn_bwd_dq")
 
 def head_width(d_v: int) -> int:
     """The padded feature tile: the value width rounded up to a power of two, at least 16."""
-    return max(16, triton.next_power_of_2(d_v))
+    return max(16, next_power_of_2(d_v))
 
 
 def _check_operand(name: str, t: torch.Tensor, shape: tuple[int, ...], like: torch.Tensor) -> None:
+    """Shape, dtype, device, strides and int32 reach of one operand. It runs for every operand of
+    every call, so the good path reads each property once (torch.Size compares as a tuple)."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if tuple(t.shape) != shape:
+    if t.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if t.dtype not in DTYPES:
-        raise ValueError(f"{name} has dtype {t.dtype}; the kernels take {DTYPES}")
-    if t.dtype != like.dtype:
-        raise ValueError(f"{name} has dtype {t.dtype}, expected {like.dtype} like the other inputs")
-    if t.device != like.device:
-        raise ValueError(f"{name} is on {t.device}, expected {like.device} like the other inputs")
-    if not (t.is_cuda or (t.device.type == "cpu" and INTERPRET)):
+    dtype, device = t.dtype, t.device
+    if dtype not in DTYPES:
+        raise ValueError(f"{name} has dtype {dtype}; the kernels take {DTYPES}")
+    if dtype != like.dtype:
+        raise ValueError(f"{name} has dtype {dtype}, expected {like.dtype} like the other inputs")
+    if device != like.device:
+        raise ValueError(f"{name} is on {device}, expected {like.device} like the other inputs")
+    if not (t.is_cuda or (INTERPRET and device.type == "cpu")):
         raise ValueError(
-            f"{name} is on {t.device}: the kernels need CUDA (or CPU with TRITON_INTERPRET=1)"
+            f"{name} is on {device}: the kernels need CUDA (or CPU with TRITON_INTERPRET=1)"
         )
-    if t.numel() > 0 and t.stride(-1) != 1:
+    stride = t.stride()
+    if stride[-1] != 1 and t.numel() > 0:
         raise ValueError(
-            f"{name} must have unit stride in its last (feature) dim, got strides {t.stride()}; "
+            f"{name} must have unit stride in its last (feature) dim, got strides {stride}; "
             "call .contiguous()"
         )
-    if any(s < 0 for s in t.stride()):
-        raise ValueError(f"{name} has negative strides {t.stride()}")
-    reach = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    if min(stride) < 0:
+        raise ValueError(f"{name} has negative strides {stride}")
+    reach = sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
     if reach >= 2**31:
         raise ValueError(f"{name} spans {reach} elements; the kernels index rows with int32")
 
@@ -790,11 +926,11 @@ class _Problem:
         self.q, self.k, self.v, self.m = q, k, v, m
         self.b, self.h, self.n, self.d_qk, self.d_v = b, h, n, d_qk, d_v
         self.head = head_width(d_v)
-        self.n_chunks = triton.cdiv(d_qk, self.head)
+        self.n_chunks = cdiv(d_qk, self.head)
         self.qk_head = qk_tile_width(d_qk, self.head)  # the backward's q/k tile
         self.causal, self.scale = causal, scale
         self.metric = m is not None
-        self.has_mask = int(mask is not None)
+        self.has_mask = mask is not None
         if mask is None:
             self.mask_i8 = _placeholder(q.device, torch.int8)
         else:  # a bool is one byte: read it in place unless its tokens are strided
@@ -815,7 +951,7 @@ class _Problem:
         return (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *self.m_strides)
 
     def sizes(self) -> tuple:
-        return (self.h, self.n, self.d_qk, self.d_v, self.n_chunks, self.has_mask, int(self.causal))
+        return (self.h, self.n, self.d_qk, self.d_v, self.n_chunks)
 
     def flags(self) -> dict:
         return {
@@ -823,6 +959,8 @@ class _Problem:
             "HEAD": self.head,
             "CHUNKED": self.n_chunks > 1,
             "DROPOUT": self.dropout_p > 0.0,
+            "HAS_MASK": self.has_mask,
+            "CAUSAL": self.causal,
             "DOT_PREC": _dot_precision(self.q.dtype),
         }
 
@@ -833,7 +971,7 @@ class _Problem:
 
     def backward_chunks(self) -> int:
         """The backward grid's feature-chunk axis: one program per QK_HEAD-wide chunk."""
-        return triton.cdiv(self.d_qk, self.qk_head)
+        return cdiv(self.d_qk, self.qk_head)
 
 
 def _check_dropout(dropout_p: float, seed: torch.Tensor | None, n: int, like: torch.Tensor) -> None:
@@ -858,7 +996,7 @@ def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
     lse = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
     if p.n == 0 or p.b * p.h == 0:
         return out, lse
-    grid = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
+    grid = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
     _fwd[grid](
         *p.inputs(), out, lse, p.mask_i8, p.seed,
         *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
@@ -873,26 +1011,31 @@ def attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`; for metric dv is None and
     dk holds the key and value roles' sum."""
-    if d_out.stride(-1) != 1:
-        d_out = d_out.contiguous()
-    _check_operand("d_out", d_out, tuple(out.shape), p.q)
-    delta = (d_out.float() * out.float()).sum(-1).reshape(p.b * p.h, p.n).contiguous()
+    d_out, out = _unit_feature_stride(d_out), _unit_feature_stride(out)
+    _check_operand("d_out", d_out, (p.b, p.h, p.n, p.d_v), p.q)
+    _check_operand("out", out, (p.b, p.h, p.n, p.d_v), p.q)
     dq = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
     dk = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
     dv = None if p.metric else _alloc((p.b, p.h, p.n, p.d_v), grad_dtype, p.q.device)
     if p.n == 0 or p.b * p.h == 0:
         return dq, dk, dv
+    delta = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
     common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket)
     chunks = p.backward_chunks()
-    grid_n = lambda meta: (triton.cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
+    rows = _DELTA_TILE // p.head
+    _attn_bwd_delta[(cdiv(p.n, rows), p.b * p.h)](
+        out, d_out, delta, *out.stride()[:3], *d_out.stride()[:3], p.h, p.n, p.d_v,
+        HEAD=p.head, BLOCK_M=rows, num_warps=4, num_stages=1,
+    )  # fmt: skip
+    grid_n = lambda meta: (cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
     _bwd_dkdv[grid_n](
         *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,
         *p.strides(), *d_out.stride()[:3], *dk.stride()[:3], *dv_arg.stride()[:3], smb,
         *common, **p.backward_flags(),
     )  # fmt: skip
-    grid_m = lambda meta: (triton.cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, chunks)
+    grid_m = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, chunks)
     _bwd_dq[grid_m](
         *p.inputs(), d_out, lse, delta, dq, p.mask_i8, p.seed,
         *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
@@ -997,7 +1140,7 @@ def _keep_mask_kernel(Seed, Keep, N, dropout_p, BLOCK: tl.constexpr):
     seed = tl.load(Seed)
     for start_n in range(0, N, BLOCK):
         cols = start_n + offs_n
-        keep = _dropout_keep(seed, pid_bh, offs_m, cols, N, dropout_p)
+        keep = _dropout_keep(seed, pid_bh, offs_m[:, None], cols[None, :], N, dropout_p)
         ptrs = Keep + pid_bh.to(tl.int64) * N * N + offs_m[:, None] * N + cols[None, :]
         tl.store(ptrs, keep.to(tl.int8), mask=(offs_m[:, None] < N) & (cols[None, :] < N))
 
@@ -1008,7 +1151,7 @@ def dropout_keep_mask(seed: torch.Tensor, b: int, h: int, n: int, dropout_p: flo
     _check_dropout(dropout_p, seed, n, seed)
     keep = torch.empty((b, h, n, n), dtype=torch.int8, device=seed.device)
     if keep.numel():
-        _keep_mask_kernel[(triton.cdiv(n, 32), b * h)](seed, keep, n, dropout_p, BLOCK=32)
+        _keep_mask_kernel[(cdiv(n, 32), b * h)](seed, keep, n, dropout_p, BLOCK=32)
     return keep.bool()
 
 
@@ -1019,21 +1162,27 @@ def dropout_keep_mask(seed: torch.Tensor, b: int, h: int, n: int, dropout_p: flo
 _TRITON_DTYPE = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
-    fn = KERNELS[kernel]
+_CONSTEXPRS = frozenset(
+    [
+        "METRIC",
+        "HEAD",
+        "QK_HEAD",
+        "CHUNKED",
+        "DROPOUT",
+        "HAS_MASK",
+        "CAUSAL",
+        "BLOCK_M",
+        "BLOCK_N",
+        "DOT_PREC",
+    ]
+)
+
+
+def _signature(fn, dtype: torch.dtype) -> dict[str, str]:
     ptr = f"*{_TRITON_DTYPE[dtype]}"
     sig: dict[str, str] = {}
     for name in fn.arg_names:
-        if name in (
-            "METRIC",
-            "HEAD",
-            "QK_HEAD",
-            "CHUNKED",
-            "DROPOUT",
-            "BLOCK_M",
-            "BLOCK_N",
-            "DOT_PREC",
-        ):
+        if name in _CONSTEXPRS:
             sig[name] = "constexpr"
         elif name == "Mask":
             sig[name] = "*i8"
@@ -1050,33 +1199,53 @@ def _signature(kernel: str, dtype: torch.dtype) -> dict[str, str]:
     return sig
 
 
+# Integer arguments the JIT sees as multiples of 16 for contiguous operands whose token count and
+# widths are multiples of 16 (the shapes people train with): it specialises such values, and
+# that is what lets a row's loads be 16-byte vectors. The report compiles that common case;
+# without the hint ptxas saw scalar loads and spilled where the real kernel does not (the bf16
+# head-64 forward at 128×64 tiles, 4 warps: 255 registers and 496 spilled bytes on sm_90 without
+# it, 216 and none with it).
+_DIVISIBLE_INTS = frozenset(
+    ("N", "d_qk", "d_v", "smh", "smr")
+    + tuple(f"s{t}{d}" for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv") for d in "bhn")
+)
+
+
+def _aligned(fn, sig: dict[str, str]) -> dict:
+    """16-byte aligned pointers, as the JIT specialises them for tensors torch allocates, and the
+    integer strides and sizes that are multiples of 16 in the common case (_DIVISIBLE_INTS)."""
+    return {
+        (i,): [["tt.divisibility", 16]]
+        for i, name in enumerate(fn.arg_names)
+        if sig[name].startswith("*") or name in _DIVISIBLE_INTS
+    }
+
+
 def aot_specs() -> list[AotSpec]:
     """One spec per kernel and per configuration the launchers can pick on a GPU (the GPU tables,
-    also when this process runs the interpreter); with attention dropout, the first of each."""
+    also when this process runs the interpreter) with no mask and no dropout; and at the first
+    configuration of each, the variant with causal, padding mask and dropout all on."""
     specs = []
-    for (kernel, dtype, head, qk_head, metric, chunked), dropout in itertools.product(
+    for (kernel, dtype, head, qk_head, metric, chunked), all_on in itertools.product(
         spec_cases(), (False, True)
     ):
-        sig = _signature(kernel, dtype)
-        # 16-byte aligned pointers, as the JIT specialises them for tensors torch allocates
-        # (the common case at run time; other alignments compile a variant with narrower loads).
-        aligned = {
-            (i,): [["tt.divisibility", 16]]
-            for i, name in enumerate(KERNELS[kernel].arg_names)
-            if sig[name].startswith("*")
-        }
+        sig = _signature(KERNELS[kernel], dtype)
+        aligned = _aligned(KERNELS[kernel], sig)
         configs = block_configs(
             kernel, dtype, head, metric, chunked, interpret=False, qk_head=qk_head
         )
-        # Dropout adds elementwise work to a variant, no new tile shapes: its variants compile at
-        # each row's first config (what ptxas makes of it is in the report); on a GPU the
-        # autotuner still times every config and skips one that runs out of resources.
-        for bm, bn, warps, stages in configs[:1] if dropout else configs:
+        # The masks and dropout add elementwise work to a variant, no new tile shapes: the variant
+        # with all three on (causal, padding mask, dropout: the most code) compiles at each row's
+        # first config (what ptxas makes of it is in the report); on a GPU the autotuner still
+        # times every config and skips one that runs out of resources.
+        for bm, bn, warps, stages in configs[:1] if all_on else configs:
             constexprs = {
                 "METRIC": metric,
                 "HEAD": head,
                 "CHUNKED": chunked,
-                "DROPOUT": dropout,
+                "DROPOUT": all_on,
+                "HAS_MASK": all_on,
+                "CAUSAL": all_on,
                 "BLOCK_M": bm,
                 "BLOCK_N": bn,
                 "DOT_PREC": _dot_precision(dtype),
@@ -1084,7 +1253,7 @@ def aot_specs() -> list[AotSpec]:
             if "QK_HEAD" in KERNELS[kernel].arg_names:
                 constexprs["QK_HEAD"] = qk_head
             prologue = variant_name(head, qk_head, metric, chunked)
-            prologue += " dropout" if dropout else ""
+            prologue += " causal mask dropout" if all_on else ""
             label = (
                 f"{_TRITON_DTYPE[dtype]} {prologue} HEAD={head} "
                 f"BLOCK_M={bm} BLOCK_N={bn} w{warps} s{stages}"
@@ -1101,4 +1270,19 @@ def aot_specs() -> list[AotSpec]:
                     attrs=aligned,
                 )
             )
+    for dtype, head in itertools.product(DTYPES, HEADS_PADDED):
+        sig = _signature(_attn_bwd_delta, dtype)
+        rows = _DELTA_TILE // head
+        specs.append(
+            AotSpec(
+                name="attn_bwd_delta",
+                fn=_attn_bwd_delta,
+                signature=sig,
+                constexprs={"HEAD": head, "BLOCK_M": rows},
+                num_warps=4,
+                num_stages=1,
+                label=f"{_TRITON_DTYPE[dtype]} HEAD={head} BLOCK_M={rows} w4",
+                attrs=_aligned(_attn_bwd_delta, sig),
+            )
+        )
     return specs

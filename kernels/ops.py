@@ -96,9 +96,10 @@ def _dropout_seed(t: torch.Tensor, dropout_p: float) -> torch.Tensor | None:
 # formulation. The H100 baseline of 2026-11-23 (README, "GPU figures"): scaled_dot 0.47x flash
 # SDPA at N = 4096 and 5.1x its time at nanoGPT's training shape; metric 2.636 ms against 0.748
 # for sdpa(p @ M, p, p) on cuDNN; quadratic (D = 512) 63.1 against 44.2 ms for
-# sdpa(x @ U[h], x, v); pool_mix 0.456 against 0.178 ms for avg_pool1d(x) - x. The quadratic
-# backward and the pooling kernel have been rebuilt since and not re-measured: an entry turns True
-# when a GPU run of the benchmark shows its verdict met.
+# sdpa(x @ U[h], x, v); pool_mix 0.456 against 0.178 ms for avg_pool1d(x) - x. The attention
+# kernels (mask-free inner loops, transposed dk/dv, the delta kernel) and the pooling kernel have
+# been rebuilt since and not re-measured: an entry turns True when a GPU run of the benchmark
+# shows its verdict met.
 TRITON_WINS_ON_CUDA = {
     "scaled_dot_attention": False,
     "quadratic_attention": False,

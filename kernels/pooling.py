@@ -58,6 +58,7 @@ import triton
 import triton.language as tl
 
 from ._aot import AotSpec
+from ._host import cdiv, next_power_of_2
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -244,14 +245,14 @@ def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[tri
         c
         for c in configs
         if c.kwargs["BLOCK_D"] == narrowest
-        or triton.cdiv(d, c.kwargs["BLOCK_D"]) * c.kwargs["BLOCK_D"] <= 1.25 * d
+        or cdiv(d, c.kwargs["BLOCK_D"]) * c.kwargs["BLOCK_D"] <= 1.25 * d
     ]
     return kept
 
 
 def _buckets(b: int, n: int, d: int) -> tuple[int, int]:
     """Power-of-two buckets of batch x tokens (capped at 2**20) and of D (capped at 4096)."""
-    return min(triton.next_power_of_2(b * n), 2**20), min(triton.next_power_of_2(d), 4096)
+    return min(next_power_of_2(b * n), 2**20), min(next_power_of_2(d), 4096)
 
 
 _pool_fwd = triton.autotune(CONFIGS, key=KEY, prune_configs_by={"early_config_prune": _prune})(
@@ -346,7 +347,7 @@ def _left(window: int, causal: bool) -> int:
 
 
 def _grid(b: int, n: int, d: int):
-    return lambda meta: (b * triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_D"]))
+    return lambda meta: (b * cdiv(n, meta["BLOCK_N"]), cdiv(d, meta["BLOCK_D"]))
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

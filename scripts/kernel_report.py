@@ -26,6 +26,7 @@ os.environ.pop("TRITON_INTERPRET", None)
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import hashlib  # noqa: E402
 import importlib  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
@@ -87,6 +88,35 @@ def _rerun_ptxas(ptx: str, cc: int) -> str:
     return done.stdout + done.stderr
 
 
+def _usage_cache(ptx: str, cc: int) -> Path:
+    """Where the ptxas usage of one PTX lives beside triton's cache: keyed by the PTX and the
+    target, so a kernel that came out of triton's cache does not need ptxas again either (ptxas
+    was most of a warm report's time)."""
+    from triton import knobs
+
+    key = hashlib.sha256(f"{cc}\n{ptx}".encode()).hexdigest()
+    return Path(knobs.cache.dir) / "attnzoo-ptxas-usage" / f"{key}.json"
+
+
+def _usage(ptx: str, cc: int, fresh_log: str) -> tuple[int, int] | None:
+    """(registers, spilled bytes): from this compilation's ptxas log, else from the usage cache,
+    else from running ptxas again; what is found is cached."""
+    path = _usage_cache(ptx, cc)
+    usage = _ptxas_usage(fresh_log)
+    if usage is None and path.exists():
+        with contextlib.suppress(ValueError, OSError):
+            regs, spills = json.loads(path.read_text())
+            return int(regs), int(spills)
+    if usage is None:
+        usage = _ptxas_usage(_rerun_ptxas(ptx, cc))
+    if usage is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed
+        tmp.write_text(json.dumps(list(usage)))
+        tmp.replace(path)
+    return usage
+
+
 def compile_one(job: tuple[str, int, int]) -> dict:
     """Compile spec `index` of module `module` for compute capability `cc`; one table row."""
     module, index, cc = job
@@ -107,7 +137,7 @@ def compile_one(job: tuple[str, int, int]) -> dict:
                 target=GPUTarget("cuda", cc, 32),
                 options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
             )
-        usage = _ptxas_usage(log.getvalue()) or _ptxas_usage(_rerun_ptxas(compiled.asm["ptx"], cc))
+        usage = _usage(compiled.asm["ptx"], cc, log.getvalue())
     except Exception as err:  # report every failure, do not stop at the first
         row.update(error=f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
         return row

@@ -1,7 +1,7 @@
 """The Triton attention kernels against the PyTorch references, in Triton's interpreter.
 
 Forward and backward for scaled-dot, quadratic and metric attention: odd sequence lengths (one
-to nine ragged 32-token tiles), 1-4 heads, head dims 16/32/64 (and q/k widths wider than the
+to nine ragged 32-token tiles) and whole tiles (the loops that run without per-element masks), 1-4 heads, head dims 16/32/64 (and q/k widths wider than the
 value width up to D = 600: the forward's chunk loop, the backward's one wide q/k tile up to 512
 and its chunks beyond), causal on and off, padding masks including rows with no visible key at
 all. Outputs are allocated full of NaN (attention.POISON_OUTPUTS), so an element the kernel
@@ -68,6 +68,11 @@ CASES = [
     Case("scaled_dot", 17, 4, 16, 16, False, "pad", F16),
     Case("scaled_dot", 23, 2, 8, 8, True, "pad"),  # head dim 8, padded to 16
     Case("scaled_dot", 30, 1, 24, 24, False, "empty"),  # 24, padded to 32
+    # whole 32-token tiles only: the unmasked loops alone (bidirectional), and causal tiles off
+    # and on the diagonal with no ragged tile after them
+    Case("scaled_dot", 64, 2, 32, 32, False, "none"),
+    Case("scaled_dot", 96, 1, 16, 16, True, "none", F16),
+    Case("metric", 64, 2, 32, 32, True, "pad"),
     Case("quadratic", 1, 1, 16, 16, True, "none"),
     Case("quadratic", 17, 2, 32, 16, False, "pad"),
     Case("quadratic", 257, 2, 32, 16, True, "pad", F16),
@@ -383,3 +388,25 @@ def test_tiny_model_on_triton_matches_torch_and_trains(mixer: str, causal: bool)
         opt.step()
         history.append(loss.item())
     assert history[-1] < history[0]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_leading_padding_with_far_negative_scores(causal: bool) -> None:
+    """Keys 0..39 are padding, so each query's first key tile has no visible key; the later
+    tiles' scores all lie near -1000 (base e). The running max must stay -inf across the empty
+    tile: a stand-in of 0 would make every later probability underflow and the row come out
+    empty. Equal scores: the output is the mean of the visible values."""
+    b, h, n, d = 1, 2, 70, 16
+    q = torch.full((b, h, n, d), 2.0)
+    k = torch.full((b, h, n, d), -2.0) + 1e-3 * torch.randn(b, h, n, d)
+    v = torch.randn(b, h, n, d)
+    mask = torch.zeros(b, n, dtype=torch.bool)
+    mask[:, :40] = True
+    scale = 16.0  # scores ≈ 2 · (-2) · d · 16 = -1024: exp2 of their distance to 0 underflows
+    out = ops.scaled_dot_attention(q, k, v, causal, mask, scale, impl="triton")
+    want = ops.scaled_dot_attention(q.double(), k.double(), v.double(), causal, mask, scale,
+                                    impl="torch")  # fmt: skip
+    visible = ~empty_rows(mask, n, causal)[0]
+    assert visible[40:].all() and visible[:40].all() != causal  # causal: queries < 40 see nothing
+    assert rel_err(out[..., visible, :], want[..., visible, :]) <= 1e-4
+    assert (out[..., ~visible, :] == 0).all()
