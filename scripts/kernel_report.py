@@ -89,12 +89,13 @@ def _rerun_ptxas(ptx: str, cc: int) -> str:
 
 
 def _usage_cache(ptx: str, cc: int) -> Path:
-    """Where the ptxas usage of one PTX lives beside triton's cache: keyed by the PTX and the
-    target, so a kernel that came out of triton's cache does not need ptxas again either (ptxas
-    was most of a warm report's time)."""
+    """Where the ptxas usage of one PTX lives beside triton's cache: keyed by the PTX, the target
+    and the ptxas version, so a kernel that came out of triton's cache does not need ptxas again
+    either (ptxas was most of a warm report's time)."""
     from triton import knobs
+    from triton.backends.nvidia.compiler import get_ptxas
 
-    key = hashlib.sha256(f"{cc}\n{ptx}".encode()).hexdigest()
+    key = hashlib.sha256(f"{cc}\n{get_ptxas(cc).version}\n{ptx}".encode()).hexdigest()
     return Path(knobs.cache.dir) / "attnzoo-ptxas-usage" / f"{key}.json"
 
 
