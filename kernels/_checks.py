@@ -1,4 +1,10 @@
-"""Argument checks shared by the PyTorch references and the Triton launchers.
+"""Argument checks, one per op, run once per call at whichever entry the call came in by.
+
+The entries are the public ops (`kernels/ops.py`, every impl) and the `torch.ops.attnzoo`
+operators (`kernels/library.py`), which a compiled graph or a user can call without ops.py. An
+eager call through ops.py reaches the kernels without passing the operators' checks again, so
+the launchers in attention.py and pooling.py check only the limits of the kernels themselves
+(head widths, int32 offsets, the dropout counter).
 
 Every check reads only tensor metadata (shape, dtype, device): none of them looks at values, so
 none forces a device synchronisation on the hot path.
@@ -6,9 +12,14 @@ none forces a device synchronisation on the hot path.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from ._host import INTERPRET
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 IMPLS = ("auto", "torch", "triton")
 
 
@@ -86,3 +97,106 @@ def check_attention(
             f"{nv} must have (batch, heads, tokens) = {(b, h, n)} like {nq}, got {tuple(v_bhnv.shape)}"
         )
     check_mask(key_padding_mask, b, n, q_bhnk.device)
+
+
+def check_quadratic(
+    x_bnd: torch.Tensor, u_hdd: torch.Tensor, v_bhnv: torch.Tensor, key_padding_mask
+) -> None:
+    check_tensor("x", x_bnd, 3, "(batch, tokens, dim)")
+    check_tensor("u", u_hdd, 3, "(heads, dim, dim)")
+    check_tensor("v", v_bhnv, 4, "(batch, heads, tokens, dv)")
+    check_same(("x", "u", "v"), (x_bnd, u_hdd, v_bhnv))
+    b, n, d = x_bnd.shape
+    h = u_hdd.shape[0]
+    if tuple(u_hdd.shape) != (h, d, d):
+        raise ValueError(
+            f"u must have shape (heads, dim, dim) = ({h}, {d}, {d}), got {tuple(u_hdd.shape)}"
+        )
+    if tuple(v_bhnv.shape[:3]) != (b, h, n):
+        raise ValueError(
+            f"v must have (batch, heads, tokens) = {(b, h, n)} from x and u, "
+            f"got {tuple(v_bhnv.shape)}"
+        )
+    check_mask(key_padding_mask, b, n, x_bnd.device)
+
+
+def check_metric(p_bhnk: torch.Tensor, m_hkk: torch.Tensor, key_padding_mask) -> None:
+    check_tensor("p", p_bhnk, 4, "(batch, heads, tokens, dk)")
+    check_tensor("m", m_hkk, 3, "(heads, dk, dk)")
+    check_same(("p", "m"), (p_bhnk, m_hkk))
+    b, h, n, dk = p_bhnk.shape
+    if tuple(m_hkk.shape) != (h, dk, dk):
+        raise ValueError(
+            f"m must have shape (heads, dk, dk) = ({h}, {dk}, {dk}), got {tuple(m_hkk.shape)}"
+        )
+    check_mask(key_padding_mask, b, n, p_bhnk.device)
+
+
+def check_pool(x_bnd: torch.Tensor, window: int, causal: bool, key_padding_mask) -> None:
+    check_tensor("x", x_bnd, 3, "(batch, tokens, dim)")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a positive int, got {window!r}")
+    check_causal(causal)
+    if not causal and window % 2 == 0:
+        raise ValueError(f"window must be odd for a centred (non-causal) pool, got {window}")
+    check_mask(key_padding_mask, x_bnd.shape[0], x_bnd.shape[1], x_bnd.device)
+
+
+def check_causal(causal: bool) -> None:
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool, got {causal!r}")
+
+
+def check_scale(scale: float) -> float:
+    """The score scale as a float; it must be finite (NaN or inf would give NaN everywhere)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite float, got {scale!r}")
+    return float(scale)
+
+
+def check_dropout(dropout_p: float) -> float:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+    return float(dropout_p)
+
+
+def check_triton(name: str, t: torch.Tensor) -> None:
+    """What the Triton kernels run on: fp16/bf16/fp32 CUDA tensors (CPU ones in the interpreter).
+    Called on the first activation after `check_same` has matched the others to it."""
+    if t.dtype not in TRITON_DTYPES:
+        raise ValueError(f"{name} has dtype {t.dtype}; the Triton kernels take {TRITON_DTYPES}")
+    if not (t.is_cuda or (t.device.type == "cpu" and INTERPRET)):
+        raise ValueError(
+            f"{name} is on {t.device}: the Triton kernels need CUDA tensors; set "
+            "TRITON_INTERPRET=1 before importing triton to run them on CPU tensors in the "
+            "interpreter"
+        )
+
+
+def check_saved(
+    name: str,
+    t: torch.Tensor,
+    shape: tuple[int, ...],
+    like: torch.Tensor,
+    dtype: torch.dtype | None = None,
+    contiguous: bool = False,
+) -> None:
+    """A tensor a backward operator is handed (the upstream gradient, or what the forward saved):
+    the shape, dtype (default: like's), device and, for a per-row statistic the kernels index
+    densely (lse, rcount), the contiguity they read it with."""
+    dtype = like.dtype if dtype is None else dtype
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if (
+        tuple(t.shape) != shape
+        or t.dtype != dtype
+        or t.device != like.device
+        or (contiguous and not t.is_contiguous())
+    ):
+        dense = "contiguous " if contiguous else ""
+        raise ValueError(
+            f"{name} must be a {dense}{dtype} tensor of shape {shape} on {like.device}, got "
+            f"{t.dtype} {tuple(t.shape)} strides {t.stride()} on {t.device}"
+        )

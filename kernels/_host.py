@@ -1,4 +1,5 @@
-"""Host-side arithmetic for the launchers, on every call's path.
+"""Host-side helpers of the Triton launchers: arithmetic on every call's path, and the
+interpreter switch.
 
 `triton.cdiv` and `triton.next_power_of_2` are constexpr functions (made to be called inside
 kernels too): from the host each call goes through a wrapper that costs microseconds (about
@@ -9,6 +10,11 @@ functions as plain Python.
 
 from __future__ import annotations
 
+import os
+
+# Read once: the Triton interpreter is chosen before triton is imported, never per call.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
 
 def cdiv(a: int, b: int) -> int:
     """⌈a / b⌉ for non-negative a and positive b."""
@@ -18,3 +24,20 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The smallest power of two ≥ n (0 for n ≤ 0, as triton.next_power_of_2 gives for 0)."""
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def check_interpreter(triton_version: str, numpy_version: str) -> None:
+    """Refuse, with the fix, the one pairing under which Triton's interpreter cannot run these
+    kernels: before Triton 3.7 it turns a loop bound (a one-element array) into an int with
+    `int()`, which numpy 2.4 refuses, so every loop over key tiles fails with "only
+    0-dimensional arrays can be converted to Python scalars". Compiled kernels are unaffected."""
+    if _major_minor(triton_version) < (3, 7) and _major_minor(numpy_version) >= (2, 4):
+        raise ImportError(
+            f"TRITON_INTERPRET=1 with triton {triton_version} needs numpy < 2.4 (numpy "
+            f"{numpy_version} is installed): pip install 'numpy<2.4', or triton >= 3.7"
+        )

@@ -42,6 +42,18 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from ._checks import (
+    check_attention,
+    check_causal,
+    check_dropout,
+    check_metric,
+    check_pool,
+    check_quadratic,
+    check_saved,
+    check_scale,
+    check_triton,
+)
+
 NAMESPACE = "attnzoo"
 OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix")
 AUTOCAST_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -90,6 +102,34 @@ def _contiguous_like(t: Tensor) -> Tensor:
     return t.new_empty(t.shape)
 
 
+# The operators check their arguments (a compiled graph or a user may call them without
+# kernels/ops.py); the eager path below calls the implementations after ops.py has checked.
+
+
+def _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p) -> None:
+    check_attention(q, k, v, key_padding_mask)
+    check_triton("q", q)
+    check_causal(causal)
+    check_scale(scale)
+    check_dropout(dropout_p)
+
+
+def _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p) -> None:
+    check_metric(p, m, key_padding_mask)
+    check_triton("p", p)
+    check_causal(causal)
+    check_scale(scale)
+    check_dropout(dropout_p)
+
+
+def _check_backward_inputs(d_out: Tensor, out: Tensor, lse: Tensor, q: Tensor, d_v: int) -> None:
+    """The upstream gradient and what the forward saved, against the forward's inputs."""
+    b, h, n, _ = q.shape
+    check_saved("d_out", d_out, (b, h, n, d_v), q)
+    check_saved("out", out, (b, h, n, d_v), q)
+    check_saved("lse", lse, (b * h, n), q, torch.float32, contiguous=True)
+
+
 # --------------------------------------------------------------------------------------------
 # scaled_dot_attention
 # --------------------------------------------------------------------------------------------
@@ -106,6 +146,7 @@ def scaled_dot_attention(
     dropout_p: float,
     seed: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
+    _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p)
     return triton_module("attention").scaled_dot_forward(
         q, k, v, key_padding_mask, causal, scale, dropout_p, seed
     )
@@ -131,6 +172,8 @@ def scaled_dot_attention_backward(
     dropout_p: float,
     seed: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
+    _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p)
+    _check_backward_inputs(d_out, out, lse, q, v.shape[-1])
     return triton_module("attention").scaled_dot_backward(
         d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed
     )
@@ -176,6 +219,7 @@ def metric_attention(
     dropout_p: float,
     seed: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
+    _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p)
     return triton_module("attention").metric_forward(
         p, m, key_padding_mask, causal, scale, dropout_p, seed
     )
@@ -200,6 +244,8 @@ def metric_attention_backward(
     dropout_p: float,
     seed: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
+    _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p)
+    _check_backward_inputs(d_out, out, lse, p, p.shape[-1])
     return triton_module("attention").metric_backward(
         d_out, p, m, out, lse, key_padding_mask, causal, scale, dropout_p, seed
     )
@@ -264,9 +310,13 @@ def _dispatch(name: str, *args):
     return getattr(torch.ops.attnzoo, name)(*args)
 
 
-_lib.impl(
-    "quadratic_attention", functools.partial(_quadratic, _dispatch), "CompositeImplicitAutograd"
-)
+def _quadratic_op(x, u, v, key_padding_mask, causal, scale, dropout_p, seed) -> Tensor:
+    """The registered composite: the argument checks, then the parts as operators."""
+    check_quadratic(x, u, v, key_padding_mask)
+    return _quadratic(_dispatch, x, u, v, key_padding_mask, causal, scale, dropout_p, seed)
+
+
+_lib.impl("quadratic_attention", _quadratic_op, "CompositeImplicitAutograd")
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,6 +328,8 @@ _lib.impl(
 def pool_mix(
     x: Tensor, window: int, causal: bool, key_padding_mask: Tensor | None
 ) -> tuple[Tensor, Tensor]:
+    check_pool(x, window, causal, key_padding_mask)
+    check_triton("x", x)
     return triton_module("pooling").pool_mix_forward(x, window, causal, key_padding_mask)
 
 
@@ -289,6 +341,9 @@ def _(x, window, causal, key_padding_mask):
 
 @torch.library.custom_op(f"{NAMESPACE}::pool_mix_backward", mutates_args=())
 def pool_mix_backward(grad: Tensor, rcount: Tensor, window: int, causal: bool) -> Tensor:
+    check_pool(grad, window, causal, None)
+    check_triton("grad", grad)
+    check_saved("rcount", rcount, tuple(grad.shape[:2]), grad, torch.float32, contiguous=True)
     return triton_module("pooling").pool_mix_backward(grad, rcount, window, causal)
 
 

@@ -38,16 +38,22 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 
 import torch
 
 from . import library, reference
-from ._checks import check_attention, check_impl, check_mask, check_same, check_tensor
-
-TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# Read once: the Triton interpreter is chosen before triton is imported, never per call.
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+from ._checks import (
+    TRITON_DTYPES,
+    check_attention,
+    check_causal,
+    check_dropout,
+    check_impl,
+    check_metric,
+    check_pool,
+    check_quadratic,
+    check_scale,
+    check_triton,
+)
 
 
 def _apply_dtype_policy(
@@ -76,14 +82,6 @@ def _autocast_off(t: torch.Tensor) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def _check_dropout(dropout_p: float) -> float:
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
-    return float(dropout_p)
-
-
 def _dropout_seed(t: torch.Tensor, dropout_p: float) -> torch.Tensor | None:
     """The Philox key of one call's dropout mask, drawn on t's device (no host round trip)."""
     if dropout_p == 0.0:
@@ -108,18 +106,14 @@ TRITON_WINS_ON_CUDA = {
 }
 
 
-def _use_triton(impl: str, t: torch.Tensor, op: str) -> bool:
+def _use_triton(impl: str, t: torch.Tensor, op: str, name: str = "the input") -> bool:
+    """Whether the call runs the Triton kernel; `t` is the first activation, called `name` in
+    an error."""
     check_impl(impl)
     if impl == "torch":
         return False
     if impl == "triton":
-        if t.dtype not in TRITON_DTYPES:
-            raise ValueError(f"impl='triton' takes dtypes {TRITON_DTYPES}, got {t.dtype}")
-        if not (t.is_cuda or (t.device.type == "cpu" and INTERPRET)):
-            raise ValueError(
-                f"impl='triton' needs CUDA tensors (got {t.device}); set TRITON_INTERPRET=1 "
-                "before importing triton to run the kernels on CPU tensors in the interpreter"
-            )
+        check_triton(name, t)
         return True
     return t.is_cuda and t.dtype in TRITON_DTYPES and TRITON_WINS_ON_CUDA[op]
 
@@ -162,7 +156,7 @@ def _sdpa(
 
 
 def _scale(scale: float | None, features: int) -> float:
-    return 1.0 / math.sqrt(features) if scale is None else float(scale)
+    return 1.0 / math.sqrt(features) if scale is None else check_scale(scale)
 
 
 def scaled_dot_attention(
@@ -181,9 +175,10 @@ def scaled_dot_attention(
     """
     (q, k, v), _ = _apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
-    scale, dropout_p = _scale(scale, q.shape[-1]), _check_dropout(dropout_p)
+    check_causal(causal)
+    scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(q):
-        if _use_triton(impl, q, "scaled_dot_attention"):
+        if _use_triton(impl, q, "scaled_dot_attention", "q"):
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
                 "scaled_dot_attention", q, k, v, key_padding_mask, causal, scale, dropout_p, seed
@@ -210,24 +205,13 @@ def quadratic_attention(
     Equivalent to scaled-dot attention with q = x U[h] and k = x shared by every head.
     """
     (x, v), (u,) = _apply_dtype_policy((x, v), (u,))
-    check_tensor("x", x, 3, "(batch, tokens, dim)")
-    check_tensor("u", u, 3, "(heads, dim, dim)")
-    check_tensor("v", v, 4, "(batch, heads, tokens, dv)")
-    check_same(("x", "u", "v"), (x, u, v))
+    check_quadratic(x, u, v, key_padding_mask)
+    check_causal(causal)
     b, n, d = x.shape
     h = u.shape[0]
-    if tuple(u.shape) != (h, d, d):
-        raise ValueError(
-            f"u must have shape (heads, dim, dim) = ({h}, {d}, {d}), got {tuple(u.shape)}"
-        )
-    if tuple(v.shape[:3]) != (b, h, n):
-        raise ValueError(
-            f"v must have (batch, heads, tokens) = {(b, h, n)} from x and u, got {tuple(v.shape)}"
-        )
-    check_mask(key_padding_mask, b, n, x.device)
-    scale, dropout_p = _scale(scale, d), _check_dropout(dropout_p)
+    scale, dropout_p = _scale(scale, d), check_dropout(dropout_p)
     with _autocast_off(x):
-        if _use_triton(impl, x, "quadratic_attention"):
+        if _use_triton(impl, x, "quadratic_attention", "x"):
             seed = _dropout_seed(x, dropout_p)
             return library.run(
                 "quadratic_attention", x, u, v, key_padding_mask, causal, scale, dropout_p, seed
@@ -255,18 +239,11 @@ def metric_attention(
     that would read values on the device).
     """
     (p,), (m,) = _apply_dtype_policy((p,), (m,))
-    check_tensor("p", p, 4, "(batch, heads, tokens, dk)")
-    check_tensor("m", m, 3, "(heads, dk, dk)")
-    check_same(("p", "m"), (p, m))
-    b, h, n, dk = p.shape
-    if tuple(m.shape) != (h, dk, dk):
-        raise ValueError(
-            f"m must have shape (heads, dk, dk) = ({h}, {dk}, {dk}), got {tuple(m.shape)}"
-        )
-    check_mask(key_padding_mask, b, n, p.device)
-    scale, dropout_p = _scale(scale, dk), _check_dropout(dropout_p)
+    check_metric(p, m, key_padding_mask)
+    check_causal(causal)
+    scale, dropout_p = _scale(scale, p.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(p):
-        if _use_triton(impl, p, "metric_attention"):
+        if _use_triton(impl, p, "metric_attention", "p"):
             seed = _dropout_seed(p, dropout_p)
             out, _ = library.run(
                 "metric_attention", p, m, key_padding_mask, causal, scale, dropout_p, seed
@@ -291,14 +268,9 @@ def pool_mix(
     counted; padding positions themselves get zeros.
     """
     (x,), _ = _apply_dtype_policy((x,))
-    check_tensor("x", x, 3, "(batch, tokens, dim)")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
-    if not causal and window % 2 == 0:
-        raise ValueError(f"window must be odd for a centred (non-causal) pool, got {window}")
-    check_mask(key_padding_mask, x.shape[0], x.shape[1], x.device)
+    check_pool(x, window, causal, key_padding_mask)
     with _autocast_off(x):
-        if _use_triton(impl, x, "pool_mix"):
+        if _use_triton(impl, x, "pool_mix", "x"):
             out, _ = library.run("pool_mix", x, window, causal, key_padding_mask)
             return out
         return reference.pool_mix(x, window, causal, key_padding_mask)

@@ -51,16 +51,16 @@ offset int64. Inputs fp16 / bf16 / fp32, accumulation fp32.
 
 from __future__ import annotations
 
-import os
-
+import numpy
 import torch
 import triton
 import triton.language as tl
 
 from ._aot import AotSpec
-from ._host import cdiv, next_power_of_2
+from ._host import INTERPRET, cdiv, check_interpreter, next_power_of_2
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+if INTERPRET:
+    check_interpreter(triton.__version__, numpy.__version__)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TL_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # Tests set this to allocate outputs full of NaN, so an element a kernel never writes fails.
@@ -266,65 +266,12 @@ _pool_bwd = triton.autotune(CONFIGS, key=KEY[:2], prune_configs_by={"early_confi
 # ------------------------------------------------------------------------------------ launchers
 
 
-def _check_device(name: str, t: torch.Tensor) -> None:
-    if t.device.type == "cuda":
-        return
-    if t.device.type == "cpu" and INTERPRET:
-        return
-    raise ValueError(
-        f"{name} is on {t.device}; the Triton pool_mix kernel needs a CUDA tensor "
-        "(or a CPU tensor with TRITON_INTERPRET=1 set before triton is imported)"
-    )
-
-
-def check_pool_args(
-    x_bnd: torch.Tensor,
-    window: int,
-    causal: bool,
-    key_padding_mask: torch.Tensor | None,
-    name: str = "x",
-) -> None:
-    """Raise ValueError naming the argument for anything the kernels cannot compute correctly.
-
-    Reads only metadata (no device synchronisation). `name` is what x is called in the message
-    ("grad" for the backward).
-    """
-    if not isinstance(x_bnd, torch.Tensor):
-        raise ValueError(
-            f"{name} must be a torch.Tensor (batch, tokens, dim), got {type(x_bnd).__name__}"
-        )
-    if x_bnd.dim() != 3:
-        raise ValueError(
-            f"{name} must have 3 dims (batch, tokens, dim), got shape {tuple(x_bnd.shape)}"
-        )
-    if x_bnd.dtype not in DTYPES:
-        raise ValueError(f"{name} has dtype {x_bnd.dtype}; the Triton pool_mix takes {DTYPES}")
-    _check_device(name, x_bnd)
-    if any(s < 0 for s in x_bnd.stride()):
-        raise ValueError(f"{name} has negative strides {x_bnd.stride()}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
+def _check_limits(name: str, t: torch.Tensor, window: int) -> None:
+    """The kernels' own limits (the arguments arrive checked, see kernels/_checks.py): the
+    window is an int32 offset, and so is every element of one sequence (_check_int32_offsets)."""
     if window >= 2**31:
         raise ValueError(f"window must be below 2**31, got {window}")
-    if not causal and window % 2 == 0:
-        raise ValueError(f"window must be odd for a centred (non-causal) pool, got {window}")
-    if key_padding_mask is not None:
-        if not isinstance(key_padding_mask, torch.Tensor) or key_padding_mask.dtype != torch.bool:
-            got = getattr(key_padding_mask, "dtype", type(key_padding_mask).__name__)
-            raise ValueError(f"key_padding_mask must be a bool tensor (True = padding), got {got}")
-        want = tuple(x_bnd.shape[:2])
-        if tuple(key_padding_mask.shape) != want:
-            raise ValueError(
-                f"key_padding_mask must have shape (batch, tokens) = {want}, "
-                f"got {tuple(key_padding_mask.shape)}"
-            )
-        if key_padding_mask.device != x_bnd.device:
-            raise ValueError(
-                f"key_padding_mask is on {key_padding_mask.device} but {name} is on {x_bnd.device}"
-            )
-    _check_int32_offsets(name, x_bnd)
+    _check_int32_offsets(name, t)
 
 
 def _check_int32_offsets(name: str, t: torch.Tensor) -> None:
@@ -423,7 +370,7 @@ def pool_mix_forward(
     key_padding_mask: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel: returns (out (B, N, D) contiguous in x's dtype, rcount (B, N) fp32)."""
-    check_pool_args(x_bnd, window, causal, key_padding_mask)
+    _check_limits("x", x_bnd, window)
     return _launch_fwd(x_bnd, window, causal, key_padding_mask)
 
 
@@ -434,19 +381,7 @@ def pool_mix_backward(
     causal: bool,
 ) -> torch.Tensor:
     """Run the backward kernel: dx (B, N, D), contiguous, in grad's dtype, from the saved rcount."""
-    check_pool_args(grad_bnd, window, causal, None, name="grad")
-    b, n, _ = grad_bnd.shape
-    if (
-        tuple(rcount_bn.shape) != (b, n)
-        or rcount_bn.dtype != torch.float32
-        or rcount_bn.device != grad_bnd.device
-        or not rcount_bn.is_contiguous()
-    ):
-        raise ValueError(
-            f"rcount_bn must be a contiguous float32 tensor of shape {(b, n)} on "
-            f"{grad_bnd.device} (from pool_mix_forward), got {rcount_bn.dtype} "
-            f"{tuple(rcount_bn.shape)} strides {rcount_bn.stride()} on {rcount_bn.device}"
-        )
+    _check_limits("grad", grad_bnd, window)
     return _launch_bwd(grad_bnd, rcount_bn, window, causal)
 
 

@@ -287,19 +287,48 @@ def _qkv(n: int = 8, dk: int = 16, dv: int = 16, dtype: torch.dtype = torch.floa
 @pytest.mark.parametrize(
     "change,match",
     [
-        (lambda q, k, v: (q, k[:, :1], v), "k must have shape"),
-        (lambda q, k, v: (q, k, v[..., :4, :]), "v must have shape"),
-        (lambda q, k, v: (q, k.half(), v), "k has dtype torch.float16"),
+        (lambda q, k, v: (q, k[:, :1], v), "k must have the shape of q"),
+        (lambda q, k, v: (q, k, v[..., :4, :]), r"v must have \(batch, heads, tokens\)"),
+        (lambda q, k, v: (q, k.half(), v), "k has dtype torch.float16 but q has"),
         (lambda q, k, v: (q.double(), k.double(), v.double()), "q has dtype torch.float64"),
         (lambda q, k, v: (q, k, torch.randn(1, 2, 8, 160)), "head dim is 160"),
-        (lambda q, k, v: (q[0], k, v), "q must be a 4-dim"),
-        (lambda q, k, v: (q, k.to("meta"), v), "k is on meta"),
+        (lambda q, k, v: (q[0], k, v), "q must have 4 dims"),
     ],
 )
-def test_launcher_rejects_bad_operands(change, match) -> None:
+def test_operator_rejects_bad_operands(change, match) -> None:
+    """torch.ops.attnzoo.scaled_dot_attention, which a compiled graph (or a user) calls without
+    the public op's checks, checks its operands itself."""
     q, k, v = change(*_qkv())
     with pytest.raises(ValueError, match=match):
-        attention._Problem(q, k, v, None, False, None, 0.25)
+        torch.ops.attnzoo.scaled_dot_attention(q, k, v, None, False, 0.25, 0.0, None)
+
+
+def test_metric_and_quadratic_operators_check_their_arguments() -> None:
+    p, m = torch.randn(1, 2, 8, 16), torch.randn(2, 16, 16)
+    metric = torch.ops.attnzoo.metric_attention
+    with pytest.raises(ValueError, match=r"m must have shape \(heads, dk, dk\)"):
+        metric(p, m[..., :8], None, False, 0.25, 0.0, None)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        metric(p, m, None, False, 0.25, 1.0, None)
+    with pytest.raises(ValueError, match="scale must be a finite float"):
+        metric(p, m, None, False, float("inf"), 0.0, None)
+    x, v = torch.randn(1, 8, 16), torch.randn(1, 2, 8, 8)
+    with pytest.raises(ValueError, match="u must have shape"):
+        torch.ops.attnzoo.quadratic_attention(x, m[..., :12], v, None, False, 0.25, 0.0, None)
+
+
+def test_operator_backward_rejects_what_the_forward_did_not_save() -> None:
+    q, k, v = _qkv()
+    out, lse = torch.ops.attnzoo.scaled_dot_attention(q, k, v, None, False, 0.25, 0.0, None)
+    backward = torch.ops.attnzoo.scaled_dot_attention_backward
+    bad = {
+        "d_out": (out[..., :8], out, lse),
+        "out": (out, out.half(), lse),
+        "lse": (out, out, lse.mT.contiguous().mT),  # the kernels index lse densely
+    }
+    for name, (d_out, o, s) in bad.items():
+        with pytest.raises(ValueError, match=f"{name} must be a"):
+            backward(d_out, q, k, v, o, s, None, False, 0.25, 0.0, None)
 
 
 def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
@@ -313,13 +342,13 @@ def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
     "mask,match",
     [
         (torch.zeros(1, 8, dtype=torch.int64), "bool tensor"),
-        (torch.zeros(1, 7, dtype=torch.bool), r"shape \(1, 8\)"),
+        (torch.zeros(1, 7, dtype=torch.bool), r"= \(1, 8\), got \(1, 7\)"),
     ],
 )
-def test_launcher_rejects_bad_masks(mask, match) -> None:
+def test_operator_rejects_bad_masks(mask, match) -> None:
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=match):
-        attention._Problem(q, k, v, None, False, mask, 0.25)
+        torch.ops.attnzoo.scaled_dot_attention(q, k, v, mask, False, 0.25, 0.0, None)
 
 
 def test_metric_and_quadratic_reject_bad_shapes() -> None:

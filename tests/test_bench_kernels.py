@@ -223,3 +223,24 @@ def test_time_part_runs_every_candidate_and_notes_refused_backends(bench):
     }
     copy = next(r for r in results if r.candidate == "copy")
     assert copy.rate == pytest.approx(2 * 4 * 2 * 20 * 24 / 2.0 / 1e6)  # fp32 in + out, GB/s
+
+
+def test_host_bench_stubs_every_launch_and_times_every_op(monkeypatch, capsys):
+    """scripts/bench_host.py replaces each Triton launch by a stub that still evaluates the grid:
+    every op's forward launches one kernel and its backward the rest (delta, dk/dv, dq for
+    attention), so a launcher renamed or added without the stub would raise, not time nothing."""
+    spec = importlib.util.spec_from_file_location("bench_host", ROOT / "scripts/bench_host.py")
+    host = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host)
+    for module, names in host.LAUNCHES.items():
+        for name in names:  # restored after the test: the stubs replace module attributes
+            monkeypatch.setattr(module, name, getattr(module, name))
+    rows = host.main(["--reps", "1", "--calls", "2"])
+    launches = {(r["op"], r["part"]): r["launches"] for r in rows}
+    assert launches == {
+        **{(op, "forward"): 1 for op in ("scaled_dot", "quadratic", "metric", "pool_mix")},
+        **{(op, "forward+backward"): 4 for op in ("scaled_dot", "quadratic", "metric")},
+        ("pool_mix", "forward+backward"): 2,
+    }
+    assert all(r["best_us"] > 0 for r in rows)
+    assert "| scaled_dot | forward | 1 |" in capsys.readouterr().out

@@ -248,3 +248,38 @@ def test_checks_read_no_values_so_meta_tensors_pass():
         kernels.metric_attention(q, torch.empty(3, 8, 8, device=meta), False, mask).shape == q.shape
     )
     assert kernels.pool_mix(x, 3, False, mask).shape == x.shape
+
+
+def test_host_arithmetic_matches_tritons() -> None:
+    """The launchers' plain-Python cdiv / next_power_of_2 give what triton's own helpers give."""
+    triton = pytest.importorskip("triton")
+    from attnzoo.kernels._host import cdiv, next_power_of_2
+
+    for n in range(0, 1100):
+        assert next_power_of_2(n) == triton.next_power_of_2(n), n
+        for d in (1, 3, 16, 64, 128):
+            assert cdiv(n, d) == triton.cdiv(n, d), (n, d)
+
+
+@pytest.mark.parametrize(
+    ("triton_version", "numpy_version", "refused"),
+    [
+        ("3.6.0", "2.4.6", True),
+        ("3.4.0", "2.4.0rc1", True),
+        ("3.6.0", "2.3.5", False),
+        ("3.7.0", "2.4.6", False),
+        ("3.9.0+git1234", "2.5.0", False),
+    ],
+)
+def test_interpreter_check_names_the_fix(triton_version, numpy_version, refused) -> None:
+    """Triton < 3.7's interpreter cannot run the kernels' loops with numpy >= 2.4: refused at
+    import with both versions and the two ways out, instead of a numpy error from inside a kernel."""
+    from attnzoo.kernels._host import check_interpreter
+
+    if not refused:
+        check_interpreter(triton_version, numpy_version)
+        return
+    with pytest.raises(ImportError) as err:
+        check_interpreter(triton_version, numpy_version)
+    for words in (triton_version, numpy_version, "numpy<2.4", "triton >= 3.7"):
+        assert words in str(err.value)

@@ -161,16 +161,28 @@ def _bad_calls():
 
 @pytest.mark.parametrize(("name", "bad"), _bad_calls(), ids=lambda v: str(v)[:40])
 def test_bad_arguments_raise_value_error_naming_them(name, bad):
+    """At both entries: the public op, and the operator a compiled graph (or a user) calls
+    without it. The launcher itself checks only the kernels' limits."""
     args = dict(x_bnd=torch.randn(2, 5, 4), window=3, causal=False, key_padding_mask=None) | bad
+    x, window, causal, mask = args.values()
     with pytest.raises(ValueError, match=name):
-        pooling.pool_mix_forward(**args)
+        ops.pool_mix(x, window, causal, mask, impl="triton")
+    # The operator's schema converts or refuses other Python types itself, and a meta tensor
+    # dispatches to the fake implementation: what is left reaches the operator's checks.
+    tensors = [t for t in (x, mask) if isinstance(t, torch.Tensor)]
+    schema_typed = (
+        type(window) is int and type(causal) is bool and len(tensors) == 1 + (mask is not None)
+    )
+    if schema_typed and all(t.device.type == "cpu" for t in tensors):
+        with pytest.raises(ValueError, match=name):
+            torch.ops.attnzoo.pool_mix(x, window, causal, mask)
 
 
 def test_bad_saved_counts_raise_value_error():
     g = torch.randn(2, 5, 4)
     for bad in [torch.ones(2, 4), torch.ones(2, 5).half(), torch.ones(5, 2).mT]:
-        with pytest.raises(ValueError, match="rcount_bn"):
-            pooling.pool_mix_backward(g, bad, 3, False)
+        with pytest.raises(ValueError, match="rcount"):
+            torch.ops.attnzoo.pool_mix_backward(g, bad, 3, False)
 
 
 def test_sequence_beyond_int32_indexing_raises_value_error():
