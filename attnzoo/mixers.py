@@ -23,6 +23,7 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo import kernels
+from attnzoo.kernels._checks import check_dropout
 
 MIXERS: dict[str, type[nn.Module]] = {}
 
@@ -75,12 +76,6 @@ def _check_heads(dim: int, heads: int) -> None:
         raise ValueError(f"heads must be a positive int, got {heads!r}")
     if dim % heads != 0:
         raise ValueError(f"dim={dim} must be divisible by heads={heads} (dim % heads == 0)")
-
-
-def _check_attn_dropout(p: float) -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"attn_dropout must be a float in [0, 1), got {p!r}")
-    return float(p)
 
 
 def _check_input(x_bnd: torch.Tensor, dim: int) -> None:
@@ -141,7 +136,7 @@ class ScaledDotAttention(_HeadsThenProjection):
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
-        self.attn_dropout = _check_attn_dropout(attn_dropout)
+        self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
@@ -186,7 +181,7 @@ class QuadraticFormAttention(_HeadsThenProjection):
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
-        self.attn_dropout = _check_attn_dropout(attn_dropout)
+        self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
         self.u = nn.Parameter(torch.randn(heads, dim, dim) / (3 * math.sqrt(dim)))
         self.value = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
@@ -239,7 +234,7 @@ class MetricTensorAttention(_HeadsThenProjection):
         if metric_param not in METRIC_PARAMS:
             raise ValueError(f"metric_param={metric_param!r} is not one of {METRIC_PARAMS}")
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
-        self.attn_dropout = _check_attn_dropout(attn_dropout)
+        self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
         self.metric_param = metric_param
         dk = dim // heads
         self.dk = dk
@@ -351,7 +346,7 @@ class Pooling(_OneHead):
         if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
             raise ValueError(f"pooling window must be a positive odd int, got {window!r}")
         self.dim, self.causal, self.impl, self.window = dim, causal, impl, window
-        _check_attn_dropout(attn_dropout)  # accepted, see _OneHead
+        check_dropout(attn_dropout, "attn_dropout")  # accepted, see _OneHead
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -369,7 +364,7 @@ class Identity(_OneHead):
     ) -> None:
         super().__init__()
         self.dim = dim
-        _check_attn_dropout(attn_dropout)  # accepted, see _OneHead
+        check_dropout(attn_dropout, "attn_dropout")  # accepted, see _OneHead
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None

@@ -154,11 +154,15 @@ def check_scale(scale: float) -> float:
     return float(scale)
 
 
-def check_dropout(dropout_p: float) -> float:
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
+def check_dropout(dropout_p: float, name: str = "dropout_p") -> float:
+    """A dropout probability as a float; `name` is what the caller calls it (the mixers'
+    config option is `attn_dropout`)."""
+    if (
+        isinstance(dropout_p, bool)
+        or not isinstance(dropout_p, (int, float))
+        or not 0.0 <= dropout_p < 1.0
+    ):
+        raise ValueError(f"{name} must be a float in [0, 1), got {dropout_p!r}")
     return float(dropout_p)
 
 

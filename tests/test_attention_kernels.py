@@ -308,7 +308,7 @@ def test_metric_and_quadratic_operators_check_their_arguments() -> None:
     metric = torch.ops.attnzoo.metric_attention
     with pytest.raises(ValueError, match=r"m must have shape \(heads, dk, dk\)"):
         metric(p, m[..., :8], None, False, 0.25, 0.0, None)
-    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\)"):
         metric(p, m, None, False, 0.25, 1.0, None)
     with pytest.raises(ValueError, match="scale must be a finite float"):
         metric(p, m, None, False, float("inf"), 0.0, None)

@@ -325,9 +325,12 @@ def test_mixer_dropout_is_on_in_training_and_off_in_eval(mixer: str, impl: str) 
     [
         (
             lambda q: ops.scaled_dot_attention(q, q, q, dropout_p=1.0),
-            r"dropout_p must be in \[0, 1\)",
+            r"dropout_p must be a float in \[0, 1\)",
         ),
-        (lambda q: ops.metric_attention(q, q[0], dropout_p=-0.1), r"dropout_p must be in \[0, 1\)"),
+        (
+            lambda q: ops.metric_attention(q, q[0], dropout_p=-0.1),
+            r"dropout_p must be a float in \[0, 1\)",
+        ),
         (lambda q: ops.scaled_dot_attention(q, q, q, dropout_p="0.1"), "dropout_p must be a float"),
         (lambda q: _model("scaled_dot", "auto", attn_dropout=1.5), "attn_dropout must be a float"),
     ],
