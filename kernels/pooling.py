@@ -61,7 +61,6 @@ from ._host import INTERPRET, cdiv, check_interpreter, next_power_of_2
 
 if INTERPRET:
     check_interpreter(triton.__version__, numpy.__version__)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TL_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # Tests set this to allocate outputs full of NaN, so an element a kernel never writes fails.
 POISON_OUTPUTS = False
