@@ -439,3 +439,26 @@ def test_leading_padding_with_far_negative_scores(causal: bool) -> None:
     assert visible[40:].all() and visible[:40].all() != causal  # causal: queries < 40 see nothing
     assert rel_err(out[..., visible, :], want[..., visible, :]) <= 1e-4
     assert (out[..., ~visible, :] == 0).all()
+
+
+def test_interpreter_refuses_bf16_attention_because_its_bf16_dot_is_wrong() -> None:
+    """The interpreter's tl.dot on bf16 tiles returns garbage (checked here on one 16×16
+    product, so that a Triton that fixes it fails this test and the refusal can go); the
+    attention ops refuse bf16 there instead of answering wrongly. Pooling has no dot: bf16 runs."""
+    triton, tl = attention.triton, attention.tl
+
+    @triton.jit
+    def _dot(A, B, C):
+        o = tl.arange(0, 16)
+        tile = o[:, None] * 16 + o[None, :]
+        tl.store(C + tile, tl.dot(tl.load(A + tile), tl.load(B + tile)))
+
+    a, b = torch.randn(16, 16).bfloat16(), torch.randn(16, 16).bfloat16()
+    c = torch.empty(16, 16)
+    _dot[(1,)](a, b, c)
+    assert rel_err(c, a.float() @ b.float()) > 1.0, "the interpreter's bf16 dot works now"
+    q = torch.randn(1, 2, 8, 16, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="no bfloat16 under TRITON_INTERPRET=1"):
+        ops.scaled_dot_attention(q, q, q, impl="triton")
+    x = torch.randn(1, 8, 16, dtype=torch.bfloat16)
+    assert rel_err(ops.pool_mix(x, 3, impl="triton"), ops.pool_mix(x, 3, impl="torch")) < 1e-2
