@@ -11,6 +11,7 @@ functions as plain Python.
 from __future__ import annotations
 
 import os
+import re
 
 # Read once: the Triton interpreter is chosen before triton is imported, never per call.
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -27,8 +28,9 @@ def next_power_of_2(n: int) -> int:
 
 
 def _major_minor(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    """(3, 6) from "3.6.0", "3.6.0+git1234" or "3.6rc1": the leading digits of the first two fields."""
+    major, minor = re.match(r"(\d+)\.(\d+)", version).groups()
+    return int(major), int(minor)
 
 
 def check_interpreter(triton_version: str, numpy_version: str) -> None:

@@ -269,6 +269,8 @@ def test_host_arithmetic_matches_tritons() -> None:
         ("3.6.0", "2.3.5", False),
         ("3.7.0", "2.4.6", False),
         ("3.9.0+git1234", "2.5.0", False),
+        ("3.6.0", "2.4rc1", True),  # a minor with a suffix is still 4, not 41 or an error
+        ("3.10.0", "2.4.0", False),
     ],
 )
 def test_interpreter_check_names_the_fix(triton_version, numpy_version, refused) -> None:
