@@ -91,6 +91,7 @@ import triton
 import triton.language as tl
 
 from ._aot import AotSpec
+from ._checks import TRITON_DTYPES
 from ._host import INTERPRET, cdiv, check_interpreter, next_power_of_2
 
 if INTERPRET:
@@ -100,7 +101,6 @@ MAX_HEAD = 128
 HEADS_PADDED = (16, 32, 64, 128)
 # The widest q/k tile the backward holds whole (QK_HEAD); a wider q/k width is chunked.
 MAX_QK_HEAD = 512
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # Tests set this to True: outputs are then allocated full of NaN, so an element the kernel never
 # writes shows up as NaN instead of as whatever memory held before.
@@ -563,7 +563,7 @@ def spec_cases() -> Iterator[tuple[str, torch.dtype, int, int, bool, bool]]:
     q/k tiles are always HEAD wide; the backward's are wider (`wide`, qk_head > head) when the
     q/k width fits in one tile of at most MAX_QK_HEAD (see `qk_tile_width`)."""
     for kernel in KERNELS:
-        for dtype in DTYPES:
+        for dtype in TRITON_DTYPES:
             for head in HEADS_PADDED:
                 for metric, chunked in ((False, False), (False, True), (True, False)):
                     yield kernel, dtype, head, head, metric, chunked
@@ -1245,7 +1245,7 @@ def aot_specs() -> list[AotSpec]:
                     attrs=aligned,
                 )
             )
-    for dtype, head in itertools.product(DTYPES, HEADS_PADDED):
+    for dtype, head in itertools.product(TRITON_DTYPES, HEADS_PADDED):
         sig = _signature(_attn_bwd_delta, dtype)
         rows = _DELTA_TILE // head
         specs.append(

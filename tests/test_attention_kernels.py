@@ -195,7 +195,7 @@ def test_every_launch_uses_a_variant_the_aot_report_compiles() -> None:
     """The report compiles spec_cases(); whatever widths a user passes, the launchers land there
     (the flags are the launchers' own, from _Problem)."""
     compiled = set(attention.spec_cases())
-    for dtype in attention.DTYPES:
+    for dtype in attention.TRITON_DTYPES:
         for d_v in range(1, attention.MAX_HEAD + 1):
             widths = [(d_v, True), (d_v, False), (3 * d_v + 5, False), (4 * d_v + 1, False)]
             widths += [(d, False) for d in (256, 512, 513, 1000)]
