@@ -25,21 +25,30 @@ needs_shakespeare = pytest.mark.skipif(
 needs_imdb = pytest.mark.skipif(not IMDB.exists(), reason=f"real corpus not present: {IMDB}")
 
 
+@pytest.fixture(scope="session")
+def corpus_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pytest's cache folder, kept between runs; a temporary one under `-p no:cacheprovider`."""
+    cache = getattr(request.config, "cache", None)
+    if cache is None:
+        return tmp_path_factory.mktemp("attnzoo-corpora")
+    return cache.mkdir("attnzoo-corpora")
+
+
 @pytest.fixture(autouse=True)
-def _cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ATTNZOO_CACHE_DIR", str(request.config.cache.mkdir("attnzoo-corpora")))
+def _cache(corpus_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTNZOO_CACHE_DIR", str(corpus_cache))
     monkeypatch.setenv("ATTNZOO_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def imdb_task(request: pytest.FixtureRequest):
+def imdb_task(corpus_cache: Path):
     """The real IMDB task, built once for the module (the per-test `_cache` is not active in a
     module-scoped fixture, hence its own environment)."""
     if not IMDB.exists():
         pytest.skip(f"real corpus not present: {IMDB}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ATTNZOO_OFFLINE", "1")
-        mp.setenv("ATTNZOO_CACHE_DIR", str(request.config.cache.mkdir("attnzoo-corpora")))
+        mp.setenv("ATTNZOO_CACHE_DIR", str(corpus_cache))
         return build_task("imdb", str(SHARED), 0, seq_len=128, tokenizer="bpe")
 
 
