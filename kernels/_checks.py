@@ -13,6 +13,7 @@ none forces a device synchronisation on the hot path.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -52,11 +53,6 @@ def check_same(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> Non
                 f"{name} has dtype {t.dtype} but {names[0]} has {first.dtype}; "
                 "all inputs must share one dtype"
             )
-
-
-def check_dim(name: str, got: int, want: int, what: str) -> None:
-    if got != want:
-        raise ValueError(f"{name}: {what} is {got}, expected {want}")
 
 
 def check_mask(mask: torch.Tensor | None, batch: int, tokens: int, device: torch.device) -> None:
@@ -132,8 +128,10 @@ def check_metric(p_bhnk: torch.Tensor, m_hkk: torch.Tensor, key_padding_mask) ->
     check_mask(key_padding_mask, b, n, p_bhnk.device)
 
 
-def check_pool(x_bnd: torch.Tensor, window: int, causal: bool, key_padding_mask) -> None:
-    check_tensor("x", x_bnd, 3, "(batch, tokens, dim)")
+def check_pool(
+    x_bnd: torch.Tensor, window: int, causal: bool, key_padding_mask, name: str = "x"
+) -> None:
+    check_tensor(name, x_bnd, 3, "(batch, tokens, dim)")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be a positive int, got {window!r}")
     check_causal(causal)
@@ -147,21 +145,23 @@ def check_causal(causal: bool) -> None:
         raise ValueError(f"causal must be a bool, got {causal!r}")
 
 
+def _real(value) -> bool:
+    """A real number as a Python or NumPy scalar (not a bool, not a tensor: a tensor's value
+    would cost a device synchronisation per call)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_scale(scale: float) -> float:
     """The score scale as a float; it must be finite (NaN or inf would give NaN everywhere)."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite float, got {scale!r}")
+    if not _real(scale) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite real number (a Python float), got {scale!r}")
     return float(scale)
 
 
 def check_dropout(dropout_p: float, name: str = "dropout_p") -> float:
     """A dropout probability as a float; `name` is what the caller calls it (the mixers'
     config option is `attn_dropout`)."""
-    if (
-        isinstance(dropout_p, bool)
-        or not isinstance(dropout_p, (int, float))
-        or not 0.0 <= dropout_p < 1.0
-    ):
+    if not _real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{name} must be a float in [0, 1), got {dropout_p!r}")
     return float(dropout_p)
 

@@ -1097,12 +1097,12 @@ def metric_backward(
     p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
     prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
     dq, dkv, _ = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
-    # In the inputs' dtype, as PyTorch's autograd of q = p·M would: each product accumulates in
-    # fp32 inside the matmul and rounds once. The fp32 copies of dq, dk+dv and p this used to
-    # make moved 52 bytes per element of p in half precision against 14 now (at nanoGPT's GPU
-    # shape 330 MB against 90 MB, ~80 µs at 3 TB/s) in seven kernels against three.
+    # In the inputs' dtype, as PyTorch's autograd of q = p·M does (each product accumulates in
+    # fp32 and rounds once; dM then sums the batch's (K, K) products): 14 bytes of traffic per
+    # element of p in half precision, against 52 with fp32 copies of dq, dk+dv and p and 22 with
+    # an einsum for dM (it copied p and dq into a (H, K, B·N) layout), three kernels + dM's sum.
     dp = dkv.add_(dq @ m_hkk.mT)
-    dm = torch.einsum("bhni,bhnj->hij", p_bhnk, dq)
+    dm = (p_bhnk.mT @ dq).sum(0)
     return dp, dm
 
 

@@ -184,11 +184,20 @@ def _(d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed
     return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
 
 
+def _no_gradient_for(ctx, statistic: Tensor) -> None:
+    """A forward's second output (lse, rcount) is a statistic for the backward, not a function to
+    differentiate: it gets no gradient, and the backward is handed None for it (by default
+    autograd would allocate and zero-fill a tensor of its shape on every backward call)."""
+    ctx.mark_non_differentiable(statistic)
+    ctx.set_materialize_grads(False)
+
+
 def _scaled_dot_setup(ctx, inputs, output) -> None:
     q, k, v, mask, causal, scale, dropout_p, seed = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, seed)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    _no_gradient_for(ctx, lse)
 
 
 def _scaled_dot_backward(ctx, d_out, d_lse):
@@ -261,6 +270,7 @@ def _metric_setup(ctx, inputs, output) -> None:
     out, lse = output
     ctx.save_for_backward(p, m, out, lse, mask, seed)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    _no_gradient_for(ctx, lse)
 
 
 def _metric_backward(ctx, d_out, d_lse):
@@ -311,8 +321,11 @@ def _dispatch(name: str, *args):
 
 
 def _quadratic_op(x, u, v, key_padding_mask, causal, scale, dropout_p, seed) -> Tensor:
-    """The registered composite: the argument checks, then the parts as operators."""
+    """The registered composite: the argument checks, then the parts as operators (the
+    scaled-dot operator checks q = x·U, k = x and v again: on this path, which torch.compile
+    traces once, not on the eager one)."""
     check_quadratic(x, u, v, key_padding_mask)
+    check_triton("x", x)
     return _quadratic(_dispatch, x, u, v, key_padding_mask, causal, scale, dropout_p, seed)
 
 
@@ -341,7 +354,7 @@ def _(x, window, causal, key_padding_mask):
 
 @torch.library.custom_op(f"{NAMESPACE}::pool_mix_backward", mutates_args=())
 def pool_mix_backward(grad: Tensor, rcount: Tensor, window: int, causal: bool) -> Tensor:
-    check_pool(grad, window, causal, None)
+    check_pool(grad, window, causal, None, name="grad")
     check_triton("grad", grad)
     check_saved("rcount", rcount, tuple(grad.shape[:2]), grad, torch.float32, contiguous=True)
     return triton_module("pooling").pool_mix_backward(grad, rcount, window, causal)
@@ -356,6 +369,7 @@ def _pool_setup(ctx, inputs, output) -> None:
     _, window, causal, _ = inputs
     ctx.save_for_backward(output[1])
     ctx.window, ctx.causal = window, causal
+    _no_gradient_for(ctx, output[1])
 
 
 def _pool_backward(ctx, d_out, d_rcount):
@@ -389,8 +403,6 @@ class _Eager(torch.autograd.Function):
         output = impl(*args)
         setup(ctx, args, output)
         ctx.name, ctx.eager = name, True
-        if isinstance(output, tuple):
-            ctx.mark_non_differentiable(*output[1:])  # lse, rcount
         return output
 
     @staticmethod

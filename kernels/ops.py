@@ -106,7 +106,7 @@ TRITON_WINS_ON_CUDA = {
 }
 
 
-def _use_triton(impl: str, t: torch.Tensor, op: str, name: str = "the input") -> bool:
+def _use_triton(impl: str, t: torch.Tensor, op: str, name: str) -> bool:
     """Whether the call runs the Triton kernel; `t` is the first activation, called `name` in
     an error."""
     check_impl(impl)

@@ -28,6 +28,7 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
 import torch  # noqa: E402
+import triton.runtime.interpreter  # noqa: E402
 from attnzoo.kernels import attention, ops, pooling  # noqa: E402
 
 LAUNCHES = {
@@ -54,12 +55,20 @@ class _StubLaunch:
         return launch
 
 
+def _unstubbed(self, *args, **kwargs):
+    raise RuntimeError(
+        f"{self.fn.__name__} was launched for real: add its launcher to bench_host.LAUNCHES"
+    )
+
+
 def stub_launches() -> Counter:
-    """Replace every Triton launch of attnzoo.kernels by a stub; returns the launch counter."""
+    """Replace every Triton launch of attnzoo.kernels by a stub; returns the launch counter. A
+    kernel launched any other way raises instead of running unseen in the timings."""
     counts: Counter = Counter()
     for module, names in LAUNCHES.items():
         for name in names:
             setattr(module, name, _StubLaunch(name, getattr(module, name), counts))
+    triton.runtime.interpreter.InterpretedFunction.run = _unstubbed
     return counts
 
 

@@ -310,11 +310,14 @@ def test_metric_and_quadratic_operators_check_their_arguments() -> None:
         metric(p, m[..., :8], None, False, 0.25, 0.0, None)
     with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\)"):
         metric(p, m, None, False, 0.25, 1.0, None)
-    with pytest.raises(ValueError, match="scale must be a finite float"):
+    with pytest.raises(ValueError, match="scale must be a finite real number"):
         metric(p, m, None, False, float("inf"), 0.0, None)
     x, v = torch.randn(1, 8, 16), torch.randn(1, 2, 8, 8)
     with pytest.raises(ValueError, match="u must have shape"):
         torch.ops.attnzoo.quadratic_attention(x, m[..., :12], v, None, False, 0.25, 0.0, None)
+    x64, u64, v64 = x.double(), m[..., :16].double(), v.double()
+    with pytest.raises(ValueError, match="x has dtype torch.float64; the Triton kernels take"):
+        torch.ops.attnzoo.quadratic_attention(x64, u64, v64, None, False, 0.25, 0.0, None)
 
 
 def test_operator_backward_rejects_what_the_forward_did_not_save() -> None:
@@ -368,7 +371,7 @@ def test_metric_and_quadratic_reject_bad_shapes() -> None:
             0.25,
             impl="triton",
         )
-    with pytest.raises(ValueError, match="scale must be a finite float"):
+    with pytest.raises(ValueError, match="scale must be a finite real number"):
         metric(p, torch.randn(2, 16, 16), False, None, float("nan"))
 
 

@@ -228,13 +228,15 @@ def test_time_part_runs_every_candidate_and_notes_refused_backends(bench):
 def test_host_bench_stubs_every_launch_and_times_every_op(monkeypatch, capsys):
     """scripts/bench_host.py replaces each Triton launch by a stub that still evaluates the grid:
     every op's forward launches one kernel and its backward the rest (delta, dk/dv, dq for
-    attention), so a launcher renamed or added without the stub would raise, not time nothing."""
+    attention), so a launcher renamed or added without the stub raises, not time nothing."""
     spec = importlib.util.spec_from_file_location("bench_host", ROOT / "scripts/bench_host.py")
     host = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(host)
     for module, names in host.LAUNCHES.items():
         for name in names:  # restored after the test: the stubs replace module attributes
             monkeypatch.setattr(module, name, getattr(module, name))
+    interpreted = host.triton.runtime.interpreter.InterpretedFunction
+    monkeypatch.setattr(interpreted, "run", interpreted.run)
     rows = host.main(["--reps", "1", "--calls", "2"])
     launches = {(r["op"], r["part"]): r["launches"] for r in rows}
     assert launches == {
@@ -244,3 +246,7 @@ def test_host_bench_stubs_every_launch_and_times_every_op(monkeypatch, capsys):
     }
     assert all(r["best_us"] > 0 for r in rows)
     assert "| scaled_dot | forward | 1 |" in capsys.readouterr().out
+    from attnzoo.kernels import attention  # a kernel outside LAUNCHES: the test helper's
+
+    with pytest.raises(RuntimeError, match="_keep_mask_kernel was launched for real"):
+        attention.dropout_keep_mask(torch.zeros(1, dtype=torch.int64), 1, 1, 8, 0.5)

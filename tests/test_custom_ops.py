@@ -95,6 +95,22 @@ def test_eager_calls_skip_the_dispatcher_but_compute_exactly_what_the_op_compute
         assert torch.equal(eager, op)
 
 
+@pytest.mark.parametrize("name", [op for op in library.OPS if op != "quadratic_attention"])
+def test_the_statistic_output_gets_no_gradient_and_no_zero_filled_one(name) -> None:
+    """lse and rcount are the backward's statistics, not outputs to differentiate: they do not
+    require grad on either path, and the backward is not handed a zero-filled tensor for them
+    (autograd's default: one allocation and one fill kernel per backward call)."""
+    args = op_inputs(name, 0.0)
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    for call in (library.run, lambda n, *a: getattr(torch.ops.attnzoo, n)(*a)):
+        out, statistic = call(name, *args)
+        assert out.requires_grad and not statistic.requires_grad
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            torch.autograd.grad(out, leaves, torch.ones_like(out))
+        ops = {event.name for event in prof.events()}
+        assert not ops & {"aten::zeros", "aten::zero_"}, sorted(ops)
+
+
 def test_the_public_ops_are_registered_in_the_attnzoo_namespace() -> None:
     for name in library.OPS:
         assert isinstance(getattr(torch.ops.attnzoo, name).default, torch._ops.OpOverload)

@@ -1,5 +1,6 @@
 """The PyTorch reference ops against independent formulations, masks, and argument errors."""
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -231,6 +232,21 @@ def test_half_precision_inputs_compute_in_float32_and_return_their_dtype():
 def test_bad_arguments_raise_value_error_naming_them(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_scale_and_dropout_take_any_real_scalar_but_not_a_tensor():
+    """NumPy scalars (a scale computed with numpy, a config value) are numbers like Python's; a
+    0-d tensor is refused by name, since reading its value would synchronise the device."""
+    q, k, v = (torch.randn(1, 2, 5, 4) for _ in range(3))
+    want = kernels.scaled_dot_attention(q, k, v, scale=0.25, impl="torch")
+    for scale in (np.float32(0.25), np.float64(0.25)):
+        got = kernels.scaled_dot_attention(q, k, v, scale=scale, impl="torch")
+        torch.testing.assert_close(got, want)
+    kernels.scaled_dot_attention(q, k, v, dropout_p=np.float32(0.0), impl="torch")
+    with pytest.raises(ValueError, match=r"scale must be a finite real number .* got tensor"):
+        kernels.scaled_dot_attention(q, k, v, scale=torch.tensor(0.25), impl="torch")
+    with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\), got True"):
+        kernels.scaled_dot_attention(q, k, v, dropout_p=True, impl="torch")
 
 
 def test_checks_read_no_values_so_meta_tensors_pass():

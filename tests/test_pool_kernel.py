@@ -183,6 +183,8 @@ def test_bad_saved_counts_raise_value_error():
     for bad in [torch.ones(2, 4), torch.ones(2, 5).half(), torch.ones(5, 2).mT]:
         with pytest.raises(ValueError, match="rcount"):
             torch.ops.attnzoo.pool_mix_backward(g, bad, 3, False)
+    with pytest.raises(ValueError, match="grad must have 3 dims"):
+        torch.ops.attnzoo.pool_mix_backward(g[0], torch.ones(2, 5), 3, False)
 
 
 def test_sequence_beyond_int32_indexing_raises_value_error():
