@@ -119,17 +119,17 @@ def test_auto_on_cuda_takes_triton_only_where_it_was_measured_faster(
 ) -> None:
     t = _CudaLike(dtype)
     monkeypatch.setitem(ops.TRITON_WINS_ON_CUDA, op, False)
-    assert not ops._use_triton("auto", t, op)
+    assert not ops._use_triton("auto", t, op, "t")
     # the attention ops then go through the fused SDPA (pool_mix has no SDPA form: reference)
     assert ops._use_sdpa("auto", t)
-    assert ops._use_triton("triton", t, op)  # forcing it still works
-    assert not ops._use_triton("torch", t, op)
+    assert ops._use_triton("triton", t, op, "t")  # forcing it still works
+    assert not ops._use_triton("torch", t, op, "t")
     monkeypatch.setitem(ops.TRITON_WINS_ON_CUDA, op, True)
-    assert ops._use_triton("auto", t, op)
-    assert not ops._use_triton("auto", _CudaLike(torch.float64), op)  # no fp64 kernels
+    assert ops._use_triton("auto", t, op, "t")
+    assert not ops._use_triton("auto", _CudaLike(torch.float64), op, "t")  # no fp64 kernels
 
 
 def test_auto_on_cpu_never_takes_triton_even_where_it_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     for op in ops.TRITON_WINS_ON_CUDA:
         monkeypatch.setitem(ops.TRITON_WINS_ON_CUDA, op, True)
-        assert not ops._use_triton("auto", torch.zeros(1), op)
+        assert not ops._use_triton("auto", torch.zeros(1), op, "t")
