@@ -436,12 +436,19 @@ _BACKWARDS = {
 def run(name: str, *args):
     """Call op `name`: through `torch.ops.attnzoo.<name>` whenever something traces the call
     (torch.compile, fake tensors, make_fx, opcheck), so it is one opaque node of the graph; in
-    plain eager mode the same implementation and autograd formula directly."""
+    plain eager mode the same implementation and autograd formula directly (the implementation
+    alone where autograd records nothing: under no_grad, or when no input requires grad)."""
     if _traced(args[0]):
         return _dispatch(name, *args)
     if name == "quadratic_attention":
         return _quadratic(run, *args)
+    if not (torch.is_grad_enabled() and any(_requires_grad(a) for a in args)):
+        return _FORMULAS[name][0](*args)
     return _Eager.apply(name, *args)
+
+
+def _requires_grad(arg) -> bool:
+    return isinstance(arg, Tensor) and arg.requires_grad
 
 
 def _traced(activation: Tensor) -> bool:
