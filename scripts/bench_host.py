@@ -12,7 +12,7 @@ work in the stubbed-out path — allocations, metric's dp/dM products — neglig
 TRITON_INTERPRET=1, set here before triton is imported. Compare revisions in alternation, on an
 otherwise idle machine:
 
-    python scripts/bench_host.py                 # every op, forward and forward+backward
+    python scripts/bench_host.py                 # every op: forward (also under no_grad), fwd+bwd
     python scripts/bench_host.py --reps 15 --calls 300
 """
 
@@ -117,7 +117,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         def forward_backward(forward=forward, inputs=inputs, grad=grad):
             torch.autograd.grad(forward(), inputs, grad)  # no accumulation into .grad
 
-        for part, fn in (("forward", forward), ("forward+backward", forward_backward)):
+        @torch.no_grad()
+        def forward_no_grad(forward=forward):  # evaluation: nothing recorded for autograd
+            forward()
+
+        parts = (
+            ("forward", forward),
+            ("forward, no_grad", forward_no_grad),
+            ("forward+backward", forward_backward),
+        )
+        for part, fn in parts:
             counts.clear()
             fn()
             launched = sum(counts.values())

@@ -241,6 +241,7 @@ def test_host_bench_stubs_every_launch_and_times_every_op(monkeypatch, capsys):
     launches = {(r["op"], r["part"]): r["launches"] for r in rows}
     assert launches == {
         **{(op, "forward"): 1 for op in ("scaled_dot", "quadratic", "metric", "pool_mix")},
+        **{(op, "forward, no_grad"): 1 for op in ("scaled_dot", "quadratic", "metric", "pool_mix")},
         **{(op, "forward+backward"): 4 for op in ("scaled_dot", "quadratic", "metric")},
         ("pool_mix", "forward+backward"): 2,
     }
