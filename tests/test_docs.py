@@ -39,6 +39,7 @@ FORBIDDEN = {
 }
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+INLINE_CODE = re.compile(r"`([^`]+)`")
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.M)
 # Paths in the repository that a page names in prose or in a command.
@@ -49,6 +50,7 @@ BARE_TEST = re.compile(r"`(test_\w+)`")
 MODULE_RUN = re.compile(r"-m[ \t]+(attnzoo(?:\.\w+)*)")
 DOTTED = re.compile(r"(?<![\w.])(attnzoo(?:\.\w+)+)")
 FROM_IMPORT = re.compile(r"^\s*from\s+(attnzoo(?:\.\w+)*)\s+import\s+([\w, ]+)", re.M)
+SCRIPT_RUN = re.compile(r"python3?[ \t]+(scripts/[\w/]+\.py)([^;&|]*)")
 TRAIN_COMMAND = re.compile(r"-m[ \t]+attnzoo\.train\b")
 # Placeholders the pages use in commands.
 PLACEHOLDERS = re.compile(r"<[^>]*>|\.\.\.|DATA_DIR|RUN_DIR|MULTIRUN_DIR|path/to/")
@@ -63,10 +65,15 @@ def text_of(page: Path) -> str:
     return page.read_text(encoding="utf-8")
 
 
+def inline_code(text: str) -> list[str]:
+    """The inline code spans outside the code blocks, each on one line (a span may wrap)."""
+    return [" ".join(c.split()) for c in INLINE_CODE.findall(FENCE.sub("", text))]
+
+
 def without_code(text: str) -> str:
     """The page without its fenced code blocks and inline code (links there are not links)."""
     text = FENCE.sub("", text)
-    return re.sub(r"`[^`\n]*`", "", text)
+    return INLINE_CODE.sub("", text)
 
 
 def github_anchors(page: Path) -> set[str]:
@@ -132,7 +139,24 @@ def missing_names(page: Path) -> list[str]:
     for group, value in config_choices(text):
         if not (ROOT / "conf" / group / f"{value}.yaml").is_file():
             missing.append(f"{group}={value}: no conf/{group}/{value}.yaml")
+    for script, flag in script_flags(text):
+        source = (ROOT / script).read_text() if (ROOT / script).is_file() else ""
+        positive = "--" + flag[len("--no-") :] if flag.startswith("--no-") else flag
+        if f'"{flag}"' not in source and f'"{positive}"' not in source:
+            missing.append(f"python {script} {flag}: {script} has no option {flag}")
     return missing
+
+
+def script_flags(text: str) -> Iterator[tuple[str, str]]:
+    """(script, --option) for every option of a `python scripts/x.py ...` command of the page,
+    in code blocks (a trailing backslash continues the line) and in inline code."""
+    code = [b.group(0).replace("\\\n", " ") for b in FENCE.finditer(text)]
+    code += inline_code(text)
+    for chunk in code:
+        for line in chunk.splitlines():
+            for match in SCRIPT_RUN.finditer(line.split(" #", 1)[0]):
+                for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", match.group(2)):
+                    yield match.group(1), flag
 
 
 def command_lines(text: str) -> Iterator[str]:
@@ -142,7 +166,7 @@ def command_lines(text: str) -> Iterator[str]:
         for line in block.group(0).splitlines():
             if TRAIN_COMMAND.search(line):
                 yield line.split("#", 1)[0] if " #" in line else line
-    for code in re.findall(r"`([^`\n]*)`", FENCE.sub("", text)):
+    for code in inline_code(text):
         if TRAIN_COMMAND.search(code):
             yield code
 
@@ -289,8 +313,10 @@ def test_the_checks_find_broken_links_anchors_paths_and_configs(tmp_path: Path) 
         "[gone](missing.md) [bad anchor](other.md#nope) ![img](figure.png)\n"
         "`[not a link](inside-code.md)`\n\n"
         "```bash\npython scripts/no_such_script.py\npython -m attnzoo.no_such_module\n"
+        "python scripts/summarize.py multirun/x --out y --no-such-option  # --in-a-comment\n"
         "python -m attnzoo.train mixer=metric,no_such_mixer model.skip=true\n```\n"
         "See `tests/test_docs.py::test_no_such_test` and `test_no_such_test_either`.\n"
+        "Inline: `python scripts/no_such_script.py --x`.\n"
         "from /work/x since that baseline, issue 12\n"
     )
     assert broken_links(page) == [
@@ -304,6 +330,9 @@ def test_the_checks_find_broken_links_anchors_paths_and_configs(tmp_path: Path) 
         "test_no_such_test_either: no such test under tests/",
         "python -m attnzoo.no_such_module: no no_such_module.py or no_such_module/__main__.py",
         "mixer=no_such_mixer: no conf/mixer/no_such_mixer.yaml",
+        "python scripts/summarize.py --no-such-option: scripts/summarize.py has no option "
+        "--no-such-option",
+        "python scripts/no_such_script.py --x: scripts/no_such_script.py has no option --x",
     ]
     assert len(forbidden_phrases(page)) == 3
 
