@@ -80,6 +80,10 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
         "summary.csv",
         "rank_vs_depth.png",
         "val_curves.png",
+        "groups.md",
+        "groups.csv",
+        "intervals.png",
+        "val_bands.png",
     }
     rows = {r["job"]: r for r in csv.DictReader((out / "summary.csv").open())}
     assert list(rows) == [str(i) for i in range(12)]  # 3 x 2 x 2 grid
