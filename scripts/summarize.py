@@ -888,10 +888,14 @@ def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: fl
             if cis[-1].n > 1:
                 ax.fill_between(steps, [c.low for c in cis], [c.high for c in cis],
                                 color=f"C{i % 10}", alpha=0.2, lw=0)  # fmt: skip
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title if title != "all" else f"by {_axis_name(axis or 'configuration')}",
+                     fontsize=9)  # fmt: skip
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    if not any(ax.lines for ax in axes[0]):
+        axes[0][0].text(0.5, 0.5, "no completed job logged val/loss", ha="center", va="center")
     axes[0][0].set_ylabel(f"validation loss (mean, {confidence:.0%} band)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
