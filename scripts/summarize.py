@@ -239,12 +239,16 @@ def find_jobs(sweep: Path) -> list[Job]:
     )
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, digits: int = 4) -> str:
+    """A table cell: 4 significant digits for reading (markdown), more for csv files."""
     if value is None:
         return ""
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
+        return "nan" if math.isnan(value) else f"{value:.{digits}g}"
     return str(value)
+
+
+CSV_DIGITS = 10
 
 
 def _context(cfg: dict[str, Any]) -> int | None:
@@ -337,7 +341,7 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
     with open(out / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: _fmt(v) for k, v in r.items()} for r in rows)
+        writer.writerows({k: _fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -606,7 +610,7 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> No
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({k: _fmt(r.get(k)) for k in columns} for r in rows)
+        writer.writerows({k: _fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
 
 
 def _md_table(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
