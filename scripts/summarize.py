@@ -657,15 +657,49 @@ def _lower_is_better(which: str, groups: list[Group]) -> bool:
     return not all(_task_attr(t, "higher_is_better", True) for t in tasks)
 
 
-def blocks(groups: list[Group], axis: str) -> dict[str, list[Group]]:
-    """Groups that differ only in `axis` (and keys under its config group), by the rest."""
-    scope = axis.rsplit(".", 1)[0] + "." if axis.endswith(".name") else axis
+def _in_scope(key: str, axis: str) -> bool:
+    """`key` is the axis itself or under its config group (mixer.window for mixer.name)."""
+    scope = axis.removesuffix("name") if axis.endswith(".name") else f"{axis}."
+    return key == axis or key.startswith(scope)
+
+
+def attached_keys(groups: list[Group], axis: str) -> list[str]:
+    """Other axes that were chosen per value of `axis` rather than crossed with it: leaving one
+    out of the blocks still puts each value of `axis` at most once in a block. A sweep rerun at
+    a learning rate selected per mixer has train.lr attached to the mixer, so the mixers are
+    still compared with each other (each at its own learning rate)."""
+    rest = [k for k in (groups[0].label if groups else {}) if not _in_scope(k, axis)]
+    attached: list[str] = []
+    for key in rest:
+        keep = [k for k in rest if k != key and k not in attached]
+        seen: set[tuple[str, str]] = set()
+        unique = True
+        for g in groups:
+            cell = (json.dumps([g.label.get(k) for k in keep], default=str),
+                    json.dumps(g.label.get(axis), default=str))  # fmt: skip
+            unique &= cell not in seen
+            seen.add(cell)
+        if unique:
+            attached.append(key)
+    return attached
+
+
+def blocks(groups: list[Group], axis: str, attach: bool = True) -> dict[str, list[Group]]:
+    """Groups that differ only in `axis` (and keys under its config group, and with `attach`
+    the keys chosen per value of it: `attached_keys`), by the other axes' values."""
+    skip = set(attached_keys(groups, axis)) if attach else set()
     out: dict[str, list[Group]] = {}
     for g in groups:
-        rest = {k: v for k, v in g.label.items() if k != axis and not k.startswith(scope)}
+        rest = {k: v for k, v in g.label.items() if not _in_scope(k, axis) and k not in skip}
         name = ", ".join(f"{_axis_name(k)}={_fmt(v)}" for k, v in rest.items()) or "all"
         out.setdefault(name, []).append(g)
     return out
+
+
+def _config_name(g: Group, axis: str, attached: list[str]) -> str:
+    """The value of `axis`, with the attached keys' values: `pooling (train.lr=0.01)`."""
+    extra = ", ".join(f"{_axis_name(k)}={_fmt(g.label.get(k))}" for k in attached)
+    return _fmt(g.label.get(axis)) + (f" ({extra})" if extra else "")
 
 
 def _sentence(a: str, best: str, c: Comparison, on: str) -> str:
@@ -692,6 +726,7 @@ def comparisons(
     `on` (by mean over seeds): attnzoo.stats.compare, i.e. the paired t-test on the seeds both
     ran, Welch's t-test when the seed sets differ, and TOST against ±margin."""
     lower = _lower_is_better(on, groups)
+    attached = attached_keys(groups, axis)
     rows = []
     for block, members in blocks(groups, axis).items():
         scored = [g for g in members if g.values(on)]
@@ -703,7 +738,8 @@ def comparisons(
             if g is best:
                 continue
             c = compare(g.values(on), best.values(on), confidence, margin)
-            a_name, b_name = _fmt(g.label.get(axis)), _fmt(best.label.get(axis))
+            a_name = _config_name(g, axis, attached)
+            b_name = _config_name(best, axis, attached)
             rows.append(
                 {
                     "block": block,
@@ -748,7 +784,7 @@ def select(
     `by` over the tuning seeds, and the Hydra overrides that rerun it with fresh seeds."""
     lower = _lower_is_better(by, groups)
     out = []
-    for i, (block, members) in enumerate(blocks(groups, tune_key).items()):
+    for i, (block, members) in enumerate(blocks(groups, tune_key, attach=False).items()):
         scored = [g for g in members if g.values(by)]
         if not scored:
             continue
@@ -879,6 +915,7 @@ def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: fl
     """Validation loss against step: mean over seeds with its interval as a band; one panel per
     configuration of the other axes, one line per value of the compared axis."""
     panels = blocks(groups, axis) if axis else {"all": groups}
+    attached = attached_keys(groups, axis) if axis else []
     n = max(len(panels), 1)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=True)
     for ax, (title, members) in zip(axes[0], panels.items(), strict=False):
@@ -886,7 +923,7 @@ def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: fl
             steps, cis = curve_band(g, confidence)
             if not steps:
                 continue
-            label = _fmt(g.label.get(axis)) if axis else g.name
+            label = _config_name(g, axis, attached) if axis else g.name
             mean = [c.mean for c in cis]
             ax.plot(steps, mean, color=f"C{i % 10}", label=f"{label} (n={cis[-1].n})")
             if cis[-1].n > 1:

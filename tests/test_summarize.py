@@ -304,22 +304,29 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
         summarize.summarize(sweep, out, select_by="val_loss")
 
 
-def test_several_sweeps_are_summarised_together(tmp_path):
-    for i, mixer in enumerate(("scaled_dot", "pooling")):
+def test_several_sweeps_are_summarised_together(tmp_path, monkeypatch, capsys):
+    """The fresh-seed reruns of selected.sh: one sweep per configuration, each at its own
+    learning rate, summarised as one; the mixers are still compared (lr attached to each)."""
+    final = tmp_path / "final"
+    for i, (mixer, lr) in enumerate((("scaled_dot", 3e-3), ("pooling", 1e-2))):
         for seed in range(3):
-            make_run(tmp_path / "final" / f"{i:02d}" / str(seed), mixer, seed, 2.0 + seed / 10 + i)
+            make_run(final / f"{i:02d}" / str(seed), mixer, seed, 2.0 + seed / 10 + i, lr=lr)
     out = tmp_path / "report"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/summarize.py"),
-         *sorted(str(p) for p in (tmp_path / "final").iterdir()), "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    sweeps = sorted(str(p) for p in final.iterdir())
+    monkeypatch.setattr(sys, "argv", ["summarize.py", *sweeps, "--out", str(out)])
+    summarize.main()
+    stdout = capsys.readouterr().out
     rows = list(csv.DictReader((out / "summary.csv").open()))
     assert [r["job"] for r in rows][:2] == ["00/0", "00/1"] and len(rows) == 6
     groups = read_groups(out)
-    assert groups["mixer=pooling"]["n_seeds"] == "3"
-    assert "pooling vs scaled_dot: resolved with 3 seeds (paired t" in proc.stdout
+    assert list(groups) == ["mixer=scaled_dot, train.lr=0.003", "mixer=pooling, train.lr=0.01"]
+    assert all(g["n_seeds"] == "3" for g in groups.values())
+    sentence = "pooling (train.lr=0.01) vs scaled_dot (train.lr=0.003): resolved with 3 seeds"
+    assert sentence in stdout
+    monkeypatch.setattr(sys, "argv", ["summarize.py", *sweeps])
+    with pytest.raises(SystemExit):
+        summarize.main()
+    assert "say where to write with --out" in capsys.readouterr().err
 
 
 # ---- a real sweep -------------------------------------------------------------------------
