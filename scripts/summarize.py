@@ -1,20 +1,61 @@
-"""Summarise a Hydra multirun of attnzoo.train: one table row per job, and two figures.
+"""Summarise a Hydra multirun of attnzoo.train: one row per job, one row per configuration over
+its seeds with 95% intervals, which differences the seeds resolve, and (optionally) the learning
+rate to keep per configuration.
 
-Reads, for each job folder of the sweep, `.hydra/config.yaml`, `metrics.jsonl` and `summary.json`
-(nothing from the network, nothing from W&B) and writes to --out (default: the sweep folder):
+Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides.yaml`,
+`metrics.jsonl` and `summary.json` (nothing from the network, nothing from W&B) and writes to
+--out (default: the sweep folder):
 
-- summary.md, summary.csv: mixer, skip, MLP, norm, depth, task, final validation loss and metric,
-  final rank, steps/s, parameters, status, and the job's own overrides. A job that failed, diverged or was preempted keeps the
-  status its summary.json gives; a job with metrics but no summary is "incomplete" (still running
-  or killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
+- summary.md, summary.csv: one row per job: mixer, skip, MLP, norm, depth, task, seed, final
+  validation loss and metric, final rank, steps/s, parameters, tokens, wall time, FLOPs, status,
+  and the job's own overrides. A job that failed, diverged or was preempted keeps the status its
+  summary.json gives; a job with metrics but no summary is "incomplete" (still running or
+  killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
   A job number the sweep's launcher never reached (a gap in 0..max, or fewer folders than the
-  sweep's grid) appears as "missing" too.
+  sweep's grid) appears as "missing" too. Tokens are not recorded by the trainer: they are
+  steps × train.batch_size × context (task.seq_len / task.num_points) of the resolved config;
+  FLOPs are tokens × the analytic training FLOPs per token of the blocks (attnzoo.flops:
+  matmuls, backward = 2 × forward, embedding and head excluded); wall time is time.total_s.
+- groups.md, groups.csv: one row per configuration. Jobs whose resolved configs differ only in
+  `train.seed` (and in non-semantic keys: logger.*, data_dir, train.progress/resume/threads/
+  ckpt_every/device) are replicates of one configuration. Columns: the axes that vary between
+  configurations, n_seeds (completed seeds with a finite value), n_jobs, seeds, then for
+  val_loss, metric (the task's) and rank: _mean, _std, _ci_low, _ci_high (Student-t, see
+  attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
+  flops, note. A configuration with one seed has an empty interval and says so; a seed that did
+  not complete is left out and named in the note.
+- comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
+  sweep varied, the mixer when it varied several), each configuration against the best one
+  (lowest mean validation loss) with the other axes fixed: the paired t-test on the seeds both
+  ran (a seed fixes data order and initialisation, so matching seeds share noise that pairing
+  removes), Welch's t-test when their seed sets differ. "resolved" = the interval of the
+  difference excludes 0; with --margin, two one-sided tests (TOST) say "within margin" when the
+  difference is shown to be inside ±margin. "not resolved" is not "equal".
+- intervals.png: per configuration, the mean and its interval (whiskers) of the final
+  validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss
+  against step, mean over seeds with its interval as a band.
 - rank_vs_depth.png: the relative residual after each block at the final evaluation, one panel per
-  ablation (skip/MLP/norm), one line per mixer (and depth).
-- val_curves.png: validation loss against step, one panel per mixer, one line per ablation.
+  ablation (skip/MLP/norm), one line per job. val_curves.png: validation loss against step, one
+  line per job.
+- with --select-by val_loss --tune-axis train.lr: selected.json, selected.md, selected.sh: for
+  each configuration of the other axes, the value of the tuned axis with the best mean over the
+  tuning seeds (a value at the edge of the grid is flagged), and the commands that rerun each at
+  its value with fresh seeds and summarise the reruns.
 
     python scripts/summarize.py multirun/2026-11-22_12-00-00
-    python scripts/summarize.py multirun/2026-11-22_12-00-00 --out reports/sweep1
+    python scripts/summarize.py multirun/2026-11-22_12-00-00 --out reports/sweep1 --margin 0.02
+    python scripts/summarize.py multirun/a multirun/b --out reports/ab     # several sweeps as one
+
+A replicated, tuned ablation (tune on seeds 100-101 over a log-spaced grid, then report on fresh
+seeds 0-4, so the reported numbers are not the ones the choice was made on):
+
+    python -m attnzoo.train -m mixer=scaled_dot,pooling train.lr=1e-3,2e-3,4e-3,8e-3 \\
+        train.seed=100,101 hydra.sweep.dir=multirun/tune
+    python scripts/summarize.py multirun/tune --select-by val_loss --tune-axis train.lr \\
+        --final-dir multirun/final
+    bash multirun/tune/selected.sh      # one sweep per configuration at its selected LR, seeds
+                                        # 0-4, then: summarize.py multirun/final/*/ --out
+                                        # multirun/final-report --compare mixer
 """
 
 from __future__ import annotations
@@ -349,6 +390,11 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
         f"# Sweep summary: {sweep}",
         "",
         f"{len(rows)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".",
+        "",
+        "tokens = steps × train.batch_size × context (task.seq_len or task.num_points) from the "
+        "resolved config (the trainer does not record tokens); flops = tokens × the blocks' "
+        "training FLOPs per token from attnzoo.flops (matmuls only, backward = 2 × forward, "
+        "embedding and head excluded); wall_s = summary.json's time.total_s.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -1069,7 +1115,9 @@ def summarize(
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__[__doc__.index("A replicated, tuned ablation") :],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sweep", type=Path, nargs="+", help="multirun folder(s) (hold 0/, 1/, ...)")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: sweep)")
