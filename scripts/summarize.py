@@ -64,6 +64,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -889,7 +890,8 @@ def write_selection(selected: list[dict[str, Any]], out: Path, final_dir: str, a
     then their summary): `bash selected.sh` is the follow-up command."""
     (out / "selected.json").write_text(json.dumps(selected, indent=2, default=str) + "\n")
     compare_flag = f" --compare {_axis_name(axis)}" if axis else ""
-    report = f"python scripts/summarize.py {final_dir}/*/ --out {final_dir}-report{compare_flag}"
+    script = shlex.quote(os.path.relpath(Path(__file__).resolve()))  # from where it runs now
+    report = f"python {script} {final_dir}/*/ --out {final_dir}-report{compare_flag}"
     lines = ["#!/usr/bin/env bash", "# fresh-seed runs at the selected values, then their summary",
              "set -euo pipefail"] + [s["command"] for s in selected] + [report]  # fmt: skip
     (out / "selected.sh").write_text("\n".join(lines) + "\n")

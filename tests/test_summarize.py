@@ -294,10 +294,7 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
     OverridesParser.create().parse_overrides(ov)  # the follow-up command parses as Hydra's
     script = (out / "selected.sh").read_text()
     assert script.count("python -m attnzoo.train -m") == 2
-    assert (
-        "scripts/summarize.py multirun/final/*/ --out multirun/final-report --compare mixer"
-        in script
-    )
+    assert "summarize.py multirun/final/*/ --out multirun/final-report --compare mixer" in script
     assert "train.lr=0.003" in (out / "selected.md").read_text()
     # the comparison is along the mixer, not the tuned axis
     with pytest.raises(ValueError, match="needs --tune-axis"):
