@@ -552,11 +552,23 @@ class Group:
         """{seed: final value} over the completed jobs with a finite value (which: val_loss,
         metric or rank)."""
         out: dict[Any, float] = {}
-        for i, r in enumerate(self.completed):
+        for r in self.completed:
             v = r[VALUES[which]]
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                out[r["seed"] if r["seed"] is not None else f"job{i}"] = float(v)
+                # no seed, or a seed twice (two sweeps): keyed by the job, so never paired
+                seed = r["seed"] if r["seed"] is not None else ("job", r["job"])
+                out[seed if seed not in out else ("job", r["job"])] = float(v)
         return out
+
+
+def _run_paths(job: Job) -> list[str]:
+    """The job's folder and its sweep's, as written and resolved: a config value that contains
+    one is a run-dir path (checkpoint or output folder), not part of the configuration."""
+    if job.folder is None:
+        return []
+    sweep = job.folder.parent
+    given = [str(p) for p in (job.folder, sweep) if os.sep in str(p)]  # not a bare "sw"
+    return given + [str(job.folder.resolve()), str(sweep.resolve())]
 
 
 def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group], list[str]]:
@@ -565,7 +577,12 @@ def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group]
     groups: dict[str, Group] = {}
     orphans = []
     for job, r in zip(jobs, rows, strict=True):
-        flat = {k: v for k, v in flatten(job.config).items() if _semantic(k)}
+        paths = _run_paths(job)
+        flat = {
+            k: v
+            for k, v in flatten(job.config).items()
+            if _semantic(k) and not (isinstance(v, str) and any(p in v for p in paths))
+        }
         if not flat:
             orphans.append(job.name)
             continue

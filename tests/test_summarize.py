@@ -160,6 +160,7 @@ def make_run(
         "train": {"max_steps": 20, "batch_size": 4, "lr": lr, "seed": seed, "progress": False},
         "logger": {"mode": "offline", "name": f"run-{folder.name}"},
         "data_dir": str(folder / "data"),
+        "paths": {"run_dir": str(folder.resolve())},  # a run-dir path, as a trainer may record
     }
     (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
     overrides = [f"mixer={mixer}", f"train.lr={lr}", f"train.seed={seed}", f"model.skip={skip}"]
@@ -324,6 +325,22 @@ def test_several_sweeps_are_summarised_together(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         summarize.main()
     assert "say where to write with --out" in capsys.readouterr().err
+
+
+def test_repeated_seeds_are_kept_and_not_paired(tmp_path):
+    """The same configuration and seeds in two sweeps: six values, not three; compared with
+    another configuration by Welch's test, since seeds no longer identify one run."""
+    for sweep, offset in (("a", 0.0), ("b", 0.01)):
+        for seed in range(3):
+            make_run(tmp_path / sweep / str(seed), "scaled_dot", seed, 2.0 + seed / 10 + offset)
+            make_run(tmp_path / sweep / str(3 + seed), "pooling", seed, 2.2 + seed / 10 + offset)
+    out = tmp_path / "report"
+    summarize.summarize([tmp_path / "a", tmp_path / "b"], out)
+    groups = read_groups(out)
+    assert [g["n_seeds"] for g in groups.values()] == ["6", "6"]
+    assert float(groups["mixer=scaled_dot"]["val_loss_mean"]) == pytest.approx(2.105)
+    (c,) = csv.DictReader((out / "comparisons.csv").open())
+    assert c["method"] == "Welch t" and (c["n"], c["n_best"]) == ("6", "6")
 
 
 # ---- a real sweep -------------------------------------------------------------------------
