@@ -1,20 +1,61 @@
-"""Summarise a Hydra multirun of attnzoo.train: one table row per job, and two figures.
+"""Summarise a Hydra multirun of attnzoo.train: one row per job, one row per configuration over
+its seeds with 95% intervals, which differences the seeds resolve, and (optionally) the learning
+rate to keep per configuration.
 
-Reads, for each job folder of the sweep, `.hydra/config.yaml`, `metrics.jsonl` and `summary.json`
-(nothing from the network, nothing from W&B) and writes to --out (default: the sweep folder):
+Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides.yaml`,
+`metrics.jsonl` and `summary.json` (nothing from the network, nothing from W&B) and writes to
+--out (default: the sweep folder):
 
-- summary.md, summary.csv: mixer, skip, MLP, norm, depth, task, final validation loss and metric,
-  final rank, steps/s, parameters, status, and the job's own overrides. A job that failed, diverged or was preempted keeps the
-  status its summary.json gives; a job with metrics but no summary is "incomplete" (still running
-  or killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
+- summary.md, summary.csv: one row per job: mixer, skip, MLP, norm, depth, task, seed, final
+  validation loss and metric, final rank, steps/s, parameters, tokens, wall time, FLOPs, status,
+  and the job's own overrides. A job that failed, diverged or was preempted keeps the status its
+  summary.json gives; a job with metrics but no summary is "incomplete" (still running or
+  killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
   A job number the sweep's launcher never reached (a gap in 0..max, or fewer folders than the
-  sweep's grid) appears as "missing" too.
+  sweep's grid) appears as "missing" too. Tokens are not recorded by the trainer: they are
+  steps × train.batch_size × context (task.seq_len / task.num_points) of the resolved config;
+  FLOPs are tokens × the analytic training FLOPs per token of the blocks (attnzoo.flops:
+  matmuls, backward = 2 × forward, embedding and head excluded); wall time is time.total_s.
+- groups.md, groups.csv: one row per configuration. Jobs whose resolved configs differ only in
+  `train.seed` (and in non-semantic keys: logger.*, data_dir, train.progress/resume/threads/
+  ckpt_every/device) are replicates of one configuration. Columns: the axes that vary between
+  configurations, n_seeds (completed seeds with a finite value), n_jobs, seeds, then for
+  val_loss, metric (the task's) and rank: _mean, _std, _ci_low, _ci_high (Student-t, see
+  attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
+  flops, note. A configuration with one seed has an empty interval and says so; a seed that did
+  not complete is left out and named in the note.
+- comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
+  sweep varied, the mixer when it varied several), each configuration against the best one
+  (lowest mean validation loss) with the other axes fixed: the paired t-test on the seeds both
+  ran (a seed fixes data order and initialisation, so matching seeds share noise that pairing
+  removes), Welch's t-test when their seed sets differ. "resolved" = the interval of the
+  difference excludes 0; with --margin, two one-sided tests (TOST) say "within margin" when the
+  difference is shown to be inside ±margin. "not resolved" is not "equal".
+- intervals.png: per configuration, the mean and its interval (whiskers) of the final
+  validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss
+  against step, mean over seeds with its interval as a band.
 - rank_vs_depth.png: the relative residual after each block at the final evaluation, one panel per
-  ablation (skip/MLP/norm), one line per mixer (and depth).
-- val_curves.png: validation loss against step, one panel per mixer, one line per ablation.
+  ablation (skip/MLP/norm), one line per job. val_curves.png: validation loss against step, one
+  line per job.
+- with --select-by val_loss --tune-axis train.lr: selected.json, selected.md, selected.sh: for
+  each configuration of the other axes, the value of the tuned axis with the best mean over the
+  tuning seeds (a value at the edge of the grid is flagged), and the commands that rerun each at
+  its value with fresh seeds and summarise the reruns.
 
     python scripts/summarize.py multirun/2026-11-22_12-00-00
-    python scripts/summarize.py multirun/2026-11-22_12-00-00 --out reports/sweep1
+    python scripts/summarize.py multirun/2026-11-22_12-00-00 --out reports/sweep1 --margin 0.02
+    python scripts/summarize.py multirun/a multirun/b --out reports/ab     # several sweeps as one
+
+A replicated, tuned ablation (tune on seeds 100-101 over a log-spaced grid, then report on fresh
+seeds 0-4, so the reported numbers are not the ones the choice was made on):
+
+    python -m attnzoo.train -m mixer=scaled_dot,pooling train.lr=1e-3,2e-3,4e-3,8e-3 \\
+        train.seed=100,101 hydra.sweep.dir=multirun/tune
+    python scripts/summarize.py multirun/tune --select-by val_loss --tune-axis train.lr \\
+        --final-dir multirun/final
+    bash multirun/tune/selected.sh      # one sweep per configuration at its selected LR, seeds
+                                        # 0-4, then: summarize.py multirun/final/*/ --out
+                                        # multirun/final-report --compare mixer
 """
 
 from __future__ import annotations
@@ -23,7 +64,9 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +78,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from attnzoo.flops import MIXER_NAMES, train_flops_per_token  # noqa: E402
+from attnzoo.stats import Comparison, Interval, compare, mean_interval  # noqa: E402
+
 COLUMNS = (
     "job",
     "mixer",
@@ -43,15 +89,34 @@ COLUMNS = (
     "norm",
     "depth",
     "task",
+    "seed",
     "final_val_loss",
     "metric",
     "final_metric",
     "final_rank",
     "steps_per_s",
     "params",
+    "tokens",
+    "wall_s",
+    "flops",
     "status",
     "overrides",
     "note",
+)
+REPLICATE_KEY = "train.seed"
+# Resolved-config keys that do not make a different configuration: the replicate axis, where and
+# how a run logs, checkpoints, resumes and threads. A key matches itself and everything under it.
+NON_SEMANTIC = (
+    REPLICATE_KEY,
+    "logger",
+    "data_dir",
+    "hydra",
+    "train.progress",
+    "train.resume",
+    "train.threads",
+    "train.ckpt_every",
+    "train.device",
+    "_overrides",
 )
 RANK_LAYER = re.compile(r"^rank/layer_(\d+)$")
 
@@ -216,12 +281,75 @@ def find_jobs(sweep: Path) -> list[Job]:
     )
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, digits: int = 4) -> str:
+    """A table cell: 4 significant digits for reading (markdown), more for csv files."""
     if value is None:
         return ""
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.4g}"
+        return "nan" if math.isnan(value) else f"{value:.{digits}g}"
     return str(value)
+
+
+CSV_DIGITS = 10
+
+
+def _context(cfg: dict[str, Any]) -> int | None:
+    """Tokens per sequence from the resolved config (the task's seq_len or num_points)."""
+    for key in ("task.seq_len", "task.num_points", "task.block_size"):
+        value = _get(cfg, key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _task_attr(task: Any, attr: str, default: Any) -> Any:
+    """A class attribute of a registered task (e.g. `causal`), without building the task."""
+    try:
+        from attnzoo.tasks import TASKS
+
+        return getattr(TASKS[str(task)], attr, default)
+    except Exception:  # an unknown task, or attnzoo not importable: the default
+        return default
+
+
+def budget(job: Job) -> dict[str, Any]:
+    """Tokens seen, wall time and training FLOPs of a job.
+
+    The trainer records neither tokens nor FLOPs: tokens = steps × train.batch_size × context
+    (task.seq_len or task.num_points) from the resolved config, and FLOPs = tokens × the
+    analytic training FLOPs per token of the blocks (attnzoo.flops: matmuls only, backward =
+    2 × forward, embedding and head excluded); wall time is summary.json's time.total_s."""
+    cfg, summary = job.config, job.summary or {}
+    steps = summary.get("step")
+    if steps is None:
+        steps = next((r["step"] for r in reversed(job.records) if "step" in r), None)
+    batch, context = _get(cfg, "train.batch_size"), _context(cfg)
+    tokens = steps * batch * context if None not in (steps, batch, context) else None
+    wall = (
+        (summary.get("time") or {}).get("total_s")
+        if isinstance(summary.get("time"), dict)
+        else None
+    )
+    flops = None
+    mixer = _group_name(cfg, "mixer", cfg.get("_overrides", []))
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    if tokens is not None and mixer in MIXER_NAMES and context is not None:
+        try:
+            task = _group_name(cfg, "task", cfg.get("_overrides", []))
+            per_token = train_flops_per_token(
+                mixer,
+                dim=int(model["dim"]),
+                depth=int(model["depth"]),
+                heads=int(model.get("heads", 1)),
+                seq_len=context,
+                causal=bool(_task_attr(task, "causal", False)),
+                mlp=bool(model.get("mlp", True)),
+                mlp_ratio=float(model.get("mlp_ratio", 4.0)),
+            )
+            flops = per_token * tokens
+        except (KeyError, TypeError, ValueError):
+            flops = None
+    return {"tokens": tokens, "wall_s": wall, "flops": flops}
 
 
 def row(job: Job) -> dict[str, Any]:
@@ -237,12 +365,14 @@ def row(job: Job) -> dict[str, Any]:
         "norm": _get(cfg, "model.norm"),
         "depth": _get(cfg, "model.depth"),
         "task": _group_name(cfg, "task", overrides),
+        "seed": _get(cfg, REPLICATE_KEY),
         "final_val_loss": job.value("val/loss"),
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,
         "final_rank": rank,
         "steps_per_s": summary.get("steps_per_s"),
         "params": summary.get("params"),
+        **budget(job),
         "status": job.status,
         "overrides": " ".join(str(o) for o in overrides),
         "note": "; ".join(job.notes),
@@ -253,7 +383,7 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
     with open(out / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: _fmt(v) for k, v in r.items()} for r in rows)
+        writer.writerows({k: _fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -261,6 +391,11 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
         f"# Sweep summary: {sweep}",
         "",
         f"{len(rows)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".",
+        "",
+        "tokens = steps × train.batch_size × context (task.seq_len or task.num_points) from the "
+        "resolved config (the trainer does not record tokens); flops = tokens × the blocks' "
+        "training FLOPs per token from attnzoo.flops (matmuls only, backward = 2 × forward, "
+        "embedding and head excluded); wall_s = summary.json's time.total_s.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -330,31 +465,722 @@ def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def summarize(sweep: Path, out: Path | None = None) -> list[dict[str, Any]]:
-    """Write summary.{md,csv}, rank_vs_depth.png and val_curves.png; return the table rows."""
-    out = sweep if out is None else out
-    jobs = find_jobs(sweep)
+# ---- seeds as replicates: one row per configuration -------------------------------------------
+
+GROUP_STATS = (
+    "n_seeds",
+    "n_jobs",
+    "seeds",
+    "val_loss_mean",
+    "val_loss_std",
+    "val_loss_ci_low",
+    "val_loss_ci_high",
+    "metric",
+    "metric_mean",
+    "metric_std",
+    "metric_ci_low",
+    "metric_ci_high",
+    "rank_mean",
+    "rank_std",
+    "rank_ci_low",
+    "rank_ci_high",
+    "steps_per_s_mean",
+    "params",
+    "tokens",
+    "wall_s_mean",
+    "flops",
+    "note",
+)
+COMPARISON_COLUMNS = (
+    "block",
+    "config",
+    "best",
+    "on",
+    "method",
+    "n",
+    "n_best",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "p_value",
+    "margin",
+    "p_tost",
+    "verdict",
+    "sentence",
+)
+VALUES = {"val_loss": "final_val_loss", "metric": "final_metric", "rank": "final_rank"}
+
+
+def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"dim": 64}} -> {"model.dim": 64}; lists become tuples (hashable)."""
+    flat: dict[str, Any] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat |= flatten(value, f"{name}.")
+        else:
+            flat[name] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
+def _semantic(key: str) -> bool:
+    return not any(key == k or key.startswith(f"{k}.") for k in NON_SEMANTIC)
+
+
+def _axis_name(key: str) -> str:
+    """How an axis is shown: a config group's choice by the group's name (`mixer`)."""
+    return key.removesuffix(".name")
+
+
+@dataclass
+class Group:
+    """The jobs of one configuration: resolved configs equal up to the seed and NON_SEMANTIC."""
+
+    config: dict[str, Any]
+    members: list[tuple[Job, dict[str, Any]]] = field(default_factory=list)
+    label: dict[str, Any] = field(default_factory=dict)  # the axes that vary between groups
+
+    @property
+    def name(self) -> str:
+        return ", ".join(f"{_axis_name(k)}={_fmt(v)}" for k, v in self.label.items()) or "all"
+
+    @property
+    def completed(self) -> list[dict[str, Any]]:
+        return [r for _, r in self.members if r["status"] == "completed"]
+
+    def values(self, which: str) -> dict[Any, float]:
+        """{seed: final value} over the completed jobs with a finite value (which: val_loss,
+        metric or rank)."""
+        out: dict[Any, float] = {}
+        for r in self.completed:
+            v = r[VALUES[which]]
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                # no seed, or a seed twice (two sweeps): keyed by the job, so never paired
+                seed = r["seed"] if r["seed"] is not None else ("job", r["job"])
+                out[seed if seed not in out else ("job", r["job"])] = float(v)
+        return out
+
+
+def _run_paths(job: Job) -> list[str]:
+    """The job's folder and its sweep's, as written and resolved: a config value that contains
+    one is a run-dir path (checkpoint or output folder), not part of the configuration."""
+    if job.folder is None:
+        return []
+    sweep = job.folder.parent
+    given = [str(p) for p in (job.folder, sweep) if os.sep in str(p)]  # not a bare "sw"
+    return given + [str(job.folder.resolve()), str(sweep.resolve())]
+
+
+def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group], list[str]]:
+    """Groups in order of first appearance, each labelled by the axes that vary between groups,
+    and the names of the jobs that could not be placed (no readable config)."""
+    groups: dict[str, Group] = {}
+    orphans = []
+    for job, r in zip(jobs, rows, strict=True):
+        paths = _run_paths(job)
+        flat = {
+            k: v
+            for k, v in flatten(job.config).items()
+            if _semantic(k) and not (isinstance(v, str) and any(p in v for p in paths))
+        }
+        if not flat:
+            orphans.append(job.name)
+            continue
+        key = json.dumps(sorted(flat.items()), default=str)
+        groups.setdefault(key, Group(flat)).members.append((job, r))
+    found = list(groups.values())
+    for key in varying_axes(found):
+        for g in found:
+            g.label[key] = g.config.get(key)
+    return found, orphans
+
+
+def varying_axes(groups: list[Group]) -> list[str]:
+    """Config keys whose value differs between groups, without the keys that only follow a group
+    choice (mixer.window, present for pooling alone, follows mixer.name)."""
+    keys = sorted({k for g in groups for k in g.config})
+    varying = [
+        k for k in keys if len({json.dumps(g.config.get(k), default=str) for g in groups}) > 1
+    ]
+    axes = []
+    for key in varying:
+        head = key.rsplit(".", 1)[0] + ".name" if "." in key else None
+        if head and head != key and head in varying:
+            by_choice: dict[str, set[str]] = {}
+            for g in groups:
+                by_choice.setdefault(str(g.config.get(head)), set()).add(
+                    json.dumps(g.config.get(key), default=str)
+                )
+            if all(len(v) == 1 for v in by_choice.values()):
+                continue  # determined by the group choice
+        axes.append(key)
+    # group choices first (mixer, task), then the rest in key order
+    return sorted(axes, key=lambda k: (not k.endswith(".name"), k))
+
+
+def _interval_cells(prefix: str, ci: Interval) -> dict[str, Any]:
+    return {
+        f"{prefix}_mean": ci.mean,
+        f"{prefix}_std": ci.std,
+        f"{prefix}_ci_low": ci.low,
+        f"{prefix}_ci_high": ci.high,
+    }
+
+
+def _mean(values: list[Any]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sum(nums) / len(nums) if nums else None
+
+
+def _common(values: list[Any]) -> Any:
+    """The one value every job shares, else their mean (params differ only by accident)."""
+    distinct = {v for v in values if v is not None}
+    return distinct.pop() if len(distinct) == 1 else _mean(values)
+
+
+def group_row(group: Group, confidence: float) -> dict[str, Any]:
+    """One row of groups.csv: n, mean, std and the Student-t interval of the final validation
+    loss, task metric and rank over the completed seeds, plus cost columns."""
+    done = group.completed
+    notes = []
+    for job, r in group.members:
+        if r["status"] != "completed":
+            notes.append(f"seed {_fmt(r['seed'])} {r['status']} (job {job.name}), left out")
+    cells: dict[str, Any] = {}
+    for which in VALUES:
+        ci = mean_interval(list(group.values(which).values()), confidence)
+        cells |= _interval_cells(which, ci)
+        if ci.note and which == "val_loss":
+            notes.append(ci.note)
+    metrics = {r["metric"] for r in done if r["metric"]}
+    return {
+        "group": group.name,
+        **{_axis_name(k): v for k, v in group.label.items()},
+        "n_seeds": len(group.values("val_loss")),
+        "n_jobs": len(group.members),
+        "seeds": " ".join(_fmt(r["seed"]) for r in done),
+        **cells,
+        "metric": ", ".join(sorted(metrics)) or None,
+        "steps_per_s_mean": _mean([r["steps_per_s"] for r in done]),
+        "params": _common([r["params"] for r in done]),
+        "tokens": _common([r["tokens"] for r in done]),
+        "wall_s_mean": _mean([r["wall_s"] for r in done]),
+        "flops": _common([r["flops"] for r in done]),
+        "note": "; ".join(notes),
+    }
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows({k: _fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
+
+
+def _md_table(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c)).replace("|", "/") for c in columns) + " |")
+    return lines
+
+
+def _ci_text(mean: Any, low: Any, high: Any) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return ""
+    if isinstance(low, float) and math.isnan(low):
+        return f"{mean:.4g} (1 seed)"
+    return f"{mean:.4g} [{low:.4g}, {high:.4g}]"
+
+
+# ---- which differences are resolved ---------------------------------------------------------
+
+
+def resolve_axis(name: str, axes: list[str]) -> str:
+    """`mixer` or `mixer.name` or `model.skip`: the config key of a varied axis."""
+    for key in (name, f"{name}.name"):
+        if key in axes:
+            return key
+    shown = ", ".join(_axis_name(a) for a in axes) or "none (the sweep varied only the seed)"
+    raise ValueError(f"{name!r} is not an axis this sweep varied; its axes: {shown}")
+
+
+def default_axis(axes: list[str]) -> str | None:
+    """The axis the sweep varied: the only one, or the mixer, or the first."""
+    if not axes:
+        return None
+    return "mixer.name" if "mixer.name" in axes else axes[0]
+
+
+def _lower_is_better(which: str, groups: list[Group]) -> bool:
+    """Loss and rank: lower / higher is better; the task metric: the task's own direction."""
+    if which == "val_loss":
+        return True
+    if which == "rank":
+        return False  # a higher relative residual is less collapse
+    tasks = {g.config.get("task.name") for g in groups}
+    return not all(_task_attr(t, "higher_is_better", True) for t in tasks)
+
+
+def _in_scope(key: str, axis: str) -> bool:
+    """`key` is the axis itself or under its config group (mixer.window for mixer.name)."""
+    scope = axis.removesuffix("name") if axis.endswith(".name") else f"{axis}."
+    return key == axis or key.startswith(scope)
+
+
+def attached_keys(groups: list[Group], axis: str) -> list[str]:
+    """Other axes that were chosen per value of `axis` rather than crossed with it: leaving one
+    out of the blocks still puts each value of `axis` at most once in a block. A sweep rerun at
+    a learning rate selected per mixer has train.lr attached to the mixer, so the mixers are
+    still compared with each other (each at its own learning rate)."""
+    rest = [k for k in (groups[0].label if groups else {}) if not _in_scope(k, axis)]
+    attached: list[str] = []
+    for key in rest:
+        keep = [k for k in rest if k != key and k not in attached]
+        seen: set[tuple[str, str]] = set()
+        unique = True
+        for g in groups:
+            cell = (json.dumps([g.label.get(k) for k in keep], default=str),
+                    json.dumps(g.label.get(axis), default=str))  # fmt: skip
+            unique &= cell not in seen
+            seen.add(cell)
+        if unique:
+            attached.append(key)
+    return attached
+
+
+def blocks(groups: list[Group], axis: str, attach: bool = True) -> dict[str, list[Group]]:
+    """Groups that differ only in `axis` (and keys under its config group, and with `attach`
+    the keys chosen per value of it: `attached_keys`), by the other axes' values."""
+    skip = set(attached_keys(groups, axis)) if attach else set()
+    out: dict[str, list[Group]] = {}
+    for g in groups:
+        rest = {k: v for k, v in g.label.items() if not _in_scope(k, axis) and k not in skip}
+        name = ", ".join(f"{_axis_name(k)}={_fmt(v)}" for k, v in rest.items()) or "all"
+        out.setdefault(name, []).append(g)
+    return out
+
+
+def _config_name(g: Group, axis: str, attached: list[str]) -> str:
+    """The value of `axis`, with the attached keys' values: `pooling (train.lr=0.01)`."""
+    extra = ", ".join(f"{_axis_name(k)}={_fmt(g.label.get(k))}" for k in attached)
+    return _fmt(g.label.get(axis)) + (f" ({extra})" if extra else "")
+
+
+def _sentence(a: str, best: str, c: Comparison, on: str) -> str:
+    n = f"{min(c.n_a, c.n_b)} seeds" if c.method == "paired t" else f"{c.n_a}+{c.n_b} seeds"
+    if c.verdict == "too few seeds":
+        return f"{a} vs {best}: too few seeds to tell ({c.n_a} and {c.n_b}; 2 each needed)"
+    text = (
+        f"{a} vs {best}: {c.verdict} with {n} ({c.method}, Δ{on} = {c.diff:+.3g}, "
+        f"{c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], p = {c.p_value:.2g}"
+    )
+    if c.margin is not None and c.p_tost is not None:
+        text += f"; TOST ±{c.margin:g}: p = {c.p_tost:.2g}"
+    return text + ")"
+
+
+def comparisons(
+    groups: list[Group],
+    axis: str,
+    on: str = "val_loss",
+    confidence: float = 0.95,
+    margin: float | None = None,
+) -> list[dict[str, Any]]:
+    """Within each block (the other axes fixed), every configuration against the best one on
+    `on` (by mean over seeds): attnzoo.stats.compare, i.e. the paired t-test on the seeds both
+    ran, Welch's t-test when the seed sets differ, and TOST against ±margin."""
+    lower = _lower_is_better(on, groups)
+    attached = attached_keys(groups, axis)
+    rows = []
+    for block, members in blocks(groups, axis).items():
+        scored = [g for g in members if g.values(on)]
+        if len(scored) < 2:
+            continue
+        means = {id(g): sum(g.values(on).values()) / len(g.values(on)) for g in scored}
+        best = (min if lower else max)(scored, key=lambda g: means[id(g)])
+        for g in scored:
+            if g is best:
+                continue
+            c = compare(g.values(on), best.values(on), confidence, margin)
+            a_name = _config_name(g, axis, attached)
+            b_name = _config_name(best, axis, attached)
+            rows.append(
+                {
+                    "block": block,
+                    "config": a_name,
+                    "best": b_name,
+                    "on": on,
+                    "method": c.method,
+                    "n": c.n_a,
+                    "n_best": c.n_b,
+                    "diff": c.diff,
+                    "diff_ci_low": c.low,
+                    "diff_ci_high": c.high,
+                    "p_value": c.p_value,
+                    "margin": margin,
+                    "p_tost": c.p_tost,
+                    "verdict": c.verdict,
+                    "sentence": _sentence(a_name, b_name, c, on),
+                }
+            )
+    return rows
+
+
+# ---- selection of a tuned value (e.g. the learning rate) -----------------------------------
+
+
+def _override_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def select(
+    groups: list[Group],
+    tune_key: str,
+    by: str = "val_loss",
+    fresh_seeds: str = "0,1,2,3,4",
+    final_dir: str = "multirun/final",
+) -> list[dict[str, Any]]:
+    """For each configuration of the other axes, the value of `tune_key` with the best mean of
+    `by` over the tuning seeds, and the Hydra overrides that rerun it with fresh seeds."""
+    lower = _lower_is_better(by, groups)
+    out = []
+    for i, (block, members) in enumerate(blocks(groups, tune_key, attach=False).items()):
+        scored = [g for g in members if g.values(by)]
+        if not scored:
+            continue
+        mean = {id(g): sum(g.values(by).values()) / len(g.values(by)) for g in scored}
+        best = (min if lower else max)(scored, key=lambda g: mean[id(g)])
+        grid = sorted(
+            (g.config.get(tune_key) for g in members if g.config.get(tune_key) is not None),
+            key=lambda v: (str(type(v)), v),
+        )
+        chosen = best.config.get(tune_key)
+        notes = []
+        if len(grid) > 2 and chosen in (grid[0], grid[-1]):
+            notes.append(f"{chosen} is at the edge of the grid {grid}: widen it")
+        member = next(
+            (j for j, r in best.members if r["status"] == "completed"), best.members[0][0]
+        )
+        keep = [
+            str(o)
+            for o in member.config.get("_overrides", [])
+            if not str(o).lstrip("+~").startswith((f"{REPLICATE_KEY}=", f"{tune_key}=", "hydra"))
+        ]
+        overrides = keep + [
+            f"{tune_key}={_override_value(chosen)}",
+            f"{REPLICATE_KEY}={fresh_seeds}",
+            f"hydra.sweep.dir={final_dir}/{i:02d}",
+        ]
+        ci = mean_interval(list(best.values(by).values()))
+        out.append(
+            {
+                "config": block,
+                "axes": {_axis_name(k): v for k, v in best.label.items() if k != tune_key},
+                "tune_axis": tune_key,
+                "value": chosen,
+                "select_by": by,
+                "mean": ci.mean,
+                "n_seeds": ci.n,
+                "candidates": [
+                    {
+                        "value": g.config.get(tune_key),
+                        "mean": mean[id(g)],
+                        "n_seeds": len(g.values(by)),
+                    }
+                    for g in sorted(scored, key=lambda g: (str(g.config.get(tune_key)),))
+                ],
+                "note": "; ".join(notes),
+                "overrides": overrides,
+                "command": "python -m attnzoo.train -m "
+                + " ".join(shlex.quote(o) for o in overrides),
+            }
+        )
+    return out
+
+
+def write_selection(selected: list[dict[str, Any]], out: Path, final_dir: str, axis: str | None):
+    """selected.json (the choices), selected.md (a table) and selected.sh (the fresh-seed runs,
+    then their summary): `bash selected.sh` is the follow-up command."""
+    (out / "selected.json").write_text(json.dumps(selected, indent=2, default=str) + "\n")
+    compare_flag = f" --compare {_axis_name(axis)}" if axis else ""
+    script = shlex.quote(os.path.relpath(Path(__file__).resolve()))  # from where it runs now
+    report = f"python {script} {final_dir}/*/ --out {final_dir}-report{compare_flag}"
+    lines = ["#!/usr/bin/env bash", "# fresh-seed runs at the selected values, then their summary",
+             "set -euo pipefail"] + [s["command"] for s in selected] + [report]  # fmt: skip
+    (out / "selected.sh").write_text("\n".join(lines) + "\n")
+    md = ["# Selected values", ""]
+    if selected:
+        s0 = selected[0]
+        md += [f"Chosen by the best mean of {s0['select_by']} over the tuning seeds, per "
+               f"configuration of the other axes; tuned: `{s0['tune_axis']}`.", ""]  # fmt: skip
+    md += ["| config | value | mean | n_seeds | candidates (value: mean) | note |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for s in selected:
+        cands = ", ".join(f"{_fmt(c['value'])}: {_fmt(c['mean'])}" for c in s["candidates"])
+        md.append(f"| {s['config']} | {_fmt(s['value'])} | {_fmt(s['mean'])} | {s['n_seeds']} "
+                  f"| {cands} | {s['note']} |")  # fmt: skip
+    md += ["", "Rerun with fresh seeds (`bash selected.sh` does all of it):", "", "```"]
+    md += [s["command"] for s in selected] + [report, "```"]
+    (out / "selected.md").write_text("\n".join(md) + "\n")
+
+
+# ---- figures over seeds ----------------------------------------------------------------------
+
+
+def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path, conf: float):
+    """Mean over seeds with its interval as a whisker, per configuration and measure."""
+    panels = [("val_loss", "final validation loss"), ("metric", "final task metric"),
+              ("rank", "final relative residual")]  # fmt: skip
+    fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(groups) + 1.6), squeeze=False)
+    names = [g.name for g in groups]
+    for ax, (which, title) in zip(axes[0], panels, strict=True):
+        for y, r in enumerate(table):
+            mean, low, high = r[f"{which}_mean"], r[f"{which}_ci_low"], r[f"{which}_ci_high"]
+            if mean is None or math.isnan(mean):
+                continue
+            if math.isnan(low):
+                ax.plot([mean], [y], "o", mfc="none", color="C0")  # one seed: no whisker
+            else:
+                ax.errorbar([mean], [y], xerr=[[mean - low], [high - mean]], fmt="o",
+                            color="C0", capsize=3)  # fmt: skip
+            for seed_value in table[y]["_values"][which]:
+                ax.plot([seed_value], [y], ".", color="0.6", ms=4)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names if which == "val_loss" else [], fontsize=7)
+        ax.set_ylim(-0.7, len(names) - 0.3)
+        ax.invert_yaxis()
+        ax.set_title(f"{title}: mean, {conf:.0%} t-interval", fontsize=9)
+        ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def curve_band(group: Group, confidence: float) -> tuple[list[int], list[Interval]]:
+    """Validation loss per step over the completed seeds: at the steps every seed logged."""
+    curves = []
+    for job, r in group.members:
+        if r["status"] != "completed":
+            continue
+        curve = {rec["step"]: rec["val/loss"] for rec in job.records
+                 if "val/loss" in rec and "step" in rec and math.isfinite(rec["val/loss"])}  # fmt: skip
+        if curve:
+            curves.append(curve)
+    if not curves:
+        return [], []
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    return steps, [mean_interval([c[s] for c in curves], confidence) for s in steps]
+
+
+def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: float) -> None:
+    """Validation loss against step: mean over seeds with its interval as a band; one panel per
+    configuration of the other axes, one line per value of the compared axis."""
+    panels = blocks(groups, axis) if axis else {"all": groups}
+    attached = attached_keys(groups, axis) if axis else []
+    n = max(len(panels), 1)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=True)
+    for ax, (title, members) in zip(axes[0], panels.items(), strict=False):
+        for i, g in enumerate(members):
+            steps, cis = curve_band(g, confidence)
+            if not steps:
+                continue
+            label = _config_name(g, axis, attached) if axis else g.name
+            mean = [c.mean for c in cis]
+            ax.plot(steps, mean, color=f"C{i % 10}", label=f"{label} (n={cis[-1].n})")
+            if cis[-1].n > 1:
+                ax.fill_between(steps, [c.low for c in cis], [c.high for c in cis],
+                                color=f"C{i % 10}", alpha=0.2, lw=0)  # fmt: skip
+        ax.set_title(title if title != "all" else f"by {_axis_name(axis or 'configuration')}",
+                     fontsize=9)  # fmt: skip
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    if not any(ax.lines for ax in axes[0]):
+        axes[0][0].text(0.5, 0.5, "no completed job logged val/loss", ha="center", va="center")
+    axes[0][0].set_ylabel(f"validation loss (mean, {confidence:.0%} band)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_groups(
+    groups: list[Group],
+    table: list[dict[str, Any]],
+    compared: list[dict[str, Any]],
+    orphans: list[str],
+    out: Path,
+    axis: str | None,
+    confidence: float,
+    margin: float | None,
+) -> None:
+    axes = [_axis_name(k) for k in (groups[0].label if groups else {})]
+    columns = ["group", *axes, *GROUP_STATS]
+    _write_csv(out / "groups.csv", columns, table)
+    lines = [
+        "# Sweep summary by configuration",
+        "",
+        f"{len(groups)} configuration(s); jobs whose resolved configs differ only in "
+        f"`{REPLICATE_KEY}` (and in {', '.join(k for k in NON_SEMANTIC if k != REPLICATE_KEY)}) "
+        "are replicates of one configuration. Values: mean over the completed seeds "
+        f"[{confidence:.0%} Student-t interval]; a configuration with one seed has no interval.",
+        "",
+    ]
+    if orphans:
+        lines += [f"Not placed (no readable config): jobs {', '.join(orphans)}.", ""]
+    short = ["group", "n_seeds", "val_loss", "metric", "rank", "steps_per_s_mean", "params",
+             "flops", "note"]  # fmt: skip
+    cells = []
+    for r in table:
+        cells.append(
+            {
+                **r,
+                "val_loss": _ci_text(
+                    r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"]
+                ),
+                "metric": (f"{r['metric']} " if r["metric"] else "")
+                + _ci_text(r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]),
+                "rank": _ci_text(r["rank_mean"], r["rank_ci_low"], r["rank_ci_high"]),
+            }
+        )
+    lines += _md_table(short, cells)
+    if axis is not None:
+        lines += ["", f"## Differences along `{_axis_name(axis)}`", ""]
+        how = (
+            "Each configuration against the best one (lowest mean validation loss) with the other "
+            f"axes fixed: the paired t-test on the seeds both ran (Welch's t-test when the seed "
+            f'sets differ), at {confidence:.0%}; "resolved" = the interval of the difference '
+            'excludes 0. "Not resolved" is not "equal"'
+        )
+        how += (
+            f': "within margin" = two one-sided tests put the difference inside ±{margin:g}.'
+            if margin is not None
+            else "; pass --margin for an equivalence test (TOST)."
+        )
+        lines += [how, ""]
+        lines += [f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
+                  for c in compared] or ["- nothing to compare (fewer than two configurations with a completed seed)"]  # fmt: skip
+    (out / "groups.md").write_text("\n".join(lines) + "\n")
+
+
+def summarize(
+    sweep: Path | list[Path],
+    out: Path | None = None,
+    *,
+    compare_axis: str | None = None,
+    margin: float | None = None,
+    confidence: float = 0.95,
+    select_by: str | None = None,
+    tune_axis: str | None = None,
+    fresh_seeds: str = "0,1,2,3,4",
+    final_dir: str = "multirun/final",
+) -> list[dict[str, Any]]:
+    """Write the per-job and per-configuration tables and figures (see the module docstring);
+    return the per-job rows. Several sweep folders are summarised as one (job names then start
+    with the sweep folder's name)."""
+    sweeps = [sweep] if isinstance(sweep, Path) else list(sweep)
+    if not sweeps:
+        raise ValueError("no sweep folder given")
+    if out is None:
+        if len(sweeps) > 1:
+            raise ValueError("several sweep folders: say where to write with --out")
+        out = sweeps[0]
+    if select_by is not None and select_by not in ("val_loss", "metric"):
+        raise ValueError(f"--select-by {select_by!r}: allowed: val_loss, metric")
+    jobs = []
+    for s in sweeps:
+        found = find_jobs(s)
+        if len(sweeps) > 1:
+            for j in found:
+                j.name = f"{s.name}/{j.name}"
+        jobs += found
     out.mkdir(parents=True, exist_ok=True)
     rows = [row(j) for j in jobs]
-    write_tables(rows, out, sweep)
+    write_tables(rows, out, sweeps[0] if len(sweeps) == 1 else Path(", ".join(map(str, sweeps))))
     plot_rank(jobs, rows, out / "rank_vs_depth.png")
     plot_val(jobs, rows, out / "val_curves.png")
+
+    groups, orphans = group_jobs(jobs, rows)
+    axes = varying_axes(groups)
+    if tune_axis is not None:
+        tune_key = resolve_axis(tune_axis, axes)
+        axes_wo_tune = [a for a in axes if a != tune_key]
+    else:
+        tune_key, axes_wo_tune = None, axes
+    axis = resolve_axis(compare_axis, axes) if compare_axis else default_axis(axes_wo_tune)
+    table = []
+    for g in groups:
+        r = group_row(g, confidence)
+        r["_values"] = {w: list(g.values(w).values()) for w in VALUES}
+        table.append(r)
+    compared = comparisons(groups, axis, "val_loss", confidence, margin) if axis else []
+    write_groups(groups, table, compared, orphans, out, axis, confidence, margin)
+    if compared:
+        _write_csv(out / "comparisons.csv", list(COMPARISON_COLUMNS), compared)
+    plot_intervals(groups, table, out / "intervals.png", confidence)
+    plot_bands(groups, axis, out / "val_bands.png", confidence)
+    if select_by is not None:
+        if tune_key is None:
+            raise ValueError("--select-by needs --tune-axis (e.g. --tune-axis train.lr)")
+        chosen = select(groups, tune_key, select_by, fresh_seeds, final_dir)
+        rest = [a for a in axes if a != tune_key]
+        write_selection(chosen, out, final_dir, default_axis(rest))
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sweep", type=Path, help="the multirun folder (holds 0/, 1/, ...)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__[__doc__.index("A replicated, tuned ablation") :],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("sweep", type=Path, nargs="+", help="multirun folder(s) (hold 0/, 1/, ...)")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: sweep)")
+    parser.add_argument("--compare", default=None,
+                        help="axis to compare along (e.g. mixer, model.skip); default: the axis "
+                             "the sweep varied (the mixer when it varied several)")  # fmt: skip
+    parser.add_argument("--margin", type=float, default=None,
+                        help="equivalence margin on the validation loss for TOST (e.g. 0.01)")  # fmt: skip
+    parser.add_argument("--confidence", type=float, default=0.95, help="default 0.95")
+    parser.add_argument("--select-by", choices=("val_loss", "metric"), default=None,
+                        help="pick the --tune-axis value with the best mean of this")  # fmt: skip
+    parser.add_argument("--tune-axis", default=None, help="the tuned axis, e.g. train.lr")
+    parser.add_argument("--fresh-seeds", default="0,1,2,3,4",
+                        help="seeds of the follow-up runs at the selected values")  # fmt: skip
+    parser.add_argument("--final-dir", default="multirun/final",
+                        help="where selected.sh puts the follow-up sweeps")  # fmt: skip
     args = parser.parse_args()
+    if not 0.0 < args.confidence < 1.0:
+        parser.error("--confidence must be in (0, 1)")
     try:
-        rows = summarize(args.sweep, args.out)
+        rows = summarize(
+            args.sweep,
+            args.out,
+            compare_axis=args.compare,
+            margin=args.margin,
+            confidence=args.confidence,
+            select_by=args.select_by,
+            tune_axis=args.tune_axis,
+            fresh_seeds=args.fresh_seeds,
+            final_dir=args.final_dir,
+        )
     except ValueError as err:
         parser.error(str(err))
-    out = args.out or args.sweep
+    out = args.out or args.sweep[0]
     print((out / "summary.md").read_text())
+    print((out / "groups.md").read_text())
+    written = "summary.{md,csv}, groups.{md,csv}, intervals.png, val_bands.png"
+    if (out / "comparisons.csv").exists():
+        written += ", comparisons.csv"
+    if args.select_by:
+        print((out / "selected.md").read_text())
+        written += ", selected.{json,md,sh}"
+    print(f"wrote {out}/: {written}, rank_vs_depth.png, val_curves.png")
     bad = [r["job"] for r in rows if r["status"] != "completed"]
-    print(f"wrote {out}/summary.{{md,csv}}, rank_vs_depth.png, val_curves.png")
     if bad:
         print(f"{len(bad)} job(s) did not complete: {', '.join(bad)}")
 

@@ -2,12 +2,18 @@
 
 import csv
 import json
+import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+
+from attnzoo.flops import train_flops_per_token
+from attnzoo.stats import mean_interval, t_ppf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -80,6 +86,10 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
         "summary.csv",
         "rank_vs_depth.png",
         "val_curves.png",
+        "groups.md",
+        "groups.csv",
+        "intervals.png",
+        "val_bands.png",
     }
     rows = {r["job"]: r for r in csv.DictReader((out / "summary.csv").open())}
     assert list(rows) == [str(i) for i in range(12)]  # 3 x 2 x 2 grid
@@ -126,3 +136,245 @@ def test_not_a_folder_is_an_error(tmp_path):
         text=True,
     )
     assert proc.returncode == 2 and "is not a folder" in proc.stderr
+
+
+# ---- seeds as replicates ------------------------------------------------------------------
+
+
+def make_run(
+    folder: Path,
+    mixer: str,
+    seed: int,
+    loss: float,
+    lr: float = 3e-3,
+    status: str = "completed",
+    skip: bool = True,
+) -> None:
+    """A completed job of a seed sweep, its final validation loss `loss` (the curve ends there),
+    accuracy 1 - loss / 3, with run-specific non-semantic keys (logger name, data_dir)."""
+    (folder / ".hydra").mkdir(parents=True)
+    cfg = {
+        "mixer": {"name": mixer} | ({"window": 3} if mixer == "pooling" else {}),
+        "model": {"dim": 16, "depth": 2, "heads": 2, "skip": skip, "mlp": True, "mlp_ratio": 4.0},
+        "task": {"name": "sort", "seq_len": 8},
+        "train": {"max_steps": 20, "batch_size": 4, "lr": lr, "seed": seed, "progress": False},
+        "logger": {"mode": "offline", "name": f"run-{folder.name}"},
+        "data_dir": str(folder / "data"),
+        "paths": {"run_dir": str(folder.resolve())},  # a run-dir path, as a trainer may record
+    }
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    overrides = [f"mixer={mixer}", f"train.lr={lr}", f"train.seed={seed}", f"model.skip={skip}"]
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    records = [
+        {
+            "step": s,
+            "val/loss": loss + (20 - s) / 10,
+            "val/accuracy": 1 - loss / 3,
+            "rank/last": 0.5,
+        }
+        for s in (0, 10, 20)
+    ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {"status": status, "step": 20, "steps_per_s": 10.0, "params": 999,
+               "time": {"total_s": 2.0}, "final": records[-1]}  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def read_groups(out: Path) -> dict[str, dict[str, str]]:
+    return {r["group"]: r for r in csv.DictReader((out / "groups.csv").open())}
+
+
+def test_groups_average_seeds_and_compare_against_the_best(tmp_path):
+    sweep, losses = tmp_path / "sweep", {}
+    losses["scaled_dot"] = [2.00, 2.05, 1.98, 2.03, 2.01]
+    losses["pooling"] = [2.02, 2.08, 2.01, 2.04, 9.99]  # seed 4 failed
+    job = 0
+    for mixer, values in losses.items():
+        for seed, loss in enumerate(values):
+            status = "failed" if loss > 9 else "completed"
+            make_run(sweep / str(job), mixer, seed, loss, status=status)
+            job += 1
+    make_run(sweep / str(job), "identity", 0, 2.5)  # one seed only
+    out = tmp_path / "report"
+    summarize.summarize(sweep, out, margin=0.1)
+
+    groups = read_groups(out)
+    assert list(groups) == ["mixer=scaled_dot", "mixer=pooling", "mixer=identity"]
+    sd, pool, ident = groups.values()
+    assert (sd["n_seeds"], sd["n_jobs"], sd["seeds"]) == ("5", "5", "0 1 2 3 4")
+    assert (pool["n_seeds"], pool["n_jobs"], pool["seeds"]) == ("4", "5", "0 1 2 3")
+    assert "seed 4 failed" in pool["note"]
+    for r, values in ((sd, losses["scaled_dot"]), (pool, losses["pooling"][:4])):
+        x = np.array(values)
+        half = t_ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+        assert float(r["val_loss_mean"]) == pytest.approx(x.mean(), rel=1e-3)
+        assert float(r["val_loss_std"]) == pytest.approx(x.std(ddof=1), rel=1e-3)
+        assert float(r["val_loss_ci_low"]) == pytest.approx(x.mean() - half, rel=1e-3)
+        assert float(r["val_loss_ci_high"]) == pytest.approx(x.mean() + half, rel=1e-3)
+        assert float(r["metric_mean"]) == pytest.approx(1 - x.mean() / 3, rel=1e-3)
+        assert r["metric"] == "accuracy" and float(r["rank_mean"]) == 0.5
+        assert r["params"] == "999" and r["tokens"] == str(20 * 4 * 8)
+        assert float(r["flops"]) == pytest.approx(
+            train_flops_per_token(r["mixer"], 16, 2, 2, 8) * 20 * 4 * 8
+        )
+    assert ident["n_seeds"] == "1" and ident["val_loss_mean"] == "2.5"
+    assert ident["val_loss_ci_low"] == "nan" and "one seed: no interval" in ident["note"]
+
+    compared = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
+    assert set(compared) == {"pooling", "identity"} and compared["pooling"]["best"] == "scaled_dot"
+    assert compared["pooling"]["method"] == "Welch t"  # seed 4 is missing from pooling
+    assert compared["identity"]["verdict"] == "too few seeds"
+    md = (out / "groups.md").read_text()
+    assert "pooling vs scaled_dot: " in md and "TOST ±0.1" in md
+    assert compared["pooling"]["verdict"] in md.split("pooling vs scaled_dot: ")[1]
+    assert (out / "intervals.png").stat().st_size > 0 and (out / "val_bands.png").stat().st_size > 0
+
+
+def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(tmp_path):
+    sweep, rng = tmp_path / "sweep", np.random.default_rng(0)
+    seed_effect = rng.normal(0, 0.05, 8)
+    for i, seed in enumerate(range(8)):
+        make_run(sweep / str(i), "scaled_dot", seed, 2.0 + seed_effect[seed])
+        make_run(sweep / str(8 + i), "metric", seed, 2.001 + seed_effect[seed])
+    out = tmp_path / "report"
+    summarize.summarize(sweep, out, compare_axis="mixer", margin=0.01)
+    (row_,) = csv.DictReader((out / "comparisons.csv").open())
+    assert row_["method"] == "paired t" and row_["n"] == "8"
+    assert row_["verdict"] == "resolved, within margin"  # real (exactly 0.001) but negligible
+    assert float(row_["diff"]) == pytest.approx(0.001, abs=1e-9)
+    with pytest.raises(ValueError, match="not an axis this sweep varied"):
+        summarize.summarize(sweep, out, compare_axis="model.skip")
+
+
+def test_interval_contains_the_mean_and_shrinks_as_seeds_are_added(tmp_path):
+    sigma, widths, base = 0.04, [], np.random.default_rng(1).normal(size=10)
+    for n in (2, 3, 5, 10):
+        z = base[:n] - base[:n].mean()
+        values = 2.0 + sigma * z / z.std(ddof=1)  # sample sd exactly sigma
+        sweep = tmp_path / f"n{n}"
+        for seed, v in enumerate(values):
+            make_run(sweep / str(seed), "scaled_dot", seed, float(v))
+        summarize.summarize(sweep)
+        (r,) = read_groups(sweep).values()
+        low, mean, high = (
+            float(r[k]) for k in ("val_loss_ci_low", "val_loss_mean", "val_loss_ci_high")
+        )
+        assert low < mean < high and r["n_seeds"] == str(n)
+        assert (high - low) / 2 == pytest.approx(
+            t_ppf(0.975, n - 1) * sigma / math.sqrt(n), rel=1e-3
+        )
+        widths.append(high - low)
+    assert widths == sorted(widths, reverse=True)
+
+
+def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
+    sweep, job = tmp_path / "tune", 0
+    best = {"scaled_dot": 3e-3, "pooling": 1e-2}
+    for mixer in best:
+        for lr in (1e-3, 3e-3, 1e-2):
+            for seed in (100, 101):
+                loss = 2.0 + abs(math.log(lr / best[mixer])) + 0.01 * (seed - 100)
+                make_run(sweep / str(job), mixer, seed, loss, lr=lr)
+                job += 1
+    out = tmp_path / "report"
+    summarize.summarize(sweep, out, select_by="val_loss", tune_axis="train.lr",
+                        final_dir="multirun/final")  # fmt: skip
+    selected = json.loads((out / "selected.json").read_text())
+    chosen = {s["axes"]["mixer"]: s for s in selected}
+    assert {m: s["value"] for m, s in chosen.items()} == best
+    assert (
+        chosen["scaled_dot"]["mean"] == pytest.approx(2.005) and chosen["pooling"]["n_seeds"] == 2
+    )
+    assert chosen["scaled_dot"]["note"] == "" and "edge of the grid" in chosen["pooling"]["note"]
+    ov = chosen["pooling"]["overrides"]
+    assert "mixer=pooling" in ov and "train.lr=0.01" in ov and "train.seed=0,1,2,3,4" in ov
+    assert not any(o.startswith("train.seed=10") for o in ov)
+    assert any(o.startswith("hydra.sweep.dir=multirun/final/") for o in ov)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    OverridesParser.create().parse_overrides(ov)  # the follow-up command parses as Hydra's
+    script = (out / "selected.sh").read_text()
+    assert script.count("python -m attnzoo.train -m") == 2
+    assert "summarize.py multirun/final/*/ --out multirun/final-report --compare mixer" in script
+    assert "train.lr=0.003" in (out / "selected.md").read_text()
+    # the comparison is along the mixer, not the tuned axis
+    with pytest.raises(ValueError, match="needs --tune-axis"):
+        summarize.summarize(sweep, out, select_by="val_loss")
+
+
+def test_several_sweeps_are_summarised_together(tmp_path, monkeypatch, capsys):
+    """The fresh-seed reruns of selected.sh: one sweep per configuration, each at its own
+    learning rate, summarised as one; the mixers are still compared (lr attached to each)."""
+    final = tmp_path / "final"
+    for i, (mixer, lr) in enumerate((("scaled_dot", 3e-3), ("pooling", 1e-2))):
+        for seed in range(3):
+            make_run(final / f"{i:02d}" / str(seed), mixer, seed, 2.0 + seed / 10 + i, lr=lr)
+    out = tmp_path / "report"
+    sweeps = sorted(str(p) for p in final.iterdir())
+    monkeypatch.setattr(sys, "argv", ["summarize.py", *sweeps, "--out", str(out)])
+    summarize.main()
+    stdout = capsys.readouterr().out
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["job"] for r in rows][:2] == ["00/0", "00/1"] and len(rows) == 6
+    groups = read_groups(out)
+    assert list(groups) == ["mixer=scaled_dot, train.lr=0.003", "mixer=pooling, train.lr=0.01"]
+    assert all(g["n_seeds"] == "3" for g in groups.values())
+    sentence = "pooling (train.lr=0.01) vs scaled_dot (train.lr=0.003): resolved with 3 seeds"
+    assert sentence in stdout
+    monkeypatch.setattr(sys, "argv", ["summarize.py", *sweeps])
+    with pytest.raises(SystemExit):
+        summarize.main()
+    assert "say where to write with --out" in capsys.readouterr().err
+
+
+def test_repeated_seeds_are_kept_and_not_paired(tmp_path):
+    """The same configuration and seeds in two sweeps: six values, not three; compared with
+    another configuration by Welch's test, since seeds no longer identify one run."""
+    for sweep, offset in (("a", 0.0), ("b", 0.01)):
+        for seed in range(3):
+            make_run(tmp_path / sweep / str(seed), "scaled_dot", seed, 2.0 + seed / 10 + offset)
+            make_run(tmp_path / sweep / str(3 + seed), "pooling", seed, 2.2 + seed / 10 + offset)
+    out = tmp_path / "report"
+    summarize.summarize([tmp_path / "a", tmp_path / "b"], out)
+    groups = read_groups(out)
+    assert [g["n_seeds"] for g in groups.values()] == ["6", "6"]
+    assert float(groups["mixer=scaled_dot"]["val_loss_mean"]) == pytest.approx(2.105)
+    (c,) = csv.DictReader((out / "comparisons.csv").open())
+    assert c["method"] == "Welch t" and (c["n"], c["n_best"]) == ("6", "6")
+
+
+# ---- a real sweep -------------------------------------------------------------------------
+
+
+def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
+    """A tiny multirun of the trainer (2 mixers x 3 seeds, basic launcher): groups.csv holds what
+    the per-job rows give, computed here."""
+    out = tmp_path / "sweep"
+    env = {**os.environ, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "attnzoo.train", "-m", "task=sort", "mixer=scaled_dot,pooling",
+           "train.seed=0,1,2", "train.max_steps=4", "train.eval_every=2", "model.dim=16",
+           "model.depth=1", "logger.mode=disabled", "train.progress=false",
+           f"hydra.sweep.dir={out}"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summarize.summarize(out)
+    jobs = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["status"] for r in jobs] == ["completed"] * 6
+    groups = read_groups(out)
+    assert list(groups) == ["mixer=scaled_dot", "mixer=pooling"]
+    for mixer, g in zip(("scaled_dot", "pooling"), groups.values(), strict=True):
+        members = [r for r in jobs if r["mixer"] == mixer]
+        assert sorted(r["seed"] for r in members) == ["0", "1", "2"] and g["n_seeds"] == "3"
+        for col, key in (("final_val_loss", "val_loss"), ("final_metric", "metric"),
+                         ("final_rank", "rank")):  # fmt: skip
+            x = np.array([float(r[col]) for r in members])
+            ci = mean_interval(x)
+            assert float(g[f"{key}_mean"]) == pytest.approx(x.mean(), rel=1e-3)
+            assert float(g[f"{key}_ci_low"]) == pytest.approx(ci.low, rel=1e-3, abs=1e-6)
+            assert (
+                float(g[f"{key}_ci_low"]) <= float(g[f"{key}_mean"]) <= float(g[f"{key}_ci_high"])
+            )
+        assert g["params"] == members[0]["params"] and g["tokens"] == str(4 * 64 * 8)
+        assert float(g["wall_s_mean"]) > 0
+    (c,) = csv.DictReader((out / "comparisons.csv").open())
+    assert c["method"] == "paired t" and c["n"] == "3" and c["best"] in ("scaled_dot", "pooling")

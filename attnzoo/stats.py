@@ -1,0 +1,330 @@
+"""Statistics over seeds: intervals for a configuration, and tests for a difference between two.
+
+A sweep's seeds (`train.seed=0,1,2,3,4`) are replicates of one configuration. With the 3 to 10
+seeds a study can afford, the choices here are:
+
+**Interval for a mean: Student's t**, `x̄ ± t₀.₉₇₅,ₙ₋₁ · s / √n` with `s² = Σ(xᵢ − x̄)² / (n − 1)`.
+It is exact when the seed-to-seed values are normal and robust to moderate skew. The percentile
+bootstrap is not used: at n = 5 it resamples from only 126 distinct multisets, its spread is the
+plug-in `s · √((n − 1) / n)`, and it uses normal-like quantiles where t₀.₉₇₅,₄ = 2.78 is needed,
+so a nominal 95% interval covers the true mean only about 80-85% of the time (tests/test_stats.py
+measures both: t ≈ 0.95, bootstrap well below). One seed gives no interval at all (`Interval` with
+`low = high = nan` and a note), never a made-up one.
+
+**Is a difference resolved: the paired t-test on matching seeds**, Welch's t-test otherwise. In a
+sweep every configuration runs the same seeds, and a seed fixes the data order and the
+initialisation stream, so two configurations' runs at one seed share part of their noise; the
+paired test works on the per-seed differences `dᵢ = aᵢ − bᵢ` and removes it:
+
+    d̄ ± t₁₋α/₂,ₙ₋₁ · s_d / √n,          p = 2 · P(T_{n−1} > |d̄| / (s_d / √n))
+
+It is valid whatever the correlation (it only costs degrees of freedom, n − 1 instead of up to
+2n − 2, when there is none). When the seed sets differ (a failed job, different sweeps), Welch:
+
+    se = √(s_a²/n_a + s_b²/n_b),   ν = se⁴ / ((s_a²/n_a)² / (n_a − 1) + (s_b²/n_b)² / (n_b − 1))
+
+"Resolved" means the (1 − α) interval of the difference excludes 0 (equivalently p < α).
+
+**Is it negligible: two one-sided tests (TOST)** with a margin δ chosen by the user: the
+difference is "within margin" when both H₀: Δ ≤ −δ and H₀: Δ ≥ δ are rejected at level α, i.e.
+when the (1 − 2α) interval of the difference lies inside (−δ, δ):
+
+    p_TOST = max(P(T_ν > (d̄ + δ) / se), P(T_ν < (d̄ − δ) / se))
+
+"Not resolved" is not "equal": only TOST can say a difference is smaller than δ.
+
+Each comparison is one test at level α; comparing k configurations against the best one makes
+k − 1 of them, unadjusted (the best is itself chosen from the same data, which favours it).
+
+The t distribution is computed here (regularised incomplete beta function by Lentz's continued
+fraction, quantiles by bisection) so that the library needs no SciPy; tests/test_stats.py checks
+it against printed table values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Comparison",
+    "Interval",
+    "compare",
+    "mean_interval",
+    "paired_t",
+    "t_cdf",
+    "t_ppf",
+    "welch_t",
+]
+
+
+# ---- the t distribution ---------------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz, Numerical Recipes)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    front = math.exp(log_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T ≤ t) for Student's t with `df` degrees of freedom (df may be fractional, as Welch's):
+    P(|T| > |t|) = I_{df / (df + t²)}(df / 2, 1 / 2)."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=1024)
+def t_ppf(q: float, df: float) -> float:
+    """The q-quantile of Student's t with `df` degrees of freedom (bisection on `t_cdf`)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile level must be in (0, 1), got {q}")
+    if q == 0.5:
+        return 0.0
+    if q < 0.5:
+        return -t_ppf(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < q:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+# ---- an interval for one configuration -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Mean over seeds with its Student-t interval; `low`/`high` are nan (and `note` says why)
+    when there are fewer than two values."""
+
+    n: int
+    mean: float
+    std: float
+    low: float
+    high: float
+    confidence: float
+    note: str = ""
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2.0
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray(list(values), dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError("values must be a flat sequence of numbers")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"values must be finite, got {x.tolist()} (drop diverged runs first)")
+    return x
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """x̄ ± t_{(1+c)/2, n−1} · s / √n, s the sample standard deviation (ddof = 1).
+
+    n = 1: mean = the value, std and the interval nan, with a note; n = 0: everything nan."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    x = _finite(values)
+    n = len(x)
+    if n == 0:
+        return Interval(0, math.nan, math.nan, math.nan, math.nan, confidence, "no values")
+    mean = float(x.mean())
+    if n == 1:
+        note = "one seed: no interval (run more seeds)"
+        return Interval(1, mean, math.nan, math.nan, math.nan, confidence, note)
+    std = float(x.std(ddof=1))
+    half = t_ppf((1.0 + confidence) / 2.0, n - 1) * std / math.sqrt(n)
+    return Interval(n, mean, std, mean - half, mean + half, confidence)
+
+
+# ---- a difference between two configurations --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Difference `a − b` of two configurations' means, its interval, and the verdicts.
+
+    `verdict` is one of "resolved", "within margin", "resolved, within margin" (a real but
+    negligible difference), "not resolved", or "too few seeds"."""
+
+    method: str
+    n_a: int
+    n_b: int
+    diff: float
+    low: float
+    high: float
+    p_value: float
+    df: float
+    confidence: float
+    margin: float | None
+    p_tost: float | None
+    resolved: bool
+    within_margin: bool
+
+    @property
+    def verdict(self) -> str:
+        if math.isnan(self.p_value):
+            return "too few seeds"
+        if self.resolved and self.within_margin:
+            return "resolved, within margin"
+        if self.resolved:
+            return "resolved"
+        if self.within_margin:
+            return "within margin"
+        return "not resolved"
+
+
+def _t_tests(
+    method: str,
+    n_a: int,
+    n_b: int,
+    diff: float,
+    se: float,
+    df: float,
+    confidence: float,
+    margin: float | None,
+) -> Comparison:
+    """Two-sided t-test, (confidence) interval and TOST for an estimate `diff` with standard
+    error `se` and `df` degrees of freedom."""
+    alpha = 1.0 - confidence
+    if se == 0.0:  # every seed gave the same difference: the data cannot tell more
+        p = 1.0 if diff == 0.0 else 0.0
+        p_tost = None if margin is None else (0.0 if abs(diff) < margin else 1.0)
+        low = high = diff
+    else:
+        p = 2.0 * (1.0 - t_cdf(abs(diff) / se, df))
+        half = t_ppf(1.0 - alpha / 2.0, df) * se
+        low, high = diff - half, diff + half
+        p_tost = None
+        if margin is not None:
+            p_lower = 1.0 - t_cdf((diff + margin) / se, df)  # H0: diff <= -margin
+            p_upper = t_cdf((diff - margin) / se, df)  # H0: diff >= +margin
+            p_tost = max(p_lower, p_upper)
+    return Comparison(
+        method=method,
+        n_a=n_a,
+        n_b=n_b,
+        diff=diff,
+        low=low,
+        high=high,
+        p_value=p,
+        df=df,
+        confidence=confidence,
+        margin=margin,
+        p_tost=p_tost,
+        resolved=p < alpha,
+        within_margin=p_tost is not None and p_tost < alpha,
+    )
+
+
+def _too_few(method: str, a: np.ndarray, b: np.ndarray, confidence: float, margin: float | None):
+    diff = float(a.mean() - b.mean()) if len(a) and len(b) else math.nan
+    nan = math.nan
+    return Comparison(
+        method, len(a), len(b), diff, nan, nan, nan, nan, confidence, margin, None, False, False
+    )
+
+
+def paired_t(
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence: float = 0.95,
+    margin: float | None = None,
+) -> Comparison:
+    """Paired t-test on per-seed differences dᵢ = aᵢ − bᵢ (a[i] and b[i] from the same seed):
+    d̄ ± t_{1−α/2, n−1} s_d / √n; TOST against ±margin when a margin is given."""
+    x, y = _finite(a), _finite(b)
+    if len(x) != len(y):
+        raise ValueError(f"paired values need equal lengths, got {len(x)} and {len(y)}")
+    if len(x) < 2:
+        return _too_few("paired t", x, y, confidence, margin)
+    d = x - y
+    se = float(d.std(ddof=1)) / math.sqrt(len(d))
+    return _t_tests("paired t", len(x), len(y), float(d.mean()), se, len(d) - 1, confidence, margin)
+
+
+def welch_t(
+    a: Sequence[float],
+    b: Sequence[float],
+    confidence: float = 0.95,
+    margin: float | None = None,
+) -> Comparison:
+    """Welch's unequal-variance t-test on two independent samples, with the
+    Welch-Satterthwaite degrees of freedom; TOST against ±margin when a margin is given."""
+    x, y = _finite(a), _finite(b)
+    if len(x) < 2 or len(y) < 2:
+        return _too_few("Welch t", x, y, confidence, margin)
+    va, vb = float(x.var(ddof=1)) / len(x), float(y.var(ddof=1)) / len(y)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        df = float(len(x) + len(y) - 2)
+    else:
+        df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
+    diff = float(x.mean() - y.mean())
+    return _t_tests("Welch t", len(x), len(y), diff, se, df, confidence, margin)
+
+
+def compare(
+    a: Mapping[int, float],
+    b: Mapping[int, float],
+    confidence: float = 0.95,
+    margin: float | None = None,
+) -> Comparison:
+    """Compare two configurations given as {seed: value}: the paired t-test when both ran the
+    same seeds (at least two), Welch's t-test otherwise."""
+    if set(a) == set(b) and len(a) >= 2:
+        seeds = sorted(a)
+        return paired_t([a[s] for s in seeds], [b[s] for s in seeds], confidence, margin)
+    return welch_t(list(a.values()), list(b.values()), confidence, margin)

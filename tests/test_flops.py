@@ -1,0 +1,76 @@
+"""attnzoo.flops against a count by hand and against torch.utils.flop_counter on the real model."""
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnzoo.flops import (
+    forward_flops_per_token,
+    mixer_flops_per_token,
+    mlp_flops_per_token,
+    train_flops_per_token,
+)
+from attnzoo.model import Model, ModelConfig
+
+D, H, N, DEPTH, VOCAB = 16, 2, 8, 2, 10  # dk = 8
+
+
+def test_mixers_by_hand():
+    # scaled_dot: qkv 2*16*48 = 1536, proj 2*16*16 = 512, scores 2*8*8 per head x 2 heads = 256,
+    # weights.v the same 256
+    assert mixer_flops_per_token("scaled_dot", D, H, N) == 1536 + 512 + 256 + 256
+    # quadratic: v + proj 1024, x U per head 2*16*16*2 = 1024, scores (xU).x 2*16*8*2 = 512,
+    # weights.v 2*8*8*2 = 256
+    assert mixer_flops_per_token("quadratic", D, H, N) == 1024 + 1024 + 512 + 256
+    # metric: p + proj 1024, p M per head 2*8*8*2 = 256, scores 256, weights.p 256
+    assert mixer_flops_per_token("metric", D, H, N) == 1024 + 256 + 256 + 256
+    assert mixer_flops_per_token("pooling", D, H, N) == 0
+    assert mixer_flops_per_token("identity", D, H, N) == 0
+    assert mlp_flops_per_token(D, 4.0) == 2 * 16 * 64 * 2
+    assert mlp_flops_per_token(D, 4.0, mlp=False) == 0
+    # causal: each query meets (N + 1) / 2 keys on average, 4.5 of 8
+    causal = mixer_flops_per_token("scaled_dot", D, H, N, causal=True)
+    assert causal == 1536 + 512 + 512 * 4.5 / 8
+    total = forward_flops_per_token("scaled_dot", D, DEPTH, H, N, head_out=VOCAB)
+    assert total == DEPTH * (2560 + 4096) + 2 * D * VOCAB
+    assert train_flops_per_token("scaled_dot", D, DEPTH, H, N) == 3 * DEPTH * (2560 + 4096)
+    with pytest.raises(ValueError, match="no FLOP formula"):
+        mixer_flops_per_token("mamba", D, H, N)
+
+
+def counted(model: Model, inputs: torch.Tensor, backward: bool) -> int:
+    with FlopCounterMode(display=False) as counter:
+        out = model(inputs)
+        if backward:
+            out.sum().backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("mixer", ["scaled_dot", "quadratic", "metric", "pooling", "identity"])
+@pytest.mark.parametrize("mlp", [True, False])
+def test_formula_matches_flop_counter_on_the_model(mixer, mlp):
+    """PyTorch's count of the model's matmuls (impl=torch, the path FlopCounterMode can see):
+    forward, and forward + backward = 3 x forward. The token embedding is a lookup, not counted
+    by either; the head is a matmul, counted by both."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(dim=D, depth=DEPTH, heads=H, mixer=mixer, mlp=mlp, impl="torch")
+    model = Model(cfg, out_features=VOCAB, max_len=N, vocab_size=VOCAB, head="token")
+    batch = 3
+    inputs = torch.randint(0, VOCAB, (batch, N))
+    tokens = batch * N
+    per_token = forward_flops_per_token(mixer, D, DEPTH, H, N, mlp=mlp, head_out=VOCAB)
+    assert counted(model, inputs, backward=False) == pytest.approx(per_token * tokens)
+    train = train_flops_per_token(mixer, D, DEPTH, H, N, mlp=mlp, head_out=VOCAB)
+    assert counted(model, inputs, backward=True) == pytest.approx(train * tokens)
+
+
+def test_causal_reference_computes_the_dense_amount():
+    """The PyTorch reference masks a full N x N score matrix: FlopCounterMode sees the
+    non-causal count, which the formula's causal figure undercuts by the masked half."""
+    cfg = ModelConfig(dim=D, depth=DEPTH, heads=H, mixer="scaled_dot", causal=True, impl="torch")
+    model = Model(cfg, out_features=VOCAB, max_len=N, vocab_size=VOCAB, head="lm")
+    inputs = torch.randint(0, VOCAB, (2, N))
+    dense = forward_flops_per_token("scaled_dot", D, DEPTH, H, N, causal=False, head_out=VOCAB)
+    assert counted(model, inputs, backward=False) == pytest.approx(dense * 2 * N)
+    causal = forward_flops_per_token("scaled_dot", D, DEPTH, H, N, causal=True, head_out=VOCAB)
+    assert dense - causal == pytest.approx(DEPTH * 4 * D * (N - (N + 1) / 2))
