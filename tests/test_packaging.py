@@ -46,6 +46,10 @@ def test_wheel_contains_every_module_and_config(wheel):
     expected |= {
         f"attnzoo/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
     }
+    expected |= {  # the dispatch tables of impl="auto"
+        f"attnzoo/kernels/{p.relative_to(ROOT / 'kernels')}"
+        for p in (ROOT / "kernels").rglob("*.json")
+    }
     assert expected <= names, sorted(expected - names)
     assert not any(n.startswith("kernels/") for n in names), (
         "a top-level `kernels` package would clobber PyPI's"
