@@ -72,7 +72,9 @@ class DispatchTableError(ValueError):
 def n_bucket(n: int) -> int:
     """The sequence-length bucket of n: the smallest power of two >= n (1 for n <= 1).
 
-    Written as comparisons so that a symbolic length under torch.compile gives a plain int."""
+    A symbolic length (torch.compile) is bucketed by comparisons, which give a plain int."""
+    if type(n) is int:
+        return 1 if n <= 1 else 1 << (n - 1).bit_length()
     bucket = 1
     while bucket < n:
         bucket *= 2
@@ -276,9 +278,14 @@ def _middle(lo: int, hi: int) -> int:
 # ------------------------------------------------------------------------------------ benchmark mode
 
 
+# The package itself (attnzoo.kernels, being imported when this module is), whose attribute
+# `benchmark_mode` the user sets; a module attribute is something torch.compile can trace.
+_package = sys.modules.get(__package__ or "")
+
+
 def benchmark_mode() -> bool:
     """`attnzoo.kernels.benchmark_mode`, set by the user (default False)."""
-    return bool(getattr(sys.modules.get(__package__ or ""), "benchmark_mode", False))
+    return bool(getattr(_package, "benchmark_mode", False))
 
 
 def cache_dir() -> Path:

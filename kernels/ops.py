@@ -102,12 +102,13 @@ def _use_triton(
     causal: bool,
     dim: int,
     n: int,
-    shape: tuple[int, ...],
+    shape: Callable[[], tuple[int, ...]],
     window: int = 0,
 ) -> bool:
     """Whether the call runs the Triton kernel. `tensors` are the op's inputs, the first of them
     its first activation (called `name` in an error); `dim` and `n` key the measured choice of
-    impl="auto" (kernels/dispatch.py) and `shape` is what benchmark mode times."""
+    impl="auto" (kernels/dispatch.py) and `shape()` is the shape benchmark mode times (batch and
+    tokens bucketed: plain ints even under torch.compile)."""
     check_impl(impl)
     t = tensors[0]
     if impl == "torch":
@@ -117,10 +118,24 @@ def _use_triton(
         return True
     if not (t.is_cuda and t.dtype in TRITON_DTYPES):
         return False
-    grad = torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
+    grad = False
+    if torch.is_grad_enabled():
+        for x in tensors:
+            if x.requires_grad:
+                grad = True
+                break
     tune = impl == "tune" or dispatch.benchmark_mode()
     return dispatch.choose(
-        op, t.dtype, causal, dim, dispatch.n_bucket(n), grad, t.device.index, tune, shape, window
+        op,
+        t.dtype,
+        causal,
+        dim,
+        dispatch.n_bucket(n),
+        grad,
+        t.device.index,
+        tune,
+        shape() if tune else (),
+        window,
     )
 
 
@@ -201,7 +216,7 @@ def scaled_dot_attention(
     scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(q):
         b, h, n, dk = q.shape
-        shape = (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
         if _use_triton(impl, "scaled_dot_attention", "q", (q, k, v), causal, dk, n, shape):
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
@@ -235,7 +250,7 @@ def quadratic_attention(
     h = u.shape[0]
     scale, dropout_p = _scale(scale, d), check_dropout(dropout_p)
     with _autocast_off(x):
-        shape = (dispatch.n_bucket(b), h, dispatch.n_bucket(n), d, v.shape[-1])
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), d, v.shape[-1])
         if _use_triton(impl, "quadratic_attention", "x", (x, u, v), causal, d, n, shape):
             seed = _dropout_seed(x, dropout_p)
             return library.run(
@@ -267,7 +282,7 @@ def metric_attention(
     scale, dropout_p = _scale(scale, p.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(p):
         b, h, n, dk = p.shape
-        shape = (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk)
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk)
         if _use_triton(impl, "metric_attention", "p", (p, m), causal, dk, n, shape):
             seed = _dropout_seed(p, dropout_p)
             out, _ = library.run(
@@ -296,7 +311,7 @@ def pool_mix(
     check_pool(x, window, causal, key_padding_mask)
     with _autocast_off(x):
         b, n, d = x.shape
-        shape = (dispatch.n_bucket(b), dispatch.n_bucket(n), d)
+        shape = lambda: (dispatch.n_bucket(b), dispatch.n_bucket(n), d)
         if _use_triton(impl, "pool_mix", "x", (x,), causal, d, n, shape, window):
             out, _ = library.run("pool_mix", x, window, causal, key_padding_mask)
             return out
