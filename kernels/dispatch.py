@@ -289,11 +289,12 @@ def benchmark_mode() -> bool:
 
 
 def cache_dir() -> Path:
-    """$ATTNZOO_CACHE_DIR, else $XDG_CACHE_HOME/attnzoo, else ~/.cache/attnzoo."""
+    """$ATTNZOO_CACHE_DIR, else $XDG_CACHE_HOME/attnzoo, else ~/.cache/attnzoo: the trainer's
+    cache directory (attnzoo.tasks), repeated here because kernels/ imports nothing from it."""
     if os.environ.get("ATTNZOO_CACHE_DIR"):
-        return Path(os.environ["ATTNZOO_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "attnzoo"
+        return Path(os.environ["ATTNZOO_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "attnzoo"
 
 
 def _slug(text: str) -> str:
