@@ -11,4 +11,15 @@ loading the modules a second time would register the `torch.ops.attnzoo` operato
 if __name__ == "attnzoo.kernels":
     from .ops import metric_attention, pool_mix, quadratic_attention, scaled_dot_attention
 
-    __all__ = ["metric_attention", "pool_mix", "quadratic_attention", "scaled_dot_attention"]
+    # Benchmark mode (kernels/dispatch.py), off by default as torch.backends.cudnn.benchmark is:
+    # on CUDA, impl="auto" then times the Triton kernel against PyTorch on the first call of each
+    # new key and keeps the faster, instead of following the committed table alone.
+    benchmark_mode = False
+
+    __all__ = [
+        "benchmark_mode",
+        "metric_attention",
+        "pool_mix",
+        "quadratic_attention",
+        "scaled_dot_attention",
+    ]

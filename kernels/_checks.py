@@ -21,7 +21,7 @@ from ._host import INTERPRET
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-IMPLS = ("auto", "torch", "triton")
+IMPLS = ("auto", "torch", "triton", "tune")
 
 
 def check_impl(impl: str) -> None:

@@ -5,13 +5,17 @@ Every op takes `impl`:
 - "torch": the PyTorch reference in `reference.py` (any device, any float dtype);
 - "triton": the Triton kernels, the custom ops `torch.ops.attnzoo.*` of `library.py` (CUDA
   tensors, or any tensor under TRITON_INTERPRET=1; eager calls skip the dispatcher, see there);
-- "auto": the fastest path measured for the op on the device. On CUDA that is the Triton kernel
-  only where `scripts/bench_kernels.py` measured it beating what a user would write instead
-  (`TRITON_WINS_ON_CUDA` below: none has yet), else PyTorch: the attention ops through the fused
-  `scaled_dot_product_attention` (flash, cuDNN or efficient backend) on their one-line
-  formulations, pool_mix through the reference (`avg_pool1d`). On CPU, the three attention ops in
-  fp32/fp64 run through the fused SDPA too (the fastest CPU path, same result as the reference
-  to rounding), everything else through the reference.
+- "auto": the fastest path measured for the op on the device. On CUDA, the Triton kernel only
+  where a measurement chose it: the dispatch table of the GPU's compute capability (written by
+  `scripts/gpu_check.py` from its benchmark), or a decision of benchmark mode; everywhere else
+  PyTorch: the attention ops through the fused `scaled_dot_product_attention` (flash, cuDNN or
+  efficient backend) on their one-line formulations, pool_mix through the reference
+  (`avg_pool1d`). `kernels/dispatch.py` says how the choice is keyed and made. On CPU, the three
+  attention ops in fp32/fp64 run through the fused SDPA too (the fastest CPU path, same result
+  as the reference to rounding), everything else through the reference;
+- "tune": "auto" with benchmark mode on for this call (`attnzoo.kernels.benchmark_mode = True`
+  turns it on for every "auto" call): on CUDA the first call of a new key times the Triton kernel
+  against the PyTorch path and keeps the faster.
 The torch paths are compositions of PyTorch ops, which `torch.compile` traces like any model
 code; the Triton path is one opaque op per call (forward and backward), which it does not trace.
 
@@ -38,10 +42,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 
 import torch
 
-from . import library, reference
+from . import dispatch, library, reference
 from ._checks import (
     TRITON_DTYPES,
     check_attention,
@@ -89,39 +94,55 @@ def _dropout_seed(t: torch.Tensor, dropout_p: float) -> torch.Tensor | None:
     return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=t.device)
 
 
-# Whether `impl="auto"` runs an op's Triton kernel on CUDA: only once the kernel benchmark
-# (scripts/bench_kernels.py, forward+backward, bf16) has measured it at least as fast as the PyTorch
-# formulation. The H100 baseline of 2026-11-23 (README, "GPU figures"): scaled_dot 0.47x flash
-# SDPA at N = 4096 and 5.1x its time at nanoGPT's training shape; metric 2.636 ms against 0.748
-# for sdpa(p @ M, p, p) on cuDNN; quadratic (D = 512) 63.1 against 44.2 ms for
-# sdpa(x @ U[h], x, v); pool_mix 0.456 against 0.178 ms for avg_pool1d(x) - x. The attention
-# kernels (mask-free inner loops, transposed dk/dv, the delta kernel) and the pooling kernel have
-# been rebuilt since and not re-measured: an entry turns True when a GPU run of the benchmark
-# shows its verdict met.
-TRITON_WINS_ON_CUDA = {
-    "scaled_dot_attention": False,
-    "quadratic_attention": False,
-    "metric_attention": False,
-    "pool_mix": False,
-}
-
-
-def _use_triton(impl: str, t: torch.Tensor, op: str, name: str) -> bool:
-    """Whether the call runs the Triton kernel; `t` is the first activation, called `name` in
-    an error."""
+def _use_triton(
+    impl: str,
+    op: str,
+    name: str,
+    tensors: tuple[torch.Tensor, ...],
+    causal: bool,
+    dim: int,
+    n: int,
+    shape: Callable[[], tuple[int, ...]],
+    window: int = 0,
+) -> bool:
+    """Whether the call runs the Triton kernel. `tensors` are the op's inputs, the first of them
+    its first activation (called `name` in an error); `dim` and `n` key the measured choice of
+    impl="auto" (kernels/dispatch.py) and `shape()` is the shape benchmark mode times (batch and
+    tokens bucketed: plain ints even under torch.compile)."""
     check_impl(impl)
+    t = tensors[0]
     if impl == "torch":
         return False
     if impl == "triton":
         check_triton(name, t)
         return True
-    return t.is_cuda and t.dtype in TRITON_DTYPES and TRITON_WINS_ON_CUDA[op]
+    if not (t.is_cuda and t.dtype in TRITON_DTYPES):
+        return False
+    grad = False
+    if torch.is_grad_enabled():
+        for x in tensors:
+            if x.requires_grad:
+                grad = True
+                break
+    tune = impl == "tune" or dispatch.benchmark_mode()
+    return dispatch.choose(
+        op,
+        t.dtype,
+        causal,
+        dim,
+        dispatch.n_bucket(n),
+        grad,
+        t.device.index,
+        tune,
+        shape() if tune else (),
+        window,
+    )
 
 
 def _use_sdpa(impl: str, t: torch.Tensor) -> bool:
-    """impl="auto" where Triton was not chosen: attention through torch's fused SDPA on CUDA, and
-    on CPU in fp32/fp64 (call after `_use_triton`, which has already checked `impl`)."""
-    return impl == "auto" and (t.is_cuda or t.dtype in (torch.float32, torch.float64))
+    """impl="auto" (or "tune") where Triton was not chosen: attention through torch's fused SDPA
+    on CUDA, and on CPU in fp32/fp64 (call after `_use_triton`, which has already checked `impl`)."""
+    return impl in ("auto", "tune") and (t.is_cuda or t.dtype in (torch.float32, torch.float64))
 
 
 def _sdpa(
@@ -155,6 +176,22 @@ def _sdpa(
     return out.masked_fill(empty_b1n1, 0.0)
 
 
+def _sdpa_quadratic(
+    x_bnd: torch.Tensor,
+    u_hdd: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    scale: float,
+    dropout_p: float,
+) -> torch.Tensor:
+    """`sdpa(x @ U[h], x, v)`: quadratic attention as SDPA with k = x for every head."""
+    b, n, d = x_bnd.shape
+    q_bhnd = torch.einsum("bnd,hde->bhne", x_bnd, u_hdd)
+    k_bhnd = x_bnd[:, None].expand(b, u_hdd.shape[0], n, d)
+    return _sdpa(q_bhnd, k_bhnd, v_bhnv, causal, key_padding_mask, scale, dropout_p)
+
+
 def _scale(scale: float | None, features: int) -> float:
     return 1.0 / math.sqrt(features) if scale is None else check_scale(scale)
 
@@ -178,7 +215,9 @@ def scaled_dot_attention(
     check_causal(causal)
     scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(q):
-        if _use_triton(impl, q, "scaled_dot_attention", "q"):
+        b, h, n, dk = q.shape
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
+        if _use_triton(impl, "scaled_dot_attention", "q", (q, k, v), causal, dk, n, shape):
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
                 "scaled_dot_attention", q, k, v, key_padding_mask, causal, scale, dropout_p, seed
@@ -211,15 +250,14 @@ def quadratic_attention(
     h = u.shape[0]
     scale, dropout_p = _scale(scale, d), check_dropout(dropout_p)
     with _autocast_off(x):
-        if _use_triton(impl, x, "quadratic_attention", "x"):
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), d, v.shape[-1])
+        if _use_triton(impl, "quadratic_attention", "x", (x, u, v), causal, d, n, shape):
             seed = _dropout_seed(x, dropout_p)
             return library.run(
                 "quadratic_attention", x, u, v, key_padding_mask, causal, scale, dropout_p, seed
             )
         if _use_sdpa(impl, x):
-            q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
-            k_bhnd = x[:, None].expand(b, h, n, d)
-            return _sdpa(q_bhnd, k_bhnd, v, causal, key_padding_mask, scale, dropout_p)
+            return _sdpa_quadratic(x, u, v, causal, key_padding_mask, scale, dropout_p)
         return reference.quadratic_attention(x, u, v, causal, key_padding_mask, scale, dropout_p)
 
 
@@ -243,7 +281,9 @@ def metric_attention(
     check_causal(causal)
     scale, dropout_p = _scale(scale, p.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(p):
-        if _use_triton(impl, p, "metric_attention", "p"):
+        b, h, n, dk = p.shape
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk)
+        if _use_triton(impl, "metric_attention", "p", (p, m), causal, dk, n, shape):
             seed = _dropout_seed(p, dropout_p)
             out, _ = library.run(
                 "metric_attention", p, m, key_padding_mask, causal, scale, dropout_p, seed
@@ -270,7 +310,77 @@ def pool_mix(
     (x,), _ = _apply_dtype_policy((x,))
     check_pool(x, window, causal, key_padding_mask)
     with _autocast_off(x):
-        if _use_triton(impl, x, "pool_mix", "x"):
+        b, n, d = x.shape
+        shape = lambda: (dispatch.n_bucket(b), dispatch.n_bucket(n), d)
+        if _use_triton(impl, "pool_mix", "x", (x,), causal, d, n, shape, window):
             out, _ = library.run("pool_mix", x, window, causal, key_padding_mask)
             return out
         return reference.pool_mix(x, window, causal, key_padding_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# What benchmark mode times (kernels/dispatch.py): per op, the Triton kernel and the path
+# impl="auto" takes otherwise, on random inputs of the call's bucketed shape, without masks or
+# dropout, forward and (with grad) backward.
+# --------------------------------------------------------------------------------------------
+
+
+def _timed_call(
+    run: Callable[..., torch.Tensor], leaves: tuple[torch.Tensor, ...], grad: bool
+) -> Callable[[], object]:
+    if not grad:
+
+        def forward() -> object:
+            with torch.no_grad():
+                return run(*leaves)
+
+        return forward
+    leaves = tuple(t.detach().requires_grad_(True) for t in leaves)
+    out = run(*leaves).detach()
+    gen = torch.Generator(device="cpu").manual_seed(1)  # the same upstream for both candidates
+    upstream = torch.randn(out.shape, generator=gen).to(device=out.device, dtype=out.dtype)
+
+    def forward_backward() -> object:
+        return torch.autograd.grad(run(*leaves), leaves, upstream)
+
+    return forward_backward
+
+
+def _tuning_candidates(op: str) -> dispatch.CandidateMaker:
+    def make(dtype, causal, shape, window, device, grad):
+        gen = torch.Generator(device="cpu").manual_seed(0)
+
+        def randn(*size: int, scale: float = 1.0) -> torch.Tensor:
+            return (torch.randn(*size, generator=gen) * scale).to(device=device, dtype=dtype)
+
+        if op == "pool_mix":
+            b, n, d = shape
+            leaves = (randn(b, n, d),)
+            ours = lambda x: library.run("pool_mix", x, window, causal, None)[0]
+            theirs = lambda x: reference.pool_mix(x, window, causal, None)
+        elif op == "quadratic_attention":
+            b, h, n, d, dv = shape
+            leaves = (randn(b, n, d), randn(h, d, d, scale=d**-0.5), randn(b, h, n, dv))
+            s = 1.0 / math.sqrt(d)
+            ours = lambda x, u, v: library.run(op, x, u, v, None, causal, s, 0.0, None)
+            theirs = lambda x, u, v: _sdpa_quadratic(x, u, v, causal, None, s, 0.0)
+        elif op == "metric_attention":
+            b, h, n, dk = shape
+            c = randn(h, dk, dk, scale=dk**-0.5)
+            leaves = (randn(b, h, n, dk), (c + c.mT) / 2)
+            s = 1.0 / math.sqrt(dk)
+            ours = lambda p, m: library.run(op, p, m, None, causal, s, 0.0, None)[0]
+            theirs = lambda p, m: _sdpa(p @ m[None], p, p, causal, None, s, 0.0)
+        else:
+            b, h, n, dk, dv = shape
+            leaves = (randn(b, h, n, dk), randn(b, h, n, dk), randn(b, h, n, dv))
+            s = 1.0 / math.sqrt(dk)
+            ours = lambda q, k, v: library.run(op, q, k, v, None, causal, s, 0.0, None)[0]
+            theirs = lambda q, k, v: _sdpa(q, k, v, causal, None, s, 0.0)
+        return _timed_call(ours, leaves, grad), _timed_call(theirs, leaves, grad)
+
+    return make
+
+
+for _op in dispatch.OPS:
+    dispatch.CANDIDATES[_op] = _tuning_candidates(_op)

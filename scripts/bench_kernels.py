@@ -44,10 +44,18 @@ compute the ops. Without a GPU it also prints the FLOP and byte model of each op
     python scripts/bench_kernels.py                                # everything (GPU)
     python scripts/bench_kernels.py --only scaled_dot pool --n 4096 --out results/
     python scripts/bench_kernels.py --dry-run                      # validation only, any machine
+    python scripts/bench_kernels.py --smoke --n 32 --head-dim 16 --out DIR   # the timing path on CPU
 
 Each part runs under its own time limit (`--timeout`, SIGALRM); results print as they come, a
 short table of ratios and verdicts comes last, and `--out DIR` writes bench_kernels.json and
-bench_kernels.md. Exit status 1 if a validation fails.
+bench_kernels.md. Exit status 1 if a validation fails. The JSON also holds `dispatch`: one row per
+op, dtype, causal, width, forward-only or forward+backward and N, with the attnzoo op's time and
+the fastest PyTorch formulation's: what `scripts/gpu_check.py` turns into the dispatch table of
+`impl="auto"` (`attnzoo.kernels.dispatch.make_table`).
+
+`--smoke` runs the timing loop without a GPU (fp32 on CPU, a wall-clock timer, the Triton kernels
+in the interpreter under TRITON_INTERPRET=1) so that the timing, the verdicts and the files are
+exercised at tiny shapes; its numbers measure nothing and are marked so.
 
 FLOPs follow the FlashAttention papers' convention: the forward counts its matmuls (2 FLOPs per
 multiply-add), the backward 2.5x the attention forward (five N x N matmuls against two), causal
@@ -240,7 +248,9 @@ def make_inputs(
     raise ValueError(f"unknown part {part!r}")
 
 
-def candidates(part: str, s: Shape, impl: str, window: int) -> list[Candidate]:
+def candidates(
+    part: str, s: Shape, impl: str, window: int, backends: tuple[str, ...] = BACKENDS
+) -> list[Candidate]:
     """The attnzoo op first, then what it is compared with."""
     from attnzoo import kernels
 
@@ -251,7 +261,7 @@ def candidates(part: str, s: Shape, impl: str, window: int) -> list[Candidate]:
         )
         theirs = [
             Candidate(f"sdpa {be}", lambda q, k, v: sdpa_scaled_dot(q, k, v, c), be)
-            for be in BACKENDS
+            for be in backends
         ]
     elif part == "metric":
         ours = Candidate(
@@ -259,7 +269,7 @@ def candidates(part: str, s: Shape, impl: str, window: int) -> list[Candidate]:
         )
         theirs = [
             Candidate(f"sdpa(p@M,p,p) {be}", lambda p, m: sdpa_metric(p, m, c), be)
-            for be in BACKENDS
+            for be in backends
         ]
     elif part == "quadratic":
         ours = Candidate(
@@ -267,7 +277,7 @@ def candidates(part: str, s: Shape, impl: str, window: int) -> list[Candidate]:
         )
         theirs = [
             Candidate(f"sdpa(x@U,x,v) {be}", lambda x, u, v: sdpa_quadratic(x, u, v, c), be)
-            for be in BACKENDS
+            for be in backends
         ]
     elif part == "pool":
         ours = Candidate("attnzoo", lambda x: kernels.pool_mix(x, window, impl=impl))
@@ -292,6 +302,7 @@ def backend_only(name: str | None) -> Iterator[None]:
         "flash": SDPBackend.FLASH_ATTENTION,
         "cudnn": SDPBackend.CUDNN_ATTENTION,
         "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,  # --smoke on CPU, where the fused backends refuse
     }[name]
     with sdpa_kernel([kind]):
         yield
@@ -448,6 +459,15 @@ class Timer:
         return {"device_ms": device_ms, "host_us": host_us}
 
 
+def wall_timer(fn: Callable[[], object]) -> dict[str, float]:
+    """--smoke's timer: one warm-up call, then the wall time of one call (no GPU, no meaning)."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    took = time.perf_counter() - start
+    return {"device_ms": took * 1e3, "host_us": took * 1e6}
+
+
 @dataclass
 class Result:
     part: str
@@ -473,12 +493,13 @@ def time_part(
     emit: Callable[[Result], None],
     device: str = "cuda",
     dtype: torch.dtype = torch.bfloat16,
+    backends: tuple[str, ...] = BACKENDS,
 ) -> None:
     """Time every candidate of one part at every shape, fwd and fwd+bwd, emitting as it goes."""
     for s in shapes:
         inputs = make_inputs(part, s, device, dtype)
         c = cost(part, replace(s, elt=dtype.itemsize), window)
-        for cand in candidates(part, s, impl, window):
+        for cand in candidates(part, s, impl, window, backends):
             modes = ("fwd",) if cand.reference else ("fwd", "fwd+bwd")
             with backend_only(cand.backend):
                 try:
@@ -672,6 +693,50 @@ def verdicts(results: list[Result], n_target: int = 4096) -> list[Verdict]:
     return out
 
 
+# ------------------------------------------------------------------------------------ dispatch rows
+
+OP_NAMES = {
+    "scaled_dot": "scaled_dot_attention",
+    "metric": "metric_attention",
+    "quadratic": "quadratic_attention",
+    "pool": "pool_mix",
+}
+
+
+def dispatch_rows(results: list[Result], shapes: list[Shape], dtype: torch.dtype) -> list[dict]:
+    """Per part, shape and mode: the attnzoo op's device time against the fastest PyTorch
+    formulation's (any SDPA backend; avg_pool1d - x for pool), keyed as kernels/dispatch.py keys
+    a call: op, dtype, causal, dim (head dim; the width D for quadratic and pool), grad, n."""
+    by_name = {s.name: s for s in shapes}
+    rows = []
+    for part, shape, mode in sorted({(r.part, r.shape, r.mode) for r in results}):
+        s = by_name.get(shape)
+        same = [
+            r for r in results if (r.part, r.shape, r.mode) == (part, shape, mode) and r.device_ms
+        ]
+        ours = next((r for r in same if r.candidate == "attnzoo"), None)
+        theirs = [r for r in same if r.candidate not in ("attnzoo", "copy")]
+        best = min(theirs, key=lambda r: r.device_ms, default=None)
+        if s is None or ours is None or best is None:
+            continue
+        rows.append(
+            {
+                "op": OP_NAMES[part],
+                "dtype": str(dtype).removeprefix("torch."),
+                "causal": s.causal,
+                "dim": s.width if part == "quadratic" else s.head_dim,
+                "grad": mode == "fwd+bwd",
+                "n": s.n,
+                "shape": shape,
+                "triton_ms": ours.device_ms,
+                "torch_ms": best.device_ms,
+                "torch_path": best.candidate,
+                "ratio": best.device_ms / ours.device_ms,
+            }
+        )
+    return rows
+
+
 # ------------------------------------------------------------------------------------ report
 
 
@@ -717,13 +782,14 @@ def checks_table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def write_out(out: Path, meta: dict, checks, results, vs, notes) -> None:
+def write_out(out: Path, meta: dict, checks, results, vs, notes, rows=()) -> None:
     out.mkdir(parents=True, exist_ok=True)
     payload = {
         "meta": meta,
         "validation": [asdict(c) for c in checks],
         "results": [asdict(r) for r in results],
         "verdicts": [asdict(v) for v in vs],
+        "dispatch": list(rows),
         "notes": notes,
     }
     (out / "bench_kernels.json").write_text(json.dumps(payload, indent=1))
@@ -760,6 +826,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per part (0: none)")
     parser.add_argument("--tol", type=float, default=2e-4, help="validation: max relative error")
     parser.add_argument("--dry-run", action="store_true", help="validate only, no timing")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="time on CPU (fp32, wall clock) to exercise the timing path; the numbers mean nothing",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write bench_kernels.json/.md here")
     args = parser.parse_args(argv)
     for name, value in (("--batch", args.batch), ("--heads", args.heads), ("--reps", args.reps)):
@@ -775,6 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     gpu = torch.cuda.is_available() and not interpret
     timing = gpu and not args.dry_run
+    smoke = args.smoke and not gpu
     shapes = attention_shapes(
         args.n, args.modes, args.batch, args.heads, args.head_dim, not args.no_train_shape
     )
@@ -816,13 +888,20 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    if timing:
-        timer = Timer(args.reps)
+    dtype = torch.float32 if smoke else torch.bfloat16
+    if timing or smoke:
+        timer = wall_timer if smoke else Timer(args.reps)
+        where = ("cpu", dtype) if smoke else ("cuda", dtype)
+        backends = ("math",) if smoke else BACKENDS
+        if smoke:
+            notes.append(
+                "--smoke: fp32 on CPU with a wall-clock timer; the numbers measure nothing"
+            )
         for part in args.only:
             part_shapes = pools if part == "pool" else shapes
             try:
                 with time_limit(args.timeout, f"part {part}"):
-                    time_part(part, part_shapes, "triton", args.window, timer, emit)
+                    time_part(part, part_shapes, impl, args.window, timer, emit, *where, backends)
             except PartTimeout as err:
                 notes.append(f"{err}; its results so far are kept")
                 print(err, flush=True)
@@ -842,6 +921,7 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(f"{why}: no timings")
 
     vs = verdicts(results) if results else []
+    rows = dispatch_rows(results, shapes + pools, dtype)
     if results:
         print("\n" + results_table(results))
         print("\n" + verdict_table(vs))
@@ -851,6 +931,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         meta = {
             "device": device,
+            "smoke": smoke,
+            "capability": (
+                "{}.{}".format(*torch.cuda.get_device_capability()) if gpu and not smoke else None
+            ),
             "torch": torch.__version__,
             "command": "python scripts/bench_kernels.py "
             + " ".join(sys.argv[1:] if argv is None else argv),
@@ -862,7 +946,7 @@ def main(argv: list[str] | None = None) -> int:
             meta["triton"] = triton.__version__
         except ImportError:  # pragma: no cover
             pass
-        write_out(args.out, meta, checks, results, vs, notes)
+        write_out(args.out, meta, checks, results, vs, notes, rows)
         print(f"wrote {args.out / 'bench_kernels.json'} and bench_kernels.md")
     return 1 if failed else 0
 

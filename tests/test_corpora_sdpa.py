@@ -100,36 +100,3 @@ def test_auto_takes_the_fused_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> No
     kernels.metric_attention(q, torch.randn(H, DK, DK), impl="auto")
     with pytest.raises(AssertionError, match="fell back"):
         kernels.scaled_dot_attention(q, k, v, impl="torch")
-
-
-class _CudaLike:
-    """What the implementation choice reads of a tensor, for a CUDA tensor on a CPU-only machine."""
-
-    is_cuda = True
-    device = torch.device("cuda")
-
-    def __init__(self, dtype: torch.dtype) -> None:
-        self.dtype = dtype
-
-
-@pytest.mark.parametrize("op", sorted(ops.TRITON_WINS_ON_CUDA))
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_auto_on_cuda_takes_triton_only_where_it_was_measured_faster(
-    op: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    t = _CudaLike(dtype)
-    monkeypatch.setitem(ops.TRITON_WINS_ON_CUDA, op, False)
-    assert not ops._use_triton("auto", t, op, "t")
-    # the attention ops then go through the fused SDPA (pool_mix has no SDPA form: reference)
-    assert ops._use_sdpa("auto", t)
-    assert ops._use_triton("triton", t, op, "t")  # forcing it still works
-    assert not ops._use_triton("torch", t, op, "t")
-    monkeypatch.setitem(ops.TRITON_WINS_ON_CUDA, op, True)
-    assert ops._use_triton("auto", t, op, "t")
-    assert not ops._use_triton("auto", _CudaLike(torch.float64), op, "t")  # no fp64 kernels
-
-
-def test_auto_on_cpu_never_takes_triton_even_where_it_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    for op in ops.TRITON_WINS_ON_CUDA:
-        monkeypatch.setitem(ops.TRITON_WINS_ON_CUDA, op, True)
-        assert not ops._use_triton("auto", torch.zeros(1), op, "t")

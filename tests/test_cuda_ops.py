@@ -11,6 +11,8 @@ itself makes in the same dtype: the kernels may not be less accurate than the fo
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from attnzoo.kernels import attention, ops, reference
@@ -136,3 +138,25 @@ def test_every_mixer_trains_20_steps_under_bf16_autocast(mixer, impl, compiled) 
     losses = torch.stack(losses).cpu()
     assert torch.isfinite(losses).all()
     assert losses[-5:].mean() < 0.9 * losses[:5].mean()
+
+
+def test_benchmark_mode_decides_on_this_gpu_and_keeps_the_result_exact(tmp_path, monkeypatch):
+    """impl="tune" times the kernel against SDPA on this GPU, caches the decision per GPU and
+    torch/triton versions, and either path gives the reference's result."""
+    from attnzoo.kernels import dispatch
+
+    monkeypatch.setenv("ATTNZOO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(dispatch, "TUNER", dispatch.Tuner())
+    dispatch.clear()
+    try:
+        tensors = make_inputs("scaled_dot", torch.bfloat16, 300)
+        got = out_and_grads("scaled_dot", "tune", tensors, True, None)
+        want = out_and_grads("scaled_dot", "torch", [t.double() for t in tensors], True, None)
+    finally:
+        dispatch.clear()
+    for g, w in zip(got, want, strict=True):
+        assert rel_err(g, w) < 2e-2
+    device = dispatch.Device.of(0)
+    (decision,) = json.loads(dispatch.tune_cache_path(device).read_text())["decisions"]
+    assert decision["key"]["n"] == 512 and decision["key"]["grad"] is True
+    assert decision["impl"] in ("triton", "torch") and decision["triton_ms"] > 0

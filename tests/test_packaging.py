@@ -46,6 +46,10 @@ def test_wheel_contains_every_module_and_config(wheel):
     expected |= {
         f"attnzoo/conf/{p.relative_to(ROOT / 'conf')}" for p in (ROOT / "conf").rglob("*.yaml")
     }
+    expected |= {  # the dispatch tables of impl="auto"
+        f"attnzoo/kernels/{p.relative_to(ROOT / 'kernels')}"
+        for p in (ROOT / "kernels").rglob("*.json")
+    }
     assert expected <= names, sorted(expected - names)
     assert not any(n.startswith("kernels/") for n in names), (
         "a top-level `kernels` package would clobber PyPI's"
@@ -139,3 +143,13 @@ def test_the_checkout_folder_imported_as_kernels_stays_empty():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "torch.Size([1, 2, 5, 4])" in out.stdout
     assert "transformers sees kernels: True" not in out.stdout
+
+
+def test_the_dispatch_tables_are_package_data():
+    """kernels/dispatch/<capability>.json (impl="auto"'s measured tables) ship in the wheel:
+    setuptools takes non-Python files only where package-data names them."""
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "dispatch/*.json" in config["package-data"]["attnzoo.kernels"]
+    assert config["package-dir"]["attnzoo.kernels"] == "kernels"
+    assert (ROOT / "kernels" / "dispatch").is_dir()
