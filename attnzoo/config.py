@@ -95,7 +95,7 @@ class ModelSchema:
 
 
 @dataclass
-class TrainSchema:
+class TrainConfig:
     max_steps: int = 600
     batch_size: int = 64
     lr: float = 3e-3
@@ -142,7 +142,7 @@ class Config:
     mixer: Any = MISSING
     model: ModelSchema = field(default_factory=ModelSchema)
     task: Any = MISSING
-    train: TrainSchema = field(default_factory=TrainSchema)
+    train: TrainConfig = field(default_factory=TrainConfig)
     logger: LoggerSchema = field(default_factory=LoggerSchema)
     impl: Impl = Impl.auto
     # null: $ATTNZOO_DATA_DIR, else the user cache folder; relative paths are taken from the
