@@ -16,8 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnzoo import distributed
 from attnzoo.checkpoint import CheckpointError
-from attnzoo.config import ConfigError, enum_value, options, resolve_data_dir, validate
-from attnzoo.model import Model, ModelConfig
+from attnzoo.config import (
+    ConfigError,
+    enum_value,
+    model_config,
+    options,
+    resolve_data_dir,
+    validate,
+)
+from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
 from attnzoo.tracking import WandbRun, write_json
 from attnzoo.train.resume import checkpoint_to_resume
@@ -75,24 +82,7 @@ def build_model(cfg: DictConfig, task: Task) -> Model:
             f"model.max_len={positions} positions; allowed: a context <= model.max_len "
             f"(raise model.max_len to >= {task.max_len} or set it to null)"
         )
-    model_cfg = ModelConfig(
-        dim=m.dim,
-        depth=m.depth,
-        heads=m.heads,
-        mixer=cfg.mixer.name,
-        mixer_options=options(cfg.mixer),
-        skip=m.skip,
-        mlp=m.mlp,
-        mlp_ratio=m.mlp_ratio,
-        norm=enum_value(m.norm),
-        norm_position=enum_value(m.norm_position),
-        layer_scale=m.layer_scale,
-        dropout=m.dropout,
-        pos_emb=enum_value(m.pos_emb),
-        share_blocks=m.share_blocks,
-        causal=task.causal,
-        impl=enum_value(cfg.impl),
-    )
+    model_cfg = model_config(cfg, causal=task.causal)
     torch.manual_seed(int(cfg.train.seed))
     try:
         return Model(
