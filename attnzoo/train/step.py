@@ -126,7 +126,9 @@ class TrainStep:
     by the fused AdamW's `found_inf`, on the device), and with `on_nonfinite=stop` so is every
     later one until the host reads `stats` and stops the run."""
 
-    def __init__(self, model: nn.Module, task: Task, train: TrainConfig, device: torch.device):
+    def __init__(
+        self, model: nn.Module, task: Task, train: TrainConfig, device: torch.device
+    ) -> None:
         self.model, self.task, self.device = model, task, device
         self.on_device = checks_on_device(device)
         self.optimizer = build_optimizer(model, train, fused=self.on_device)
