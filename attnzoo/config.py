@@ -8,6 +8,11 @@ mixer `m` gets a node `schema/mixer/m` whose fields are its constructor's option
 (`conf/mixer/m.yaml`) starts from it with `defaults: [/schema/mixer/m@_here_, _self_]`. A new
 mixer or task is therefore its module plus one YAML; nothing here changes.
 
+Every default is written once: the model's in `attnzoo.model.ModelConfig` (the `model` schema is
+derived from it), the training and logging ones in `TrainConfig` and `LoggerConfig` here, a
+mixer's or a task's in its constructor. The YAML groups under conf/ hold only what a choice
+changes, and comments.
+
 `validate(cfg)` then checks what a schema cannot (dim divisible by heads, positive learning rate,
 a context that fits the model, ...) and raises `ConfigError` naming the key and what is allowed.
 """
@@ -28,28 +33,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from attnzoo.mixers import MIXERS, mixer_class
+from attnzoo.model import ModelConfig
 from attnzoo.tasks import TASKS
 
 
 class ConfigError(ValueError):
     """A configuration that composes but cannot be trained; the message names the key."""
-
-
-class Norm(enum.Enum):
-    layernorm = "layernorm"
-    rmsnorm = "rmsnorm"
-    none = "none"
-
-
-class NormPosition(enum.Enum):
-    pre = "pre"
-    post = "post"
-
-
-class PosEmb(enum.Enum):
-    learned = "learned"
-    sinusoidal = "sinusoidal"
-    none = "none"
 
 
 class Device(enum.Enum):
@@ -76,27 +65,78 @@ class LoggerMode(enum.Enum):
     disabled = "disabled"
 
 
+_LITERAL_ENUMS: dict[tuple[str, ...], type[enum.Enum]] = {}
+
+
+def _literal_enum(name: str, values: tuple[str, ...]) -> type[enum.Enum]:
+    """The Enum OmegaConf checks a `Literal[...]` of strings with (one per set of values)."""
+    if values not in _LITERAL_ENUMS:
+        cls_name = "".join(p.title() for p in name.split("_"))
+        _LITERAL_ENUMS[values] = enum.Enum(cls_name, [(v, v) for v in values])  # type: ignore[misc]
+    return _LITERAL_ENUMS[values]
+
+
+def _omegaconf_type(annotation: Any, name: str = "") -> Any:
+    """The annotation if OmegaConf can type-check it, an Enum for a `Literal` of strings,
+    Optional[...] for `X | None`, else Any."""
+    simple = (int, float, bool, str)
+    if typing.get_origin(annotation) is typing.Literal:
+        return _literal_enum(name, typing.get_args(annotation))
+    if annotation in simple or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2 and args[0] in simple:
+            return Optional[args[0]]  # noqa: UP045 - OmegaConf wants typing.Optional
+    return Any
+
+
+def _options_schema(kind: str, name: str, fn: Any, skip: tuple[str, ...]) -> type:
+    """A dataclass `name: str` + one field per keyword option of `fn` (typed, with its default)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable annotations: fall back to untyped options
+        hints = {}
+    fields: list[tuple[str, Any, Any]] = [("name", str, field(default=name))]
+    for key, param in inspect.signature(fn).parameters.items():
+        if key == "self" or key in skip or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+            continue
+        default = MISSING if param.default is inspect.Parameter.empty else param.default
+        typ = _omegaconf_type(hints.get(key, Any), key)
+        if isinstance(default, (list, dict)):
+            fields.append((key, Any, field(default_factory=lambda d=default: type(d)(d))))
+        else:
+            fields.append((key, typ, field(default=default)))
+    cls_name = "".join(p.title() for p in name.split("_")) + kind.title() + "Schema"
+    return dataclasses.make_dataclass(cls_name, fields)
+
+
+# ModelConfig's fields that other keys set: the `mixer` group, the task, the top-level `impl`.
+_SET_ELSEWHERE = ("mixer", "mixer_options", "causal", "impl")
+
+
+def _model_schema() -> type:
+    """`model.*`: the fields of `attnzoo.model.ModelConfig` with their types and defaults, less
+    `_SET_ELSEWHERE`, and `max_len`, the positions the model has (null: the task's context)."""
+    hints = typing.get_type_hints(ModelConfig)
+    fields: list[tuple[str, Any, Any]] = [
+        (f.name, _omegaconf_type(hints[f.name], f.name), field(default=f.default))
+        for f in dataclasses.fields(ModelConfig)
+        if f.name not in _SET_ELSEWHERE
+    ]
+    fields.append(("max_len", Optional[int], field(default=None)))  # noqa: UP045
+    return dataclasses.make_dataclass("ModelSchema", fields)
+
+
+ModelSchema = _model_schema()
+
+
 @dataclass
-class ModelSchema:
-    """The block stack (`attnzoo.model.ModelConfig` minus what the mixer and task decide)."""
+class TrainConfig:
+    """`train.*`: the optimiser, schedule, evaluation and checkpoint cadence, and how the run
+    uses the machine; the one place these defaults are written."""
 
-    dim: int = 64
-    depth: int = 4
-    heads: int = 4
-    skip: bool = True
-    mlp: bool = True
-    mlp_ratio: float = 4.0
-    norm: Norm = Norm.layernorm
-    norm_position: NormPosition = NormPosition.pre
-    layer_scale: float | None = None
-    dropout: float = 0.0
-    pos_emb: PosEmb = PosEmb.learned
-    share_blocks: bool = False  # one block applied `depth` times (the paper's recurrent model)
-    max_len: int | None = None  # positions the model has; null: the task's context length
-
-
-@dataclass
-class TrainSchema:
     max_steps: int = 600
     batch_size: int = 64
     lr: float = 3e-3
@@ -124,7 +164,10 @@ class TrainSchema:
 
 
 @dataclass
-class LoggerSchema:
+class LoggerConfig:
+    """`logger.*`: where the numbers go besides metrics.jsonl (Weights & Biases) and how much
+    wall time the media may take."""
+
     mode: LoggerMode = LoggerMode.offline
     project: str = "attnzoo"
     entity: str | None = None
@@ -140,48 +183,30 @@ class LoggerSchema:
 
 @dataclass
 class Config:
+    """The whole run; conf/config.yaml picks a choice of each group on top of it."""
+
     mixer: Any = MISSING
     model: ModelSchema = field(default_factory=ModelSchema)
     task: Any = MISSING
-    train: TrainSchema = field(default_factory=TrainSchema)
-    logger: LoggerSchema = field(default_factory=LoggerSchema)
-    impl: Impl = Impl.auto
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    impl: Impl = Impl(ModelConfig.impl)  # the kernels every mixer uses
     # null: $ATTNZOO_DATA_DIR, else the user cache folder; relative paths are taken from the
     # directory the command was launched in.
     data_dir: str | None = None
 
 
-def _omegaconf_type(annotation: Any) -> Any:
-    """The annotation if OmegaConf can type-check it, Optional[...] for `X | None`, else Any."""
-    simple = (int, float, bool, str)
-    if annotation in simple or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(annotation)) == 2 and args[0] in simple:
-            return Optional[args[0]]  # noqa: UP045 - OmegaConf wants typing.Optional
-    return Any
-
-
-def _options_schema(kind: str, name: str, fn: Any, skip: tuple[str, ...]) -> type:
-    """A dataclass `name: str` + one field per keyword option of `fn` (typed, with its default)."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable annotations: fall back to untyped options
-        hints = {}
-    fields: list[tuple[str, Any, Any]] = [("name", str, field(default=name))]
-    for key, param in inspect.signature(fn).parameters.items():
-        if key == "self" or key in skip or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
-            continue
-        default = MISSING if param.default is inspect.Parameter.empty else param.default
-        typ = _omegaconf_type(hints.get(key, Any))
-        if isinstance(default, (list, dict)):
-            fields.append((key, Any, field(default_factory=lambda d=default: type(d)(d))))
-        else:
-            fields.append((key, typ, field(default=default)))
-    cls_name = "".join(p.title() for p in name.split("_")) + kind.title() + "Schema"
-    return dataclasses.make_dataclass(cls_name, fields)
+def model_config(cfg: DictConfig, causal: bool) -> ModelConfig:
+    """The `ModelConfig` a composed config describes (`model.*`, the mixer, `impl`), for a task
+    that is `causal` or not; `model.max_len` is the Model's own argument, not part of it."""
+    model = {k: v for k, v in options(cfg.model).items() if k != "max_len"}
+    return ModelConfig(
+        **model,
+        mixer=cfg.mixer.name,
+        mixer_options=options(cfg.mixer),
+        causal=causal,
+        impl=enum_value(cfg.impl),
+    )
 
 
 _STORED: set[tuple[str | None, str]] = set()

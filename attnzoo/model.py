@@ -10,17 +10,46 @@ of Dong, Cordonnier & Loukas (2021).
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
 
 from attnzoo.mixers import build_mixer
 
-NORMS = ("layernorm", "rmsnorm", "none")
-NORM_POSITIONS = ("pre", "post")
-POS_EMBS = ("learned", "sinusoidal", "none")
-HEADS = ("lm", "classify", "token")
+Norm = Literal["layernorm", "rmsnorm", "none"]
+NormPosition = Literal["pre", "post"]
+PosEmb = Literal["learned", "sinusoidal", "none"]
+Head = Literal["lm", "classify", "token"]
+NORMS, NORM_POSITIONS = typing.get_args(Norm), typing.get_args(NormPosition)
+POS_EMBS, HEADS = typing.get_args(PosEmb), typing.get_args(Head)
+
+
+@dataclass
+class ModelConfig:
+    """Everything that defines the network, and the one place its defaults are written: the
+    trainer's `model.*` keys are these fields (its structured config is derived from them), less
+    the four that are set elsewhere: `mixer` and `mixer_options` by the `mixer` group, `causal` by
+    the task, `impl` by the top-level `impl` key."""
+
+    dim: int = 64  # width of every token's vector
+    depth: int = 4  # blocks
+    heads: int = 4
+    mixer: str = "scaled_dot"  # a name in attnzoo.mixers.MIXERS
+    mixer_options: dict = field(default_factory=dict)  # the mixer's own keyword arguments
+    skip: bool = True  # the residual connections around the mixer and the MLP
+    mlp: bool = True
+    mlp_ratio: float = 4.0  # the MLP's hidden width over dim
+    norm: Norm = "layernorm"
+    norm_position: NormPosition = "pre"
+    layer_scale: float | None = None  # LayerScale's initial value on both branches; None: off
+    dropout: float = 0.0  # on the embedding and on both residual branches
+    pos_emb: PosEmb = "learned"
+    share_blocks: bool = False  # one block applied `depth` times (the paper's recurrent model)
+    causal: bool = False  # each token sees only those before it (language models)
+    impl: str = "auto"  # kernels: auto | torch | triton (attnzoo.config.Impl)
 
 
 def make_norm(kind: str, dim: int) -> nn.Module:
@@ -62,13 +91,13 @@ class Block(nn.Module):
         self,
         dim: int,
         mixer: nn.Module,
-        skip: bool = True,
-        mlp: bool = True,
-        mlp_ratio: float = 4.0,
-        norm: str = "layernorm",
-        norm_position: str = "pre",
-        layer_scale: float | None = None,
-        dropout: float = 0.0,
+        skip: bool = ModelConfig.skip,
+        mlp: bool = ModelConfig.mlp,
+        mlp_ratio: float = ModelConfig.mlp_ratio,
+        norm: Norm = ModelConfig.norm,
+        norm_position: NormPosition = ModelConfig.norm_position,
+        layer_scale: float | None = ModelConfig.layer_scale,
+        dropout: float = ModelConfig.dropout,
     ) -> None:
         super().__init__()
         if norm_position not in NORM_POSITIONS:
@@ -104,28 +133,6 @@ class Block(nn.Module):
         return self._branch(h_bnd, self.mlp, self.norm2, self.scale2)
 
 
-@dataclass
-class ModelConfig:
-    """Everything that defines the network; the trainer's `model.*` and `mixer.*` keys."""
-
-    dim: int = 64
-    depth: int = 4
-    heads: int = 4
-    mixer: str = "scaled_dot"
-    mixer_options: dict = field(default_factory=dict)
-    skip: bool = True
-    mlp: bool = True
-    mlp_ratio: float = 4.0
-    norm: str = "layernorm"
-    norm_position: str = "pre"
-    layer_scale: float | None = None
-    dropout: float = 0.0
-    pos_emb: str = "learned"
-    share_blocks: bool = False  # one block applied `depth` times (the paper's recurrent model)
-    causal: bool = False
-    impl: str = "auto"
-
-
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
     pos_n1 = torch.arange(max_len, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
@@ -150,7 +157,7 @@ class Model(nn.Module):
         max_len: int,
         vocab_size: int | None = None,
         in_features: int | None = None,
-        head: str = "lm",
+        head: Head = "lm",
     ) -> None:
         super().__init__()
         c = config

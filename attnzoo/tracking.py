@@ -1,24 +1,30 @@
-"""Where a run's numbers go: `metrics.jsonl` (always, the source of truth), Weights & Biases (best
-effort: any W&B failure is a warning, never a failed run), and the rank-decay figure.
+"""Where a run's numbers go: `metrics.jsonl` (always, the source of truth), `summary.json`,
+Weights & Biases (best effort: any W&B failure is a warning, never a failed run) with the rank and
+attention media, the rank-decay figure, and the report printed at the end of a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")
-import contextlib
-
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from attnzoo.tasks import Batch
 
 
 def _jsonable(v: Any) -> Any:
@@ -68,6 +74,26 @@ class MetricsFile:
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Every record of a `metrics.jsonl`."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def metrics_last(path: Path) -> dict[str, Any]:
+    """The latest value of every scalar key in `metrics.jsonl` (what summary.json calls final)."""
+    final: dict[str, Any] = {}
+    if not path.exists():
+        return final
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            for k, v in json.loads(line).items():
+                if k != "step" and isinstance(v, (int, float)):
+                    final[k] = v
+    return final
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` atomically: a reader sees the old file or the new one, never half."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
 
 
 def rank_figure(history: Sequence[tuple[int, Sequence[float]]], title: str = "") -> plt.Figure:
@@ -201,3 +227,86 @@ class WandbRun:
             run.finish(exit_code=exit_code)
         except Exception as err:
             warnings.warn(f"wandb.finish failed ({type(err).__name__}: {err})", stacklevel=2)
+
+
+def log_rank_media(
+    wb: WandbRun, image: Any, history: Sequence[tuple[int, Sequence[float]]], step: int
+) -> None:
+    """The rank table, rank-vs-depth line series and the rank figure (a matplotlib figure or
+    the PNG file it was saved to), as W&B media."""
+    wandb = wb.wandb
+    try:
+        rows = [[s, layer, float(r)] for s, ranks in history for layer, r in enumerate(ranks)]
+        table = wandb.Table(columns=["step", "layer", "relative_residual"], data=rows)
+        depth = len(history[-1][1])
+        series = wandb.plot.line_series(
+            xs=list(range(depth)),
+            ys=[list(map(float, ranks)) for _, ranks in history],
+            keys=[f"step {s}" for s, _ in history],
+            title="rank decay: relative residual vs depth",
+            xname="layer",
+        )
+        plot = wandb.Image(str(image) if isinstance(image, Path) else image)
+        media = {"rank/table": table, "rank/vs_depth": series, "rank/plot": plot}
+    except Exception as err:
+        wb._fail("building rank media", err)
+        return
+    wb.log(media, step=step)
+
+
+def log_attention_media(wb: WandbRun, model: nn.Module, probe: Batch, step: int) -> None:
+    """Attention maps per layer and head, and the learned U or M, as W&B images."""
+    from attnzoo.attention_maps import (
+        attention_maps,
+        learned_matrices,
+        maps_figure,
+        matrices_figure,
+    )
+
+    figs = {}
+    try:
+        maps = attention_maps(model, probe.inputs, probe.key_padding_mask)
+        if maps:
+            figs["attention/maps"] = maps_figure(maps, step)
+        mats = learned_matrices(model)
+        if mats:
+            figs["attention/learned_matrices"] = matrices_figure(mats, step)
+        media = {k: wb.wandb.Image(f) for k, f in figs.items()}
+    except Exception as err:
+        wb._fail("building attention images", err)
+        return
+    finally:
+        for f in figs.values():
+            plt.close(f)
+    if media:
+        wb.log(media, step=step)
+
+
+def report(run_dir: Path, summary: dict[str, Any]) -> None:
+    """Print where everything a run left is, and how to look at it."""
+    d = run_dir.resolve()
+    error = f" ({summary['error']})" if summary.get("error") else ""
+    final = "  ".join(
+        f"{k}={v:.4g}"
+        for k, v in summary.get("final", {}).items()
+        if k.startswith("val/") or k == "rank/last"
+    )
+    lines = [
+        f"attnzoo.train: {summary['status']} at step {summary['step']}{error}",
+        f"  final          {final or '(no evaluation yet)'}",
+        f"  run directory  {d}",
+        f"  metrics        {d / 'metrics.jsonl'}",
+        f"  summary        {d / 'summary.json'}",
+        f"  checkpoint     {d / 'checkpoints' / 'last.pt'}   "
+        f"(continue: python -m attnzoo.train hydra.run.dir={d} train.resume=true)",
+        f"  rank plot      {d / 'rank_decay.png'}",
+    ]
+    wandb_info = summary.get("wandb") or {}
+    if wandb_info.get("mode") != "disabled" and wandb_info.get("dir"):
+        run_folder = Path(wandb_info["dir"]).parent
+        lines.append(f"  W&B run        {run_folder}")
+        if wandb_info.get("mode") == "offline":
+            lines.append(
+                f"                 view: wandb leet {run_folder}   upload: wandb sync {run_folder}"
+            )
+    print("\n".join(lines), file=sys.stderr)

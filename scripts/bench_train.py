@@ -1,30 +1,30 @@
-"""Training benchmark on the real corpora: every mixer, and a plain PyTorch GPT of the same shape,
-trained by one loop on the same batches.
+"""Training benchmark on the real corpora: every mixer, and a plain PyTorch GPT of the same shape
+as a reference, trained by the trainer's own code on the same batches.
 
-Tiny Shakespeare follows the CPU recipe of nanoGPT's character-level example (the reference figure
-of ../shared/data/README.md): 4 layers, 4 heads, width 128, context 64, batch 12, 2000 AdamW
-steps (lr 1e-3, cosine to 1e-4 after 100 warmup steps, betas 0.9/0.99, weight decay 0.1 on
-matrices, gradient clipping 1.0, dropout 0); validation loss over 200 batches of the last 10%.
-Targets: scaled_dot reaches val loss <= 1.90, in <= 1.1x the plain GPT's time per step.
+A recipe is the trainer's experiment config, composed by `attnzoo.train.compose`, with the
+command line's flags as overrides: `--tasks shakespeare` is `experiment=shakespeare_char`
+(nanoGPT's CPU recipe for Tiny Shakespeare, the reference figure of ../shared/data/README.md),
+`imdb` is `experiment=imdb`, `shakespeare_gpu` is `experiment=shakespeare_char_gpu` (nanoGPT's
+GPU recipe). Models are built by `attnzoo.train.build_model` and trained by
+`attnzoo.train.TrainStep`: the AdamW, schedule, clipping, non-finite checks, bf16 autocast on
+CUDA and torch.compile of `python -m attnzoo.train`; validation is the trainer's `evaluate` and the
+rank probe its `rank_record`. What the benchmark adds is the timing, and the plain GPT
+(`PlainGPT`), a reference outside attnzoo that goes through the same step.
+Target on Tiny Shakespeare: scaled_dot reaches val loss <= 1.90 in <= 1.1x the plain GPT's time
+per step.
 
 The models train round-robin, one step each in turn, so that every model meets the same machine
-load (on a shared CPU the load drifts over minutes, which would skew back-to-back timings). A step
-is what the trainer does per step: forward, cross-entropy, backward, clipping, AdamW with the
-trainer's schedule (`attnzoo.train.lr_factor`), bf16 autocast on CUDA. The table also gives the
-cost of the trainer's rank probe (`attnzoo.train.rank_record`) as a share of training time at an
-evaluation every `--eval-every` steps (target: under 5%).
+load (on a shared CPU the load drifts over minutes, which would skew back-to-back timings). The
+table also gives the cost of the rank probe as a share of training time at the recipe's
+`train.eval_every` (target: under 5%).
 
-`--tasks shakespeare_gpu` is nanoGPT's GPU recipe for Tiny Shakespeare (6 layers x 6 heads x 384,
-context 256, batch 64, dropout 0.2, 5000 steps, lr 1e-3 with 100 warmup steps and cosine decay to
-1e-4, betas 0.9/0.99, weight decay 0.1, clipping 1.0, evaluation every 1000 steps over 200 batches;
-`conf/experiment/shakespeare_char_gpu.yaml` holds the same). A GPU is not shared, so there the
-models train one after another, each compiled with torch.compile, and the table gives what a user
-waits for: wall time (compilation and evaluations included), steady ms/step (median over windows
-of steps, after the first), tokens/s and the best validation loss.
+On a GPU (`shakespeare_gpu`, or `--sequential` on any recipe) the models train one after another,
+and the table gives what a user waits for: wall time (compilation and evaluations included),
+steady ms/step (median over windows of steps, after the first), tokens/s and the best validation
+loss, evaluated every `train.eval_every` steps and at the end.
 
-`--trainer` instead trains each mixer through `attnzoo.train.run` with the task's experiment
-config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user gets from
-`python -m attnzoo.train`, evaluation, probes and checkpoints included.
+`--trainer` instead trains each mixer through `attnzoo.train.run`: the numbers a user gets from
+`python -m attnzoo.train experiment=...`, evaluation, probes and checkpoints included.
 
     python scripts/bench_train.py                                   # both tables, every mixer
     python scripts/bench_train.py --tasks shakespeare --mixers scaled_dot,gpt --steps 2000
@@ -34,35 +34,40 @@ config (`experiment=shakespeare_char` / `experiment=imdb`): the numbers a user g
     python scripts/bench_train.py --tasks shakespeare_gpu --device cuda       # nanoGPT's GPU recipe
     python scripts/bench_train.py --tasks shakespeare --mixers gpt --sequential --eval-every 250 \
         --eval-batches 40 --threads 2   # nanoGPT's CPU command's loop, on the plain GPT, with wall time
-
-`--sequential` trains the models one after another with wall times (as the GPU recipe does) on
-any recipe: with the line above, the plain GPT follows nanoGPT's CPU command (2000 steps, an
-evaluation every 250 over 20 train + 20 val batches, two threads) to set beside
-`python -m attnzoo.train experiment=shakespeare_char` run as a whole process (README, "Threads").
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig
 from torch import nn
 
-from attnzoo import train as trainer
+from attnzoo.config import Impl, enum_value, resolve_data_dir
 from attnzoo.mixers import MIXERS
-from attnzoo.model import Model, ModelConfig
-from attnzoo.tasks import Batch, Task, build_task
-from attnzoo.train import lr_factor, rank_record
+from attnzoo.tasks import Task
+from attnzoo.train import (
+    TrainStep,
+    build_model,
+    compose,
+    device_for,
+    evaluate,
+    probe_batch,
+    rank_record,
+    run,
+)
+from attnzoo.train.build import build_task_from
+from attnzoo.train.step import next_batch, train_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the corpora are read from unless --data-dir says otherwise: $ATTNZOO_DATA_DIR, else the
@@ -72,68 +77,46 @@ DEFAULT_DATA = os.environ.get("ATTNZOO_DATA_DIR") or (
     if (ROOT.parent / "shared" / "data").is_dir()
     else str(Path.home() / ".cache" / "attnzoo")
 )
-PLAIN = "gpt"  # the name of the plain PyTorch baseline in --mixers
-
-
-@dataclass
-class Recipe:
-    task: str
-    task_options: dict
-    steps: int
-    batch_size: int
-    dim: int = 128
-    depth: int = 4
-    heads: int = 4
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup: int = 100
-    betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    eval_batches: int = 200
-    eval_batch_size: int = 12
-    impl: str = "auto"
-    device: str = "cpu"
-    dropout: float = 0.0  # embeddings and residual branches (attnzoo's model.dropout)
-    attn_dropout: float = 0.0  # attention probabilities (plain GPT; mixers with that option)
-    eval_every: int = 0  # evaluations during training (0: once, at the end)
-    compile: bool = False  # torch.compile the training forward
-
-
-# conf/experiment/<name>.yaml
+PLAIN = "gpt"  # the name of the plain PyTorch reference in --mixers
+# --tasks: conf/experiment/<name>.yaml
 EXPERIMENTS = {
     "shakespeare": "shakespeare_char",
     "imdb": "imdb",
     "shakespeare_gpu": "shakespeare_char_gpu",
 }
-RECIPES = {
-    "shakespeare": Recipe("shakespeare_char", {"seq_len": 64}, steps=2000, batch_size=12),
-    # No published reference; the same model and optimiser, longer reviews, bigger batches.
-    "imdb": Recipe(
-        "imdb", {"seq_len": 128}, steps=300, batch_size=32, eval_batches=60, eval_batch_size=50
-    ),
-    # nanoGPT's config/train_shakespeare_char.py, evaluated every 1000 steps.
-    "shakespeare_gpu": Recipe(
-        "shakespeare_char",
-        {"seq_len": 256},
-        steps=5000,
-        batch_size=64,
-        dim=384,
-        depth=6,
-        heads=6,
-        dropout=0.2,
-        attn_dropout=0.2,
-        eval_every=1000,
-        eval_batch_size=64,
-        device="cuda",
-        compile=True,
-    ),
-}
 SEQUENTIAL = {"shakespeare_gpu"}  # recipes whose models train one after another (GPU)
+# command-line flag: the config key it overrides
+FLAGS = {
+    "steps": "train.max_steps",
+    "batch": "train.batch_size",
+    "eval_batches": "train.eval_batches",
+    "eval_every": "train.eval_every",
+    "device": "train.device",
+    "compile": "train.compile",
+    "seed": "train.seed",
+    "dim": "model.dim",
+    "depth": "model.depth",
+    "heads": "model.heads",
+    "seq_len": "task.seq_len",
+    "impl": "impl",
+    "data_dir": "data_dir",
+}
+
+
+def recipe(task_key: str, args: argparse.Namespace, mixer: str | None = None) -> DictConfig:
+    """The task's experiment config with the command line's overrides (and `mixer`)."""
+    overrides = [f"experiment={EXPERIMENTS[task_key]}", "logger.mode=disabled"]
+    overrides += ["train.progress=false"] + ([f"mixer={mixer}"] if mixer else [])
+    for flag, key in FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return compose(overrides)
 
 
 class PlainGPT(nn.Module):
-    """A nanoGPT-style transformer of the same shape as attnzoo's Model with scaled_dot: pre-norm
+    """The reference, not an attnzoo model: a nanoGPT-style transformer of the same shape as
+    attnzoo's Model with scaled_dot (trained by the same step, on the same batches): pre-norm
     blocks, fused qkv without bias, SDPA, GELU MLP of width 4D, learned positions, untied head.
     For classification it mean-pools the real tokens, as Model does."""
 
@@ -218,18 +201,10 @@ class PlainGPT(nn.Module):
 class Run:
     name: str
     model: nn.Module  # the eager module: evaluation and rank probes
-    forward: nn.Module  # what training calls: the model, or torch.compile of it
-    optimizer: torch.optim.Optimizer
-    generator: torch.Generator
+    step: TrainStep  # the trainer's training step (compiled forward, AdamW, schedule)
+    generator: torch.Generator  # training batches
     step_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
-
-
-def _autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA, as the trainer does; nothing on CPU."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def _sync(device: torch.device) -> None:
@@ -237,90 +212,56 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def build(name: str, task: Task, r: Recipe, seed: int) -> Run:
-    torch.manual_seed(seed)
+def build(name: str, task: Task, cfg: DictConfig) -> Run:
+    """The model `name` (a mixer, or the plain GPT) as the trainer builds it from `cfg`, with the
+    trainer's training step and batch stream."""
+    device, seed = device_for(cfg), int(cfg.train.seed)
     if name == PLAIN:
+        torch.manual_seed(seed)
+        m = cfg.model
         model: nn.Module = PlainGPT(
             task.vocab_size,
             task.out_features,
             task.max_len,
-            r.dim,
-            r.depth,
-            r.heads,
+            m.dim,
+            m.depth,
+            m.heads,
             task.head,
-            dropout=r.dropout,
-            attn_dropout=r.attn_dropout,
+            dropout=m.dropout,
+            attn_dropout=cfg.mixer.get("attn_dropout", 0.0),
         )
     else:
-        extra = {"attn_dropout": r.attn_dropout}  # every mixer takes it (a no-op without scores)
-        cfg = ModelConfig(
-            dim=r.dim,
-            depth=r.depth,
-            heads=r.heads,
-            mixer=name,
-            mixer_options=extra,
-            causal=task.causal,
-            impl=r.impl,
-            dropout=r.dropout,
-        )
-        model = Model(cfg, task.out_features, task.max_len, task.vocab_size, head=task.head)
-    model.to(r.device)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": r.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    fused = True if r.device == "cuda" else None  # as the trainer: fused AdamW on CUDA
-    optimizer = torch.optim.AdamW(groups, lr=r.lr, betas=r.betas, fused=fused)
-    forward = torch.compile(model) if r.compile else model
-    return Run(name, model, forward, optimizer, torch.Generator().manual_seed(seed))
+        assert cfg.mixer.name == name, (cfg.mixer.name, name)
+        model = build_model(cfg, task)
+    model.to(device)
+    return Run(name, model, TrainStep(model, task, cfg.train, device), train_generator(seed))
 
 
-def lr_at(step: int, r: Recipe) -> float:
-    """The trainer's schedule: linear warmup, then cosine from lr down to min_lr."""
-    return r.lr * lr_factor(step, r.warmup, r.steps, r.min_lr / r.lr)
+def optimizer_step(run: Run, task: Task, cfg: DictConfig, step: int) -> torch.Tensor:
+    """Step `step` (0-based) as the trainer takes it; returns the loss (on the device, unread)."""
+    device = device_for(cfg)
+    batch = next_batch(task, int(cfg.train.batch_size), run.generator, device)
+    loss, _ = run.step(batch, step + 1)
+    return loss
 
 
-def loss_of(model: nn.Module, task: Task, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    with _autocast(batch.inputs.device):
-        logits = model(batch.inputs, batch.key_padding_mask)
-    return task.loss(logits, batch), logits
-
-
-def optimizer_step(run: Run, task: Task, r: Recipe, step: int) -> torch.Tensor:
-    """One training step as the trainer takes it; returns the loss (on the device, unread)."""
-    device = torch.device(r.device)
-    batch = task.batch("train", r.batch_size, run.generator)
-    if device.type == "cuda":
-        batch = batch.pin_memory()
-    batch = batch.to(device)
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr_at(step, r)
-    loss, _ = loss_of(run.forward, task, batch)
-    run.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(run.model.parameters(), r.grad_clip)
-    run.optimizer.step()
-    return loss.detach()
-
-
-def train_step(run: Run, task: Task, r: Recipe, step: int) -> None:
+def train_step(run: Run, task: Task, cfg: DictConfig, step: int) -> None:
     """One step, timed on its own (round-robin on a CPU)."""
-    device = torch.device(r.device)
+    device = device_for(cfg)
     _sync(device)
     start = time.perf_counter()
-    loss = optimizer_step(run, task, r, step)
+    loss = optimizer_step(run, task, cfg, step)
     _sync(device)
     run.step_s.append(time.perf_counter() - start)
     run.losses.append(loss.item())
 
 
-def probe_ms(run: Run, probe: Batch) -> float:
-    """Median milliseconds of the trainer's rank probe on `probe` (the plain GPT has the same
-    `return_hidden` interface, so it is measured the same way)."""
-    device = probe.inputs.device
-    rank_record(run.model, probe)  # warm-up
+def probe_ms(run: Run, task: Task, cfg: DictConfig) -> tuple[float, float]:
+    """The trainer's rank probe on its probe batch: the last layer's relative residual and the
+    median milliseconds (the plain GPT has the same `return_hidden` interface)."""
+    device = device_for(cfg)
+    probe = probe_batch(task, cfg, device)
+    rank = rank_record(run.model, probe)["rank/last"]  # also the warm-up
     times = []
     for _ in range(5):
         _sync(device)
@@ -328,122 +269,89 @@ def probe_ms(run: Run, probe: Batch) -> float:
         rank_record(run.model, probe)
         _sync(device)
         times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return rank, 1e3 * statistics.median(times)
 
 
-@torch.no_grad()
-def validate(run: Run, task: Task, r: Recipe, seed: int) -> tuple[float, float]:
-    """Validation loss and accuracy over the recipe's evaluation batches (the same batches at
-    every call), on the eager model."""
-    run.model.eval()
-    generator = torch.Generator().manual_seed(seed + 1)
-    losses, accs = [], []
-    for _ in range(r.eval_batches):
-        batch = task.batch("val", r.eval_batch_size, generator).to(r.device)
-        loss, logits = loss_of(run.model, task, batch)
-        losses.append(loss.item())
-        accs.append(task.metrics(logits.float(), batch)["accuracy"])
-    run.model.train()
-    return statistics.fmean(losses), statistics.fmean(accs)
+def validate(run: Run, task: Task, cfg: DictConfig) -> dict[str, float]:
+    """The trainer's validation numbers (`val/loss`, `val/accuracy`, ...) on the eager model."""
+    values = evaluate(run.model, task, cfg, device_for(cfg), sample=False)
+    return {k: float(v) for k, v in values.items()}
 
 
-def evaluate(run: Run, task: Task, r: Recipe, seed: int) -> dict[str, float]:
-    val_loss, accuracy = validate(run, task, r, seed)
-    probe = task.batch("val", 16, torch.Generator().manual_seed(seed + 2)).to(r.device)
-    return {
-        "val_loss": val_loss,
-        "accuracy": accuracy,
-        "rank": rank_record(run.model, probe)["rank/last"],
-        "probe_ms": probe_ms(run, probe),
-    }
+def _task(cfg: DictConfig) -> Task:
+    return build_task_from(cfg, resolve_data_dir(cfg.data_dir, Path.cwd()))
 
 
-def recipe(task_key: str, args: argparse.Namespace) -> Recipe:
-    """The task's recipe with the command line's overrides."""
-    r = Recipe(**{**RECIPES[task_key].__dict__})
-    r.task_options = dict(r.task_options)
-    for key in (
-        "steps",
-        "eval_batches",
-        "eval_every",
-        "dim",
-        "depth",
-        "heads",
-        "impl",
-        "device",
-        "compile",
-    ):
-        if getattr(args, key) is not None:
-            setattr(r, key, getattr(args, key))
-    if args.batch is not None:
-        r.batch_size = args.batch
-    if args.seq_len is not None:
-        r.task_options["seq_len"] = args.seq_len
-    return r
-
-
-def bench(task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str) -> list[dict]:
-    task = build_task(r.task, data_dir, seed, **r.task_options)
-    runs = [build(name, task, r, seed) for name in names]
-    print(f"[{task_key}] {len(runs)} models x {r.steps} steps, round-robin", file=sys.stderr)
+def bench(task_key: str, cfgs: dict[str, DictConfig]) -> list[dict]:
+    """Every model trained round-robin, one step each in turn; a row of timings and validation
+    numbers per model."""
+    base = next(iter(cfgs.values()))
+    task = _task(base)
+    runs = [build(name, task, cfg) for name, cfg in cfgs.items()]
+    steps = int(base.train.max_steps)
+    print(f"[{task_key}] {len(runs)} models x {steps} steps, round-robin", file=sys.stderr)
     t0 = time.perf_counter()
-    for step in range(r.steps):
-        for run in runs:
-            train_step(run, task, r, step)
-        if (step + 1) % max(1, r.steps // 10) == 0:
-            losses = ", ".join(
-                f"{run.name} {statistics.fmean(run.losses[-50:]):.3f}" for run in runs
-            )
+    for step in range(steps):
+        for r in runs:
+            train_step(r, task, cfgs[r.name], step)
+        if (step + 1) % max(1, steps // 10) == 0:
+            losses = ", ".join(f"{r.name} {statistics.fmean(r.losses[-50:]):.3f}" for r in runs)
             print(f"  step {step + 1} ({time.perf_counter() - t0:.0f}s): {losses}", file=sys.stderr)
     rows = []
-    for run in runs:
-        skip = min(len(run.step_s) // 10, 50)  # the first steps pay one-off allocation costs
-        times = run.step_s[skip:]
+    for r in runs:
+        skip = min(len(r.step_s) // 10, 50)  # the first steps pay one-off allocation costs
+        times = r.step_s[skip:]
+        values = validate(r, task, cfgs[r.name])
+        rank, ms = probe_ms(r, task, cfgs[r.name])
         rows.append(
             {
-                "mixer": run.name,
-                "params": sum(p.numel() for p in run.model.parameters()),
+                "mixer": r.name,
+                "params": sum(p.numel() for p in r.model.parameters()),
                 "ms_mean": 1e3 * statistics.fmean(times),
                 "ms_median": 1e3 * statistics.median(times),
-                **evaluate(run, task, r, seed),
+                "val_loss": values["val/loss"],
+                "accuracy": values["val/accuracy"],
+                "rank": rank,
+                "probe_ms": ms,
             }
         )
     return rows
 
 
-def warm_up(task: Task, r: Recipe, seed: int) -> None:
+def warm_up(task: Task, cfg: DictConfig) -> None:
     """Two steps of a throwaway one-layer plain GPT, so the process's one-off costs (lazy imports,
     the CUDA context and cuBLAS handles, the compiler's own start) are not billed to whichever
     model is timed first; it shares no graph with the measured models, which still compile their
     own."""
-    tiny = replace(r, dim=8 * r.heads, depth=1)
-    run = build(PLAIN, task, tiny, seed)
+    tiny = cfg.copy()
+    tiny.model.dim, tiny.model.depth = 8 * int(cfg.model.heads), 1
+    run_ = build(PLAIN, task, tiny)
     for step in range(2):
-        optimizer_step(run, task, tiny, step)
-    _sync(torch.device(r.device))
+        optimizer_step(run_, task, tiny, step)
+    _sync(device_for(cfg))
 
 
-def bench_sequential(
-    task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str, window: int = 100
-) -> list[dict]:
+def bench_sequential(cfgs: dict[str, DictConfig], window: int = 100) -> list[dict]:
     """Each model trained on its own, start to end (a GPU is not shared): wall time from building
     the model to the last evaluation, compilation included; ms/step over windows of `window`
     steps with one device synchronisation each (the first window, which compiles, is left out of
-    the median); validation every `r.eval_every` steps and at the end, the best kept."""
-    task = build_task(r.task, data_dir, seed, **r.task_options)
-    device = torch.device(r.device)
-    warm_up(task, r, seed)
+    the median); validation every `train.eval_every` steps and at the end, the best kept."""
+    base = next(iter(cfgs.values()))
+    task = _task(base)
+    device = device_for(base)
+    warm_up(task, base)
     rows = []
-    for name in names:
+    for name, cfg in cfgs.items():
+        steps, eval_every = int(cfg.train.max_steps), int(cfg.train.eval_every)
         _sync(device)
         start = time.perf_counter()
-        run = build(name, task, r, seed)
+        r = build(name, task, cfg)
         window_ms, best, best_step = [], math.inf, 0
         mark, in_window = time.perf_counter(), 0
-        for step in range(r.steps):
-            loss = optimizer_step(run, task, r, step)
+        for step in range(steps):
+            loss = optimizer_step(r, task, cfg, step)
             done, in_window = step + 1, in_window + 1
-            evaluating = (r.eval_every and done % r.eval_every == 0) or done == r.steps
+            evaluating = done % eval_every == 0 or done == steps
             if in_window < window and not evaluating:
                 continue
             _sync(device)  # a window of steps ends (early at an evaluation)
@@ -451,7 +359,7 @@ def bench_sequential(
             if done % 1000 == 0:
                 print(f"  {name} step {done}: loss {loss.item():.3f}", file=sys.stderr)
             if evaluating:
-                val_loss, _ = validate(run, task, r, seed)
+                val_loss = validate(r, task, cfg)["val/loss"]
                 if val_loss < best:
                     best, best_step = val_loss, done
                 print(f"  {name} step {done}: val loss {val_loss:.4f}", file=sys.stderr)
@@ -460,11 +368,11 @@ def bench_sequential(
         _sync(device)
         wall = time.perf_counter() - start
         steady = statistics.median(window_ms[1:] or window_ms)
-        tokens = r.batch_size * r.task_options["seq_len"]
+        tokens = int(cfg.train.batch_size) * task.max_len
         rows.append(
             {
                 "mixer": name,
-                "params": sum(p.numel() for p in run.model.parameters()),
+                "params": sum(p.numel() for p in r.model.parameters()),
                 "wall_s": wall,
                 "ms_step": steady,
                 "tokens_per_s": tokens / (steady / 1e3),
@@ -472,7 +380,7 @@ def bench_sequential(
                 "best_step": best_step,
             }
         )
-        del run
+        del r
     return rows
 
 
@@ -513,30 +421,19 @@ def table(task_key: str, rows: list[dict], eval_every: int) -> str:
     return "\n".join(lines)
 
 
-def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int, data_dir: str) -> str:
-    """Each mixer through `attnzoo.train.run` with the task's experiment config; the table of
-    what the run's summary reports."""
+def bench_trainer(task_key: str, cfgs: dict[str, DictConfig]) -> str:
+    """Each mixer through `attnzoo.train.run` with its config; the table of what the run's
+    summary reports."""
     metric = "loss" if task_key.startswith("shakespeare") else "accuracy"
     lines = [
         f"| mixer | params | val {metric} | steps/s (whole run) | final rank |",
         "|---|---:|---:|---:|---:|",
     ]
-    for name in names:
+    for name, cfg in cfgs.items():
         if name == PLAIN:
             continue  # the plain GPT is not an attnzoo mixer
-        overrides = [
-            f"experiment={EXPERIMENTS[task_key]}",
-            f"mixer={name}",
-            f"data_dir={data_dir}",
-            f"train.max_steps={r.steps}",
-            f"train.seed={seed}",
-            f"train.device={r.device}",
-            f"impl={r.impl}",
-            "logger.mode=disabled",
-            "train.progress=false",
-        ]
         with tempfile.TemporaryDirectory() as tmp:
-            summary = trainer.run(trainer.compose(overrides), Path(tmp) / "run")
+            summary = run(cfg, Path(tmp) / "run")
         final = summary["final"]
         lines.append(
             f"| {name} | {summary['params']:,} | {final[f'val/{metric}']:.4f} | "
@@ -545,88 +442,91 @@ def bench_trainer(task_key: str, r: Recipe, names: list[str], seed: int, data_di
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", default="shakespeare,imdb", help="shakespeare, imdb or both")
-    parser.add_argument(
+    add = parser.add_argument
+    add(
+        "--tasks", default="shakespeare,imdb", help=f"a comma-separated list of {list(EXPERIMENTS)}"
+    )
+    add(
         "--mixers",
         default=",".join([*MIXERS, PLAIN]),
-        help=f"mixers, and '{PLAIN}' for the plain GPT",
+        help=f"mixers, and {PLAIN!r} for the plain GPT",
     )
-    parser.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
-    parser.add_argument("--eval-batches", type=int, default=None)
-    parser.add_argument("--dim", type=int, default=None, help="override the recipe's width")
-    parser.add_argument("--depth", type=int, default=None)
-    parser.add_argument("--heads", type=int, default=None)
-    parser.add_argument("--seq-len", type=int, default=None, help="task.seq_len")
-    parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--impl", default=None, choices=["auto", "torch", "triton"])
-    parser.add_argument("--device", default=None, help="cpu (default) or cuda")
-    parser.add_argument(
+    add("--steps", type=int, default=None, help="train.max_steps (default: the recipe's)")
+    add("--eval-batches", type=int, default=None, help="train.eval_batches")
+    add(
         "--eval-every",
         type=int,
         default=None,
-        help="evaluations during training (sequential recipes); the probe's share (default 100)",
+        help="train.eval_every: evaluations (sequential) and the probe's share",
     )
-    parser.add_argument(
+    add("--dim", type=int, default=None, help="model.dim")
+    add("--depth", type=int, default=None, help="model.depth")
+    add("--heads", type=int, default=None, help="model.heads")
+    add("--seq-len", type=int, default=None, help="task.seq_len")
+    add("--batch", type=int, default=None, help="train.batch_size")
+    add("--impl", default=None, choices=[i.value for i in Impl], help="impl")
+    add("--device", default=None, help="train.device: cpu or cuda (default: the recipe's, auto)")
+    add(
         "--compile",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="torch.compile the training forward (default: the recipe's)",
+        help="train.compile (default: the recipe's)",
     )
-    parser.add_argument(
-        "--trainer", action="store_true", help="train through attnzoo.train.run instead"
-    )
-    parser.add_argument(
+    add("--trainer", action="store_true", help="train through attnzoo.train.run instead")
+    add(
         "--sequential",
         action="store_true",
         help="train the models one after another, with wall times (as the GPU recipe does)",
     )
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)"
+    add("--threads", type=int, default=1, help="torch.set_num_threads (0: torch's default)")
+    add("--seed", type=int, default=0, help="train.seed")
+    add(
+        "--data-dir",
+        default=DEFAULT_DATA,
+        help=f"data_dir: where the corpora are (default {DEFAULT_DATA})",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--data-dir", default=DEFAULT_DATA, help=f"where the corpora are (default {DEFAULT_DATA})"
-    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     names = [n for n in args.mixers.split(",") if n]
     unknown = [n for n in names if n != PLAIN and n not in MIXERS]
     if unknown:
         parser.error(f"unknown mixer(s) {unknown}; choose from {[*MIXERS, PLAIN]}")
     tasks = [t for t in args.tasks.split(",") if t]
-    if any(t not in RECIPES for t in tasks):
-        parser.error(f"--tasks takes {sorted(RECIPES)}, got {tasks}")
+    if any(t not in EXPERIMENTS for t in tasks):
+        parser.error(f"--tasks takes {sorted(EXPERIMENTS)}, got {tasks}")
     if args.threads:
         torch.set_num_threads(args.threads)
     for task_key in tasks:
-        r = recipe(task_key, args)
+        # the plain GPT takes its shape and training from the default mixer's config
+        cfgs = {n: recipe(task_key, args, None if n == PLAIN else n) for n in names}
+        cfg = recipe(task_key, args)
+        m, t, device = cfg.model, cfg.train, device_for(cfg)
         where = (
             torch.cuda.get_device_name()
-            if r.device == "cuda"
+            if device.type == "cuda"
             else f"CPU, {torch.get_num_threads()} thread(s)"
         )
         print(
-            f"\n### {task_key}: {r.task} {r.task_options}, {r.depth} layers x {r.heads} heads x "
-            f"{r.dim}, batch {r.batch_size}, {r.steps} steps, impl={r.impl}, "
-            f"compile={r.compile}, dropout={r.dropout}, "
-            f"torch {torch.__version__}, {where}{', via attnzoo.train' if args.trainer else ''}\n",
+            f"\n### {task_key}: experiment={EXPERIMENTS[task_key]}, {cfg.task.name} "
+            f"seq_len={cfg.task.seq_len}, {m.depth} layers x {m.heads} heads x {m.dim}, "
+            f"batch {t.batch_size}, {t.max_steps} steps, impl={enum_value(cfg.impl)}, "
+            f"compile={t.compile}, dropout={m.dropout}, torch {torch.__version__}, "
+            f"{where}{', via attnzoo.train' if args.trainer else ''}\n",
             flush=True,
         )
         if args.trainer:
-            print(bench_trainer(task_key, r, names, args.seed, args.data_dir), flush=True)
+            print(bench_trainer(task_key, cfgs), flush=True)
         elif task_key in SEQUENTIAL or args.sequential:
-            rows = bench_sequential(task_key, r, names, args.seed, args.data_dir)
-            print(table_sequential(rows), flush=True)
+            print(table_sequential(bench_sequential(cfgs)), flush=True)
         else:
-            print(
-                table(
-                    task_key,
-                    bench(task_key, r, names, args.seed, args.data_dir),
-                    args.eval_every or 100,
-                ),
-                flush=True,
-            )
+            rows = bench(task_key, cfgs)
+            print(table(task_key, rows, int(t.eval_every)), flush=True)
     return 0
 
 

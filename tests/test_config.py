@@ -160,3 +160,23 @@ def test_saved_config_round_trips(tmp_path):
     back = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert back["mixer"] == {"name": "metric", "metric_param": "psd", "attn_dropout": 0.0}
     assert back["model"]["skip"] is False and back["model"]["norm"] == "layernorm"
+
+
+def test_model_defaults_and_fields_come_from_model_config():
+    """`model.*` is `attnzoo.model.ModelConfig` (its defaults written there only), and the model
+    a run builds gets every key of the composed config."""
+    from attnzoo.config import enum_value, model_config
+    from attnzoo.model import ModelConfig
+
+    defaults, cfg = ModelConfig(), compose([])
+    assert set(cfg.model) - {"max_len"} <= set(vars(defaults))
+    for key in set(cfg.model) - {"max_len"}:
+        assert enum_value(cfg.model[key]) == getattr(defaults, key), key
+    cfg = compose(["mixer=metric", "mixer.metric_param=psd", "model.norm=rmsnorm", "impl=torch"])
+    assert model_config(cfg, causal=True) == ModelConfig(
+        norm="rmsnorm",
+        mixer="metric",
+        mixer_options={"metric_param": "psd", "attn_dropout": 0.0},
+        causal=True,
+        impl="torch",
+    )

@@ -58,54 +58,63 @@ def test_plain_gpt_has_the_shape_of_scaled_dot_model(head: str) -> None:
         torch.testing.assert_close(plain(changed, mask), logits)
 
 
-def test_recipe_and_schedule_are_the_readme_recipe_on_the_trainer_schedule() -> None:
-    bench = load_bench()
-    r = bench.RECIPES["shakespeare"]
-    assert (r.steps, r.batch_size, r.dim, r.depth, r.heads) == (2000, 12, 128, 4, 4)
-    assert (r.lr, r.min_lr, r.warmup, r.betas, r.weight_decay, r.grad_clip) == (
-        1e-3,
-        1e-4,
-        100,
-        (0.9, 0.99),
-        0.1,
-        1.0,
-    )
-    assert bench.lr_at(0, r) < r.lr / 50  # warming up
-    assert bench.lr_at(r.warmup, r) == pytest.approx(r.lr)
-    mid = r.warmup + (r.steps - r.warmup) // 2
-    assert bench.lr_at(mid, r) == pytest.approx((r.lr + r.min_lr) / 2, rel=1e-3)
-    assert bench.lr_at(r.steps, r) == pytest.approx(r.min_lr)
-    assert all(bench.lr_at(s + 1, r) <= bench.lr_at(s, r) for s in range(r.warmup, r.steps))
-
-
-def test_experiment_configs_carry_the_bench_recipes() -> None:
-    """`python -m attnzoo.train experiment=...` trains what the bench trains."""
+def test_recipes_are_the_experiment_configs_with_the_flags_as_overrides() -> None:
+    """`--tasks shakespeare` trains what `python -m attnzoo.train experiment=shakespeare_char`
+    trains (nanoGPT's CPU recipe), and each flag overrides its config key."""
     from attnzoo.train import compose
 
     bench = load_bench()
+    args = bench._parser().parse_args([])
+    quiet = ["logger.mode=disabled", "train.progress=false", f"data_dir={bench.DEFAULT_DATA}"]
     for key, experiment in bench.EXPERIMENTS.items():
-        r, cfg = bench.RECIPES[key], compose([f"experiment={experiment}"])
-        t, m = cfg.train, cfg.model
-        assert cfg.task.name == r.task and cfg.task.seq_len == r.task_options["seq_len"]
-        assert (m.dim, m.depth, m.heads) == (r.dim, r.depth, r.heads)
-        assert (t.max_steps, t.batch_size, t.lr, t.warmup_steps) == (
-            r.steps,
-            r.batch_size,
-            r.lr,
-            r.warmup,
-        )
-        assert t.lr * t.min_lr_ratio == pytest.approx(r.min_lr)
-        assert ((t.beta1, t.beta2), t.weight_decay, t.grad_clip) == (
-            r.betas,
-            r.weight_decay,
-            r.grad_clip,
-        )
-        assert (m.dropout, t.compile) == (r.dropout, r.compile)
-    gpu, cfg = bench.RECIPES["shakespeare_gpu"], compose(["experiment=shakespeare_char_gpu"])
-    assert (gpu.steps, gpu.batch_size, gpu.dim, gpu.depth, gpu.heads) == (5000, 64, 384, 6, 6)
-    assert (gpu.dropout, gpu.attn_dropout, gpu.compile, gpu.device) == (0.2, 0.2, True, "cuda")
-    assert (cfg.train.eval_every, cfg.train.eval_batches) == (gpu.eval_every, gpu.eval_batches)
-    assert cfg.mixer.attn_dropout == gpu.attn_dropout
+        want = compose([f"experiment={experiment}", "mixer=metric", *quiet])
+        assert bench.recipe(key, args, "metric") == want
+    r = bench.recipe("shakespeare", args)
+    t, m = r.train, r.model
+    assert (t.max_steps, t.batch_size, m.dim, m.depth, m.heads, r.task.seq_len) == (
+        2000, 12, 128, 4, 4, 64
+    )  # fmt: skip
+    assert (t.lr, t.lr * t.min_lr_ratio, t.warmup_steps) == pytest.approx((1e-3, 1e-4, 100))
+    assert ((t.beta1, t.beta2), t.weight_decay, t.grad_clip) == ((0.9, 0.99), 0.1, 1.0)
+    flags = ["--steps", "7", "--dim", "32", "--seq-len", "16", "--batch", "3", "--no-compile"]
+    r = bench.recipe("shakespeare_gpu", bench._parser().parse_args([*flags, "--device", "cpu"]))
+    assert (r.train.max_steps, r.model.dim, r.task.seq_len, r.train.batch_size) == (7, 32, 16, 3)
+    assert r.train.compile is False and r.train.device.value == "cpu"
+    assert r.model.dropout == 0.2 and r.mixer.attn_dropout == 0.2  # the recipe's own
+
+
+def test_bench_trains_bit_for_bit_like_the_trainer(tmp_path: Path) -> None:
+    """The benchmark's figures are the trainer's: one config and seed give the same losses, to
+    the bit, through the benchmark's step and through `attnzoo.train.run`."""
+    from attnzoo.tracking import read_metrics
+    from attnzoo.train import compose, run
+
+    bench = load_bench()
+    overrides = [
+        "model.dim=16",
+        "model.depth=2",
+        "model.heads=2",
+        "model.dropout=0.1",  # the models draw the same dropout masks too
+        "train.batch_size=4",
+        "train.max_steps=8",
+        "train.warmup_steps=2",
+        "train.log_every=1",
+        "train.eval_every=100",
+        "train.eval_batches=1",
+        "train.threads=1",
+        "train.device=cpu",
+        "train.progress=false",
+        "logger.mode=disabled",
+    ]
+    cfg = compose(overrides)
+    run(cfg, tmp_path / "run")
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    trained = [r["train/loss"] for r in records if "train/loss" in r]
+    task = bench._task(cfg)
+    model = bench.build("scaled_dot", task, cfg)
+    for step in range(8):
+        bench.train_step(model, task, cfg, step)
+    assert len(trained) == 8 and model.losses == trained
 
 
 @pytest.mark.skipif(

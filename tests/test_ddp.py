@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("attnzoo.train", reason="the trainer (attnzoo/train.py) is not merged yet")
+pytest.importorskip("attnzoo.train", reason="the trainer (attnzoo.train) is not installed")
 
 from attnzoo.checkpoint import read_checkpoint  # noqa: E402
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("attnzoo.train", reason="the trainer (attnzoo/train.py) is not merged yet")
+pytest.importorskip("attnzoo.train", reason="the trainer (attnzoo.train) is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.dim=16", "model.depth=2", "train.max_steps=6", "train.eval_every=3"]

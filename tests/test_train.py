@@ -489,9 +489,7 @@ def test_metrics_file_drops_steps_after_the_checkpoint_and_a_torn_last_line(tmp_
 def checks_on_device(monkeypatch):
     """The CUDA code path on CPU: non-finite steps masked on the device by the fused AdamW's
     found_inf, and read by the host only at log, evaluation and checkpoint steps."""
-    import attnzoo.train as trainer
-
-    monkeypatch.setattr(trainer, "checks_on_device", lambda device: True)
+    monkeypatch.setattr("attnzoo.train.step.checks_on_device", lambda device: True)
 
 
 @pytest.mark.parametrize("where", ["loss", "grad"])
@@ -523,11 +521,9 @@ def test_on_device_checks_stop_at_the_next_log_step_naming_the_bad_one(
 
 def test_on_device_checks_train_like_host_checks(tmp_path, checks_on_device):
     """The fused AdamW of the CUDA path follows the same curve as the CPU's (to rounding)."""
-    import attnzoo.train as trainer
-
     on_device = _losses_of(run(tiny(), tmp_path / "device"), tmp_path / "device")
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(trainer, "checks_on_device", lambda device: False)
+        m.setattr("attnzoo.train.step.checks_on_device", lambda device: False)
         on_host = _losses_of(run(tiny(), tmp_path / "host"), tmp_path / "host")
     assert on_device.keys() == on_host.keys()
     for step in on_host:
@@ -633,13 +629,11 @@ def test_extras_budget_0_makes_them_only_at_the_last_evaluation(tmp_path, monkey
 def test_threads_auto_is_kept_on_resume(tmp_path, monkeypatch):
     """auto decides when a run starts (the machine's load may differ later) and a resumed run
     keeps that count, since the count can change how sums are rounded."""
-    import attnzoo.train as trainer
-
-    monkeypatch.setattr(trainer, "threads_for", lambda *args: 2)
+    monkeypatch.setattr("attnzoo.train.trainer.threads_for", lambda *args: 2)
     first = run(tiny("train.max_steps=20"), tmp_path)
     assert first["threads"] == 2
     assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["threads"] == 2
-    monkeypatch.setattr(trainer, "threads_for", lambda *args: 1)
+    monkeypatch.setattr("attnzoo.train.trainer.threads_for", lambda *args: 1)
     resumed = run(tiny("train.max_steps=30", "train.resume=true"), tmp_path)
     assert resumed["resumed_from"] == 20 and resumed["threads"] == 2
     explicit = run(tiny("train.max_steps=40", "train.resume=true", "train.threads=1"), tmp_path)

@@ -1,0 +1,207 @@
+"""Building a run from its configuration: the device, the task, the model, the W&B run, the
+checkpoint it resumes from, and `run`, which checks all of it before any work and then hands it
+to the `Trainer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from attnzoo import distributed
+from attnzoo.checkpoint import CheckpointError
+from attnzoo.config import (
+    ConfigError,
+    enum_value,
+    model_config,
+    options,
+    resolve_data_dir,
+    validate,
+)
+from attnzoo.model import Model
+from attnzoo.tasks import Task, build_task
+from attnzoo.tracking import WandbRun, write_json
+from attnzoo.train.resume import checkpoint_to_resume
+from attnzoo.train.trainer import Trainer
+
+
+def hydra_runtime() -> Any | None:
+    """Hydra's runtime config inside `python -m attnzoo.train`; None from the Python API."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get() if HydraConfig.initialized() else None
+
+
+def launch_dir() -> Path:
+    """Where the command was started (Hydra may have changed into the run directory)."""
+    with contextlib.suppress(Exception):
+        from hydra.utils import get_original_cwd
+
+        return Path(get_original_cwd())
+    return Path.cwd()
+
+
+def default_run_dir() -> Path:
+    hc = hydra_runtime()
+    if hc is not None:
+        return Path(hc.runtime.output_dir)
+    return Path("outputs") / time.strftime("%Y-%m-%d/%H-%M-%S")
+
+
+def device_for(cfg: DictConfig) -> torch.device:
+    """`train.device`, with `auto` the GPU when there is one."""
+    choice = enum_value(cfg.train.device)
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def build_task_from(cfg: DictConfig, data_dir: Path) -> Task:
+    """The task `cfg.task` describes; its constructor's errors name the task."""
+    try:
+        return build_task(cfg.task.name, str(data_dir), int(cfg.train.seed), **options(cfg.task))
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(f"task={cfg.task.name}: {err}") from err
+
+
+def build_model(cfg: DictConfig, task: Task) -> Model:
+    """The model `cfg.model` and `cfg.mixer` describe, shaped for `task`, initialised from
+    `train.seed`; constructor errors become ConfigErrors naming the key to change."""
+    m = cfg.model
+    positions = m.max_len if m.max_len is not None else task.max_len
+    if task.max_len > positions:
+        key = "task.seq_len" if "seq_len" in cfg.task else f"task={cfg.task.name}"
+        raise ConfigError(
+            f"{key}: the task's context is {task.max_len} tokens but the model has "
+            f"model.max_len={positions} positions; allowed: a context <= model.max_len "
+            f"(raise model.max_len to >= {task.max_len} or set it to null)"
+        )
+    model_cfg = model_config(cfg, causal=task.causal)
+    torch.manual_seed(int(cfg.train.seed))
+    try:
+        return Model(
+            model_cfg,
+            out_features=task.out_features,
+            max_len=positions,
+            vocab_size=task.vocab_size,
+            in_features=task.in_features,
+            head=task.head,
+        )
+    except ValueError as err:
+        # Name the mixer option the message is about, so the user sees which key to change.
+        opts = options(cfg.mixer)
+        keys = [f"mixer.{k}={v!r}" for k, v in opts.items() if k in str(err)]
+        where = ", ".join(keys) if keys else f"mixer={cfg.mixer.name} with model.*"
+        raise ConfigError(f"{where}: {err}") from err
+
+
+def build_task_and_model(cfg: DictConfig, data_dir: Path) -> tuple[Task, Model]:
+    """The task and the model `cfg` describes."""
+    task = build_task_from(cfg, data_dir)
+    return task, build_model(cfg, task)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def open_wandb(
+    cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path, resume_id: str | None
+) -> WandbRun:
+    """The run's W&B run (disabled off the main process). Group: `logger.group`, else the
+    multirun's name; name: `logger.name`, else the job's overrides."""
+    hc, lg = hydra_runtime(), cfg.logger
+    group, name = lg.group, lg.name
+    if not group and hc is not None and str(hc.mode).endswith("MULTIRUN"):
+        group = Path(hc.sweep.dir).name
+    if not name and hc is not None and hc.job.override_dirname:
+        name = str(hc.job.override_dirname)
+    return WandbRun(
+        mode=enum_value(lg.mode) if distributed.is_main() else "disabled",
+        run_dir=run_dir,
+        config=_flat(plain_cfg),
+        project=str(lg.project),
+        entity=lg.entity,
+        group=str(group) if group else None,
+        job_type=str(cfg.mixer.name),
+        name=str(name) if name else None,
+        tags=list(lg.tags),
+        resume_id=resume_id,
+        init_timeout=float(lg.init_timeout),
+    )
+
+
+def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
+    """Train the configuration `cfg` in `run_dir` (default: Hydra's output directory, else
+    `outputs/<date>/<time>`) and return the summary that is also written to `summary.json`.
+
+    Raises ConfigError (a ValueError) for a configuration that cannot be trained, before any
+    work; re-raises any exception from training after recording status "failed". Non-finite
+    numbers (status "diverged") and SIGTERM/SIGUSR1 (status "preempted") return normally.
+    """
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
+    try:
+        device = distributed.setup(device_for(cfg))  # under torchrun: join the group, pick the GPU
+        run_dir = Path(distributed.broadcast(str(run_dir)))  # every rank works in rank 0's folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+        summary: dict[str, Any] = {
+            "status": "failed",
+            "step": 0,
+            "steps_per_s": 0.0,
+            "params": 0,
+            "final": {},
+            "error": None,
+            "best": {},
+            "run_dir": str(run_dir.resolve()),
+        }
+        try:
+            plain_cfg, task, model, loaded = _prepare(cfg, run_dir, device)
+        except (ConfigError, CheckpointError) as err:
+            summary["error"] = str(err)
+            if distributed.is_main():
+                write_json(run_dir / "summary.json", summary)
+            raise
+        resume_id = loaded[0].get("wandb_id") if loaded is not None else None
+        wb = open_wandb(cfg, plain_cfg, run_dir, resume_id)
+        trainer = Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, wb, summary)
+        return trainer.fit()
+    finally:
+        distributed.teardown()
+
+
+def _prepare(
+    cfg: DictConfig, run_dir: Path, device: torch.device
+) -> tuple[dict[str, Any], Task, Model, tuple[dict[str, Any], Path] | None]:
+    """Everything checked before any work: the config's values, the task and model, the device
+    for `impl`, and the checkpoint a resumed run continues from. Leaves `.hydra/config.yaml`, as
+    the CLI does, when called from Python."""
+    validate(cfg)
+    data_dir = resolve_data_dir(cfg.data_dir, launch_dir())
+    task, model = build_task_and_model(cfg, data_dir)
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if enum_value(cfg.impl) == "triton" and device.type != "cuda" and not interpreted:
+        raise ConfigError(
+            f"impl=triton needs a CUDA device, and this run is on {device.type}; allowed "
+            "here: impl=auto or impl=torch (or TRITON_INTERPRET=1 to run the Triton kernels "
+            "in the interpreter, slowly)"
+        )
+    plain_cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    assert isinstance(plain_cfg, dict)
+    plain_cfg["data_dir"] = str(data_dir)
+    loaded = checkpoint_to_resume(run_dir, bool(cfg.train.resume), plain_cfg)
+    hydra_cfg = run_dir / ".hydra" / "config.yaml"
+    if distributed.is_main() and not hydra_cfg.exists():
+        hydra_cfg.parent.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, hydra_cfg)
+    return plain_cfg, task, model, loaded

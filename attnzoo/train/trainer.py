@@ -1,0 +1,434 @@
+"""The training loop: `Trainer.fit` takes steps and, at log, evaluation and checkpoint steps,
+reads what the device accumulated, logs, evaluates (validation numbers and the rank profile) and
+checkpoints, until `train.max_steps` or a pre-emption signal.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from attnzoo import distributed
+from attnzoo.checkpoint import save_checkpoint
+from attnzoo.model import Model
+from attnzoo.rank import rank_profile
+from attnzoo.tasks import Batch, Task
+from attnzoo.tracking import (
+    MetricsFile,
+    WandbRun,
+    log_attention_media,
+    log_rank_media,
+    metrics_last,
+    rank_figure,
+    report,
+    write_json,
+)
+from attnzoo.train.resume import Preemption, rng_state, set_rng_state
+from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
+from attnzoo.train.system import available_cores, threads_for
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 75
+EXIT_CODES = {
+    "completed": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "diverged": EXIT_DIVERGED,
+    "preempted": EXIT_PREEMPTED,
+}
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module, task: Task, cfg: DictConfig, device: torch.device, sample: bool = True
+) -> dict[str, float | str]:
+    """Validation loss and the task's metrics, averaged over `train.eval_batches` batches that are
+    the same at every evaluation; for language models and `sample` also a sample text."""
+    model.eval()
+    gen = torch.Generator().manual_seed(int(cfg.train.seed) + 1)
+    sums: dict[str, float] = {}
+    n = int(cfg.train.eval_batches)
+    try:
+        for _ in range(n):
+            batch = task.batch("val", int(cfg.train.batch_size), gen).to(device)
+            with autocast(device):
+                logits = model(batch.inputs, batch.key_padding_mask)
+            values = {"loss": task.loss(logits, batch).item(), **task.metrics(logits, batch)}
+            for k, v in values.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        out: dict[str, float | str] = {f"val/{k}": v / n for k, v in sums.items()}
+        seed = int(cfg.train.seed) + 2
+        text = task.sample_text(model, torch.Generator().manual_seed(seed)) if sample else None
+        if text is not None:
+            out["val/sample_text"] = text
+    finally:
+        model.train()
+    return out
+
+
+def probe_batch(task: Task, cfg: DictConfig, device: torch.device) -> Batch:
+    """The fixed validation batch the rank profile is measured on."""
+    gen = torch.Generator().manual_seed(int(cfg.train.seed) + 3)
+    return task.batch("val", int(cfg.train.probe_batch_size), gen).to(device)
+
+
+def rank_record(model: torch.nn.Module, probe: Batch) -> dict[str, float]:
+    """`rank/layer_<i>` for every hidden state (0: the embedding, i: the output of block i) and
+    `rank/last`, on the fixed probe batch."""
+    profile = rank_profile(model, probe.inputs, probe.key_padding_mask)
+    out = {f"rank/layer_{i}": float(r) for i, r in enumerate(profile.mean)}
+    out["rank/last"] = float(profile.mean[-1])
+    return out
+
+
+def extras_due(
+    spent_s: float, last_cost_s: float, elapsed_s: float, budget: float, last: bool
+) -> bool:
+    """Whether an evaluation also makes the extras (sample text, rank figure, W&B media): always
+    at the last evaluation; otherwise only while they stay within `budget` (a fraction, the
+    `logger.media_budget`) of the wall time so far, counting the one about to be made (its cost
+    guessed from the last) and keeping room for the last one. They cost seconds of plotting and
+    image encoding per evaluation whatever the model, which on a fast run would dominate; the
+    numbers (validation loss, metrics, rank profile) are measured at every evaluation."""
+    if last or budget >= 1:
+        return True
+    cost = last_cost_s if last_cost_s > 0 else 5.0  # before the first: what a loaded CPU takes
+    return spent_s + 2 * cost < budget * elapsed_s
+
+
+@dataclass
+class Progress:
+    """The run's own state beside the model, optimiser and scheduler: what a checkpoint holds."""
+
+    step: int = 0
+    best: dict[str, float] = field(default_factory=dict)
+    rank_history: list[tuple[int, list[float]]] = field(default_factory=list)
+    wandb_id: str | None = None
+    skipped: int = 0
+
+
+def _print_err(s: str) -> None:
+    print(s, file=sys.stderr)
+
+
+class Trainer:
+    """One run, as a few named steps: `__init__` sets up (threads, the training step, state from a
+    checkpoint, logging), `train_step` is the hot path (no host synchronisation on CUDA),
+    `evaluate`, `checkpoint` and `log` report, and `fit` is the loop that calls them."""
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        plain_cfg: dict[str, Any],
+        task: Task,
+        model: Model,
+        device: torch.device,
+        run_dir: Path,
+        loaded: tuple[dict[str, Any], Path] | None,
+        wb: WandbRun,
+        summary: dict[str, Any],
+    ) -> None:
+        t = cfg.train
+        self.cfg, self.plain_cfg, self.task, self.device = cfg, plain_cfg, task, device
+        self.run_dir, self.ckpt_dir, self.summary = run_dir, run_dir / "checkpoints", summary
+        self.main, self.world = distributed.is_main(), distributed.world_size()
+        self.max_steps = int(t.max_steps)
+        self.threads = self._threads(model, loaded)
+        torch.set_num_threads(self.threads)
+        if t.deterministic:
+            torch.use_deterministic_algorithms(True)
+        self.model = model.to(device)  # the eager module: checkpoints, evaluation, rank probes
+        self.train_step = TrainStep(model, task, t, device)
+        self.train_gen = train_generator(int(t.seed))
+        self.state = Progress()
+        self.last_good: Path | None = None
+        if loaded is not None:
+            self._restore(*loaded)
+        self.metrics: MetricsFile | distributed.Discard = (
+            MetricsFile(run_dir / "metrics.jsonl", self.state.step if loaded else None)
+            if self.main
+            else distributed.Discard()
+        )
+        self.wb = wb
+        summary.update(
+            threads=self.threads,
+            params=model.num_parameters(),
+            resumed_from=self.state.step if loaded is not None else None,
+            wandb={"id": wb.id, "dir": wb.dir, "mode": wb.mode if wb.active else "disabled"},
+        )
+        self.probe = probe_batch(task, cfg, device)
+        self.evals_done = 0
+        self.eval_s = 0.0  # seconds in evaluation, extras included
+        self.extras_s, self.extras_cost = 0.0, 0.0  # seconds in extras; the last one's
+        self.t_start = time.perf_counter()  # reset when the loop starts
+        self.bar = _progress_bar(bool(t.progress), self.max_steps, self.state.step)
+        self.print = self.bar.write if self.bar is not None else _print_err
+
+    def _threads(self, model: Model, loaded: tuple[dict[str, Any], Path] | None) -> int:
+        """`train.threads`, with `auto` decided when the run starts and kept when it resumes (the
+        thread count can change how sums are rounded)."""
+        t = self.cfg.train
+        saved = loaded[0].get("threads") if loaded is not None else None
+        if t.threads == "auto" and saved is not None:
+            return int(saved)
+        cores = available_cores() if t.threads == "auto" else 0  # sampled only when needed
+        tokens = int(t.batch_size) * self.task.max_len
+        return threads_for(t.threads, model.num_parameters(), tokens, cores)
+
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        self.model.load_state_dict(state["model"])
+        self.train_step.load_state_dict(state)
+        set_rng_state(state["rng"], self.train_gen)
+        step = int(state["step"])
+        if not self.main:
+            seed = distributed.stream_seed(int(self.cfg.train.seed), step)
+            self.train_gen.manual_seed(seed)
+        self.state = Progress(
+            step=step,
+            best=dict(state.get("best", {})),
+            rank_history=[tuple(x) for x in state.get("rank_history", [])],
+            wandb_id=state.get("wandb_id"),
+            skipped=int(state.get("skipped_steps", 0)),
+        )
+        self.last_good = path
+        print(f"resuming from {path} at step {step}", file=sys.stderr)
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        """Train to `train.max_steps`: a step, then at log, evaluation and checkpoint steps the
+        host reads what the device accumulated (on CPU, also after a non-finite step), logs,
+        evaluates and checkpoints; a pre-emption signal ends it at the next step boundary.
+        Writes summary.json and returns it."""
+        t, state = self.cfg.train, self.state
+        preempt = Preemption()
+        preempt.install()
+        status, error, preempted_by = "completed", None, None
+        start_step, self.t_start = state.step, time.perf_counter()
+        t_interval, tokens = self.t_start, 0
+        try:
+            self.model.train()
+            if state.step == 0:
+                self.write(self.evaluate({"step": 0}))
+            while state.step < self.max_steps:
+                if preempt.requested:
+                    error = self.check_nonfinite()  # a checkpoint must not hold a bad step
+                    status = "diverged" if error else "preempted"
+                    preempted_by = None if error else f"{preempt.reason} at step {state.step}"
+                    break
+                batch = next_batch(self.task, int(t.batch_size), self.train_gen, self.device)
+                _, applied = self.train_step(batch, state.step + 1)
+                state.step += 1
+                step, last = state.step, state.step == self.max_steps
+                tokens += batch.inputs.shape[0] * batch.inputs.shape[1] * self.world
+                is_eval = step % t.eval_every == 0 or last
+                is_log = step % t.log_every == 0 or is_eval
+                is_ckpt = step % t.ckpt_every == 0 and not last
+                if applied is False or is_log or is_ckpt or last:
+                    error = self.check_nonfinite()
+                    if error is not None:
+                        status = "diverged"
+                        break
+                if is_log:
+                    self.log(is_eval, time.perf_counter() - t_interval, tokens)
+                    tokens, t_interval = 0, time.perf_counter()
+                if self.bar is not None:
+                    self.bar.update(1)
+                if is_ckpt:
+                    self.checkpoint()
+            if status != "diverged":
+                self.checkpoint()
+        except BaseException as err:
+            status, error = "failed", f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            preempt.uninstall()
+            self.finish(status, error, preempted_by, start_step)
+        if status == "preempted":
+            preempt.chain()
+        return self.summary
+
+    # ---- evaluation, checkpoints, reports --------------------------------------------------
+
+    def evaluate(self, record: dict[str, Any], last: bool = False) -> dict[str, Any]:
+        """Validation numbers and rank profile into `record` (returned) and the best-so-far, at
+        every evaluation; the extras (sample text, rank figure, W&B media) when `extras_due`."""
+        start = time.perf_counter()
+        state, cfg = self.state, self.cfg
+        budget = float(cfg.logger.media_budget)
+        extras = extras_due(self.extras_s, self.extras_cost, start - self.t_start, budget, last)
+        values = evaluate(self.model, self.task, cfg, self.device, sample=extras)
+        ranks = rank_record(self.model, self.probe)
+        record.update(values)
+        record.update(ranks)
+        by_depth = [ranks[f"rank/layer_{i}"] for i in range(len(ranks) - 1)]
+        state.rank_history.append((state.step, by_depth))
+        self._keep_best("val/loss", values, higher_is_better=False)
+        self._keep_best(f"val/{self.task.metric}", values, self.task.higher_is_better)
+        if extras:
+            extras_start = time.perf_counter()
+            self.extras(values)
+            self.extras_cost = time.perf_counter() - extras_start
+            self.extras_s += self.extras_cost
+        self.evals_done += 1
+        self.eval_s += time.perf_counter() - start
+        return record
+
+    def _keep_best(self, key: str, values: dict[str, Any], higher_is_better: bool) -> None:
+        value, old = values.get(key), self.state.best.get(key)
+        if isinstance(value, float) and (
+            old is None or (value > old if higher_is_better else value < old)
+        ):
+            self.state.best[key] = value
+
+    def extras(self, values: dict[str, Any]) -> None:
+        """The sample text, rank_decay.png, and the W&B rank media and attention images."""
+        state, cfg = self.state, self.cfg
+        if "val/sample_text" in values:
+            self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
+        fig = rank_figure(state.rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
+        try:
+            image: Any = fig
+            if self.main:
+                image = self.run_dir / "rank_decay.png"
+                fig.savefig(image)  # rendered once: W&B's image is this file
+            if self.wb.active:
+                log_rank_media(self.wb, image, state.rank_history, state.step)
+            if self.wb.active and cfg.logger.attention_maps:
+                log_attention_media(self.wb, self.model, self.probe, state.step)
+        finally:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+
+    def checkpoint(self) -> None:
+        """Write checkpoints/last.pt (the one before it kept as prev.pt): everything a resumed
+        run needs to continue exactly as an uninterrupted one."""
+        if not self.main:
+            return
+        state = self.state
+        save_checkpoint(
+            {
+                "version": 1,
+                "step": state.step,
+                "model": self.model.state_dict(),
+                **self.train_step.state_dict(),
+                "rng": rng_state(self.train_gen),
+                "config": self.plain_cfg,
+                "best": state.best,
+                "rank_history": state.rank_history,
+                "wandb_id": self.wb.id or state.wandb_id,
+                "skipped_steps": state.skipped,
+                "threads": self.threads,
+            },
+            self.ckpt_dir,
+        )
+        self.metrics.sync()
+        self.last_good = self.ckpt_dir / "last.pt"
+
+    def check_nonfinite(self) -> str | None:
+        """Read the non-finite steps since the last check (one synchronisation); count skipped
+        ones and warn, or return the error that stops the run (train.on_nonfinite=stop)."""
+        stats = self.train_step.stats
+        s = stats.read()
+        if not s["bad"]:
+            return None
+        stats.reset_nonfinite()
+        first = int(s["first_bad"])
+        what = (
+            f"loss ({s['first_loss']})"
+            if not math.isfinite(s["first_loss"])
+            else f"gradient norm ({s['first_grad']})"
+        )
+        where = f"non-finite {what} at step {first}"
+        if self.train_step.halt_on_nonfinite:
+            late = f" (seen at step {self.state.step})" if self.state.step != first else ""
+            kept = f"; the last good checkpoint {self.last_good} is kept" if self.last_good else ""
+            self.state.step = first - 1  # the weights are those of the step before
+            error = f"{where}{late}; stopping (train.on_nonfinite=stop){kept}"
+            self.print(f"error: {error}")
+            return error
+        n = int(s["bad"])
+        self.state.skipped += n
+        more = f" and {n - 1} more up to step {self.state.step}" if n > 1 else ""
+        self.print(f"warning: {where}{more}; step skipped (train.on_nonfinite=skip)")
+        return None
+
+    def log(self, is_eval: bool, seconds: float, tokens: int) -> None:
+        """One line of metrics.jsonl (and W&B) for the steps since the last one."""
+        stats = self.train_step.stats
+        s = stats.read()
+        stats.reset_interval()
+        step = self.state.step
+        record: dict[str, Any] = {
+            "step": step,
+            "train/loss": s["loss_sum"] / s["applied"] if s["applied"] else math.nan,
+            "train/lr": self.train_step.optimizer.param_groups[0]["lr"],
+            "train/grad_norm": s["grad_norm"],
+            "perf/tokens_per_s": tokens / max(seconds, 1e-9),
+        }
+        if self.state.skipped:
+            record["train/skipped_steps"] = self.state.skipped
+        if is_eval:
+            self.evaluate(record, last=step == self.max_steps)
+        self.write(record)
+        if self.bar is not None:
+            self.bar.set_postfix(
+                loss=f"{record['train/loss']:.4f}", tok_s=f"{record['perf/tokens_per_s']:.0f}"
+            )
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.metrics.write(record)
+        self.wb.log(record, step=record["step"])
+
+    def finish(
+        self, status: str, error: str | None, preempted_by: str | None, start_step: int
+    ) -> None:
+        """summary.json, the W&B summary, and the report of where everything is."""
+        state, summary = self.state, self.summary
+        elapsed = time.perf_counter() - self.t_start
+        if self.bar is not None:
+            self.bar.close()
+        self.metrics.close()
+        last = metrics_last(self.run_dir / "metrics.jsonl")
+        summary.update(
+            status=status,
+            step=state.step,
+            steps_per_s=(state.step - start_step) / elapsed if elapsed > 0 else 0.0,
+            final=last,
+            error=error,
+            best=state.best,
+            skipped_steps=state.skipped,
+            time={
+                "total_s": elapsed,
+                "eval_s": self.eval_s,
+                "extras_s": self.extras_s,
+                "evaluations": self.evals_done,
+            },
+        )
+        if preempted_by:
+            summary["preempted_by"] = preempted_by
+        self.wb.summary(
+            {
+                **{f"best/{k}": v for k, v in state.best.items()},
+                "final/rank_last": last.get("rank/last"),
+                "status": status,
+            }
+        )
+        self.wb.finish(exit_code=EXIT_CODES.get(status, EXIT_FAILED))
+        if self.main:
+            write_json(self.run_dir / "summary.json", summary)
+            report(self.run_dir, summary)
+
+
+def _progress_bar(enabled: bool, total: int, initial: int) -> Any | None:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, dynamic_ncols=True, mininterval=1.0, unit="step")
