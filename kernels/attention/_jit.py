@@ -234,6 +234,8 @@ def _attn_fwd(
     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
+    """One query tile of one (batch, head): its output rows, and their base-2 log-sum-exp
+    (+inf for a row that sees no key, whose output is 0)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
