@@ -3,8 +3,8 @@
 The entries are the public ops (`kernels/ops.py`, every impl) and the `torch.ops.attnzoo`
 operators (`kernels/library.py`), which a compiled graph or a user can call without ops.py. An
 eager call through ops.py reaches the kernels without passing the operators' checks again, so
-the launchers in attention.py and pooling.py check only the limits of the kernels themselves
-(head widths, int32 offsets, the dropout counter).
+the launchers (attention/launch.py, pooling/launch.py) check only the limits of the kernels
+themselves (head widths, int32 offsets, the dropout counter).
 
 Every check reads only tensor metadata (shape, dtype, device): none of them looks at values, so
 none forces a device synchronisation on the hot path.

@@ -17,7 +17,7 @@ tracing into Triton's launcher.
 needs; they are outputs so that nothing is recomputed. The backward passes are ops too
 (`*_backward`), so a compiled graph holds them as single nodes. `quadratic_attention` is a
 composite op: q = x·U[h] as one batched matmul, then `scaled_dot_attention` with k = x read for
-every head through a zero head stride (see kernels/attention.py for why q is formed outside the
+every head through a zero head stride (docs/kernels.md says why q is formed outside the
 kernel); its autograd is that of its parts.
 
 `seed` is a one-element int64 tensor on the inputs' device, the Philox key from which the kernels
@@ -63,7 +63,7 @@ _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 @functools.cache
 def triton_module(name: str) -> ModuleType:
-    """kernels/<name>.py (`attention` or `pooling`), imported on first use."""
+    """The kernel package kernels/<name>/ (`attention` or `pooling`), imported on first use."""
     try:
         return importlib.import_module(f"{__package__}.{name}")
     except ImportError as err:  # pragma: no cover - depends on the platform
@@ -412,7 +412,7 @@ class _Eager(torch.autograd.Function):
 
 
 def _kernel(module: str, function: str):
-    """kernels/<module>.py's `function`, looked up at call time (the module loads lazily)."""
+    """kernels/<module>/'s `function`, looked up at call time (the package loads lazily)."""
     return lambda *args: getattr(triton_module(module), function)(*args)
 
 

@@ -29,11 +29,13 @@ from collections import Counter  # noqa: E402
 
 import torch  # noqa: E402
 import triton.runtime.interpreter  # noqa: E402
-from attnzoo.kernels import attention, ops, pooling  # noqa: E402
+from attnzoo.kernels import ops  # noqa: E402
+from attnzoo.kernels.attention import launch as attention_launch  # noqa: E402
+from attnzoo.kernels.pooling import launch as pooling_launch  # noqa: E402
 
 LAUNCHES = {
-    attention: ("_fwd", "_attn_bwd_delta", "_bwd_dkdv", "_bwd_dq"),
-    pooling: ("_pool_fwd", "_pool_bwd"),
+    attention_launch: ("_fwd", "_attn_bwd_delta", "_bwd_dkdv", "_bwd_dq"),
+    pooling_launch: ("_pool_fwd", "_pool_bwd"),
 }
 
 

@@ -4,7 +4,7 @@ Forward and backward for scaled-dot, quadratic and metric attention: odd sequenc
 to nine ragged 32-token tiles) and whole tiles (the loops that run without per-element masks), 1-4 heads, head dims 16/32/64 (and q/k widths wider than the
 value width up to D = 600: the forward's chunk loop, the backward's one wide q/k tile up to 512
 and its chunks beyond), causal on and off, padding masks including rows with no visible key at
-all. Outputs are allocated full of NaN (attention.POISON_OUTPUTS), so an element the kernel
+all. Outputs are allocated full of NaN (launch.POISON_OUTPUTS), so an element the kernel
 never writes fails the comparison. The cases are a covering set, not the cartesian product: the
 interpreter runs each tile op in numpy and is slow.
 """
@@ -17,7 +17,11 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from attnzoo.kernels import attention, ops, reference
+from attnzoo.kernels._checks import TRITON_DTYPES
+from attnzoo.kernels.attention import launch, tuning
 
 from attnzoo import Model, ModelConfig
 
@@ -26,7 +30,7 @@ TOL = {torch.float32: 1e-4, torch.float16: 1e-2}
 
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(attention, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -177,13 +181,13 @@ def test_ops_dispatch_to_the_kernels_and_accept_strided_views() -> None:
 def test_quadratic_reads_x_once_for_all_heads(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel sees k = x through a zero head stride, never a per-head copy."""
     seen = []
-    original = attention._Problem.__init__
+    original = launch._Problem.__init__
 
     def spy(self, q, k, *args, **kwargs):
         seen.append(k)
         original(self, q, k, *args, **kwargs)
 
-    monkeypatch.setattr(attention._Problem, "__init__", spy)
+    monkeypatch.setattr(launch._Problem, "__init__", spy)
     x = torch.randn(2, 9, 16)
     ops.quadratic_attention(
         x, torch.randn(3, 16, 16), torch.randn(2, 3, 9, 16), False, None, 0.25, impl="triton"
@@ -195,7 +199,7 @@ def test_every_launch_uses_a_variant_the_aot_report_compiles() -> None:
     """The report compiles spec_cases(); whatever widths a user passes, the launchers land there
     (the flags are the launchers' own, from _Problem)."""
     compiled = set(attention.spec_cases())
-    for dtype in attention.TRITON_DTYPES:
+    for dtype in TRITON_DTYPES:
         for d_v in range(1, attention.MAX_HEAD + 1):
             widths = [(d_v, True), (d_v, False), (3 * d_v + 5, False), (4 * d_v + 1, False)]
             widths += [(d, False) for d in (256, 512, 513, 1000)]
@@ -203,7 +207,7 @@ def test_every_launch_uses_a_variant_the_aot_report_compiles() -> None:
                 p = torch.empty(1, 1, 1, d_qk, dtype=dtype)
                 v = p if metric else torch.empty(1, 1, 1, d_v, dtype=dtype)
                 m = torch.empty(1, d_qk, d_qk, dtype=dtype) if metric else None
-                prob = attention._Problem(p, p, v, m, False, None, 0.25)
+                prob = launch._Problem(p, p, v, m, False, None, 0.25)
                 fwd, bwd = prob.flags(), prob.backward_flags()
                 variant = ("attn_fwd", dtype, fwd["HEAD"], fwd["HEAD"], metric, fwd["CHUNKED"])
                 assert variant in compiled, (dtype, d_v, d_qk, metric)
@@ -217,7 +221,7 @@ def test_backward_computes_the_scores_once_per_tile_pair_up_to_512(d_qk: int, d_
     """Up to q/k width 512 each backward program holds the whole q/k width in one tile: no
     feature-chunk grid axis, so no program recomputes scores that another one computed. Wider,
     the backward falls back to HEAD-wide chunks."""
-    prob = attention._Problem(
+    prob = launch._Problem(
         torch.empty(1, 1, 1, d_qk), torch.empty(1, 1, 1, d_qk), torch.empty(1, 1, 1, d_v),
         None, False, None, 0.25,
     )  # fmt: skip
@@ -235,8 +239,8 @@ def test_gpu_autotuner_tries_exactly_the_table_configs() -> None:
     """On a GPU the autotuner holds every config of a kernel and the pruner keeps, per call, the
     ones of that variant's row: the same configs the AOT report compiles."""
     for kernel in attention.KERNELS:
-        configs = attention._as_triton_configs(kernel, interpret=False)
-        prune = attention._pruner(kernel, interpret=False)
+        configs = tuning._as_triton_configs(kernel, interpret=False)
+        prune = tuning._pruner(kernel, interpret=False)
         for name, dtype, head, qk_head, metric, chunked in attention.spec_cases():
             if name != kernel:
                 continue
@@ -264,8 +268,8 @@ def test_results_do_not_depend_on_the_tile_shape(op: str, monkeypatch: pytest.Mo
     and the ragged last tiles must not assume BLOCK_M == BLOCK_N."""
     tiles = {"_fwd": (64, 16), "_bwd_dkdv": (16, 32), "_bwd_dq": (32, 16)}
     for name, (bm, bn) in tiles.items():
-        config = attention.triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
-        monkeypatch.setattr(getattr(attention, name), "configs", [config])
+        config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
+        monkeypatch.setattr(getattr(launch, name), "configs", [config])
     dk = {"scaled_dot": 32, "quadratic": 40, "metric": 16}[op]
     case = Case(op, 70, 2, dk, 16, True, "empty")
     test_forward_and_backward_match_reference(case)
@@ -338,7 +342,7 @@ def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
     q, k, v = _qkv()
     k_strided = torch.randn(1, 2, 16, 8).transpose(-1, -2)
     with pytest.raises(ValueError, match="k must have unit stride"):
-        attention._Problem(q, k_strided, v, None, False, None, 0.25)
+        launch._Problem(q, k_strided, v, None, False, None, 0.25)
 
 
 @pytest.mark.parametrize(
@@ -448,7 +452,6 @@ def test_interpreter_refuses_bf16_attention_because_its_bf16_dot_is_wrong() -> N
     """The interpreter's tl.dot on bf16 tiles returns garbage (checked here on one 16×16
     product, so that a Triton that fixes it fails this test and the refusal can go); the
     attention ops refuse bf16 there instead of answering wrongly. Pooling has no dot: bf16 runs."""
-    triton, tl = attention.triton, attention.tl
 
     @triton.jit
     def _dot(A, B, C):

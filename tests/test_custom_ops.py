@@ -13,6 +13,7 @@ import functools
 import pytest
 import torch
 from attnzoo.kernels import attention, library, ops, reference
+from attnzoo.kernels.attention import launch
 
 from attnzoo import Model, ModelConfig
 
@@ -337,9 +338,9 @@ def test_triton_dropout_is_reproducible_from_torch_manual_seed_and_fresh_per_cal
 
 def test_dropout_zero_compiles_the_kernel_without_dropout() -> None:
     q = torch.randn(1, 1, 4, 16)
-    assert attention._Problem(q, q, q, None, False, None, 0.25).flags()["DROPOUT"] is False
+    assert launch._Problem(q, q, q, None, False, None, 0.25).flags()["DROPOUT"] is False
     seed = torch.tensor([1])
-    assert attention._Problem(q, q, q, None, False, None, 0.25, 0.1, seed).flags()["DROPOUT"]
+    assert launch._Problem(q, q, q, None, False, None, 0.25, 0.1, seed).flags()["DROPOUT"]
 
 
 @pytest.mark.parametrize("impl", ["auto", "triton"])

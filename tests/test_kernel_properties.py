@@ -46,10 +46,10 @@ needs_attention = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fresh kernel outputs start as NaN, so an element a kernel never writes fails."""
-    monkeypatch.setattr(pooling, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(pooling.launch, "POISON_OUTPUTS", True)
     if HAS_ATTENTION:
-        attention = importlib.import_module("attnzoo.kernels.attention")
-        monkeypatch.setattr(attention, "POISON_OUTPUTS", True, raising=False)
+        launch = importlib.import_module("attnzoo.kernels.attention.launch")
+        monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
 from attnzoo.kernels import attention, pooling
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,9 +77,7 @@ def test_report_unsets_triton_interpret_itself() -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = table_rows(out.stdout)
     n_configs = len(
-        attention.block_configs(
-            "attn_fwd", attention.torch.float16, 16, False, False, interpret=False
-        )
+        attention.block_configs("attn_fwd", torch.float16, 16, False, False, interpret=False)
     )
     assert len(rows) == 2 * n_configs
     assert {r[2] for r in rows} == {"sm_80", "sm_90"}

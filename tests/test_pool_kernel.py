@@ -1,7 +1,7 @@
 """The Triton pool_mix kernels (under TRITON_INTERPRET=1) against the PyTorch reference.
 
 Forward and backward are run through the launchers with outputs allocated full of NaN
-(pooling.POISON_OUTPUTS), so an element the kernel forgets to write fails the comparison; the backward is compared with the reference's
+(pooling.launch.POISON_OUTPUTS), so an element the kernel forgets to write fails the comparison; the backward is compared with the reference's
 vector-Jacobian product for a random upstream gradient.
 """
 
@@ -11,11 +11,12 @@ import torch
 pytest.importorskip("triton")
 
 from attnzoo.kernels import ops, pooling, reference  # noqa: E402
+from attnzoo.kernels.pooling import launch, tuning  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pooling, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
 
 
 WINDOWS = [
@@ -239,13 +240,13 @@ def test_gpu_autotuning_prunes_wasteful_tiles_and_keys_on_buckets():
     the narrowest always stays, and a new sequence length within a power of two reuses the key."""
 
     def widths(d):
-        return sorted({c.kwargs["BLOCK_D"] for c in pooling._prune(pooling.GPU_CONFIGS, {"D": d})})
+        return sorted({c.kwargs["BLOCK_D"] for c in tuning._prune(tuning.GPU_CONFIGS, {"D": d})})
 
     assert widths(384) == [32, 64, 128]
     assert widths(512) == [32, 64, 128]
     assert widths(96) == [32]  # 64 or 128 would pad 96 to 128
     assert widths(40) == [32]  # nothing fits well: the narrowest stays
     assert widths(8) == [32]
-    assert pooling._buckets(64, 250, 384) == pooling._buckets(64, 256, 384) == (16384, 512)
-    assert pooling._buckets(2, 4096, 512) != pooling._buckets(2, 8192, 512)
-    assert pooling._buckets(10**4, 10**4, 10**4) == (2**20, 4096)
+    assert tuning.buckets(64, 250, 384) == tuning.buckets(64, 256, 384) == (16384, 512)
+    assert tuning.buckets(2, 4096, 512) != tuning.buckets(2, 8192, 512)
+    assert tuning.buckets(10**4, 10**4, 10**4) == (2**20, 4096)

@@ -1,0 +1,307 @@
+"""The attention launchers: the kernels' own limits, the outputs, the grid.
+
+The arguments arrive checked (shapes, dtypes, devices, mask, scale: kernels/_checks.py, at the
+public op or the torch.ops.attnzoo operator the call came in by); what is checked here are the
+limits of these kernels: head widths, unit feature strides, int32 row offsets, the dropout
+counter. `_Problem` gathers what the three kernels share for one call; `attention_forward` and
+`attention_backward` launch them; the four `*_forward` / `*_backward` functions at the end are
+what the custom ops in kernels/library.py run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .._host import INTERPRET, cdiv
+from ._jit import MAX_HEAD, _attn_bwd_delta, _keep_mask_kernel
+from .tuning import DELTA_TILE, autotuned, dot_precision, head_width, n_bucket, qk_tile_width
+
+LOG2E = 1.4426950408889634
+
+# Tests set this to True: outputs are then allocated full of NaN, so an element the kernel never
+# writes shows up as NaN instead of as whatever memory held before.
+POISON_OUTPUTS = False
+
+_fwd = autotuned("attn_fwd")
+_bwd_dkdv = autotuned("attn_bwd_dkdv")
+_bwd_dq = autotuned("attn_bwd_dq")
+
+
+def _unit_feature_stride(t: torch.Tensor) -> torch.Tensor:
+    """The kernels read features contiguously; anything else is copied once, here."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _check_reach(name: str, t: torch.Tensor) -> None:
+    """The kernels read features contiguously and index rows within a head in int32."""
+    stride = t.stride()
+    if stride[-1] != 1 and t.numel() > 0:
+        raise ValueError(
+            f"{name} must have unit stride in its last (feature) dim, got strides {stride}; "
+            "call .contiguous()"
+        )
+    reach = sum((n - 1) * s for n, s in zip(t.shape, stride, strict=True))
+    if reach >= 2**31:
+        raise ValueError(f"{name} spans {reach} elements; the kernels index rows with int32")
+
+
+def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@functools.cache
+def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A one-element tensor passed where a kernel argument is switched off (no padding mask, no
+    dropout seed): the kernel never reads it. Made once per device, not per call."""
+    return torch.zeros(1, dtype=dtype, device=device)
+
+
+class _Problem:
+    """Everything the three kernels share for one call: operands, sizes, flags, mask, dropout."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        m: torch.Tensor | None,
+        causal: bool,
+        mask: torch.Tensor | None,
+        scale: float,
+        dropout_p: float = 0.0,
+        seed: torch.Tensor | None = None,
+    ) -> None:
+        b, h, n, d_qk = q.shape
+        d_v = v.shape[-1]
+        if d_v > MAX_HEAD or d_v < 1:
+            raise ValueError(f"v's head dim is {d_v}; the kernels take 1..{MAX_HEAD}")
+        for name, t in (("q", q), ("k", k), ("v", v), ("m", m)):
+            if t is not None:
+                _check_reach(name, t)
+        _check_dropout(dropout_p, seed, n, q)
+        self.q, self.k, self.v, self.m = q, k, v, m
+        self.b, self.h, self.n, self.d_qk, self.d_v = b, h, n, d_qk, d_v
+        self.head = head_width(d_v)
+        self.n_chunks = cdiv(d_qk, self.head)
+        self.qk_head = qk_tile_width(d_qk, self.head)  # the backward's q/k tile
+        self.causal, self.scale = causal, scale
+        self.metric = m is not None
+        self.has_mask = mask is not None
+        if mask is None:
+            self.mask_i8 = _placeholder(q.device, torch.int8)
+        else:  # a bool is one byte: read it in place unless its tokens are strided
+            self.mask_i8 = mask.view(torch.int8)
+            if self.mask_i8.stride(1) != 1:
+                self.mask_i8 = self.mask_i8.contiguous()
+        self.dropout_p = float(dropout_p)
+        self.n_bucket = n_bucket(n)
+        self.seed = seed if dropout_p > 0.0 else _placeholder(q.device, torch.int64)
+        self.m_or_q = m if m is not None else q
+        self.m_strides = (m.stride(0), m.stride(1)) if m is not None else (0, 0)
+
+    def inputs(self) -> tuple:
+        return (self.q, self.k, self.v, self.m_or_q)
+
+    def strides(self) -> tuple[int, ...]:
+        q, k, v = self.q, self.k, self.v
+        return (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *self.m_strides)
+
+    def sizes(self) -> tuple:
+        return (self.h, self.n, self.d_qk, self.d_v, self.n_chunks)
+
+    def flags(self) -> dict:
+        return {
+            "METRIC": self.metric,
+            "HEAD": self.head,
+            "CHUNKED": self.n_chunks > 1,
+            "DROPOUT": self.dropout_p > 0.0,
+            "HAS_MASK": self.has_mask,
+            "CAUSAL": self.causal,
+            "DOT_PREC": dot_precision(self.q.dtype),
+        }
+
+    def backward_flags(self) -> dict:
+        """The forward's flags plus the backward's q/k tile: one tile (not chunked) when the
+        q/k width fits in QK_HEAD."""
+        return {**self.flags(), "QK_HEAD": self.qk_head, "CHUNKED": self.backward_chunks() > 1}
+
+    def backward_chunks(self) -> int:
+        """The backward grid's feature-chunk axis: one program per QK_HEAD-wide chunk."""
+        return cdiv(self.d_qk, self.qk_head)
+
+
+def _check_dropout(dropout_p: float, seed: torch.Tensor | None, n: int, like: torch.Tensor) -> None:
+    """The seed a dropout call needs, and the int32 reach of its Philox counter."""
+    if dropout_p == 0.0:
+        return
+    if not (isinstance(seed, torch.Tensor) and seed.dtype == torch.int64 and seed.numel() == 1):
+        raise ValueError("dropout needs `seed`, a one-element int64 tensor (the Philox key)")
+    if seed.device != like.device:
+        raise ValueError(f"seed is on {seed.device}, expected {like.device}")
+    if n * n >= 2**31:
+        raise ValueError(
+            f"attention dropout draws one int32 counter per (query, key): N = {n} tokens exceed "
+            "46340; use dropout_p=0 for such lengths"
+        )
+
+
+def _check_interpretable(p: _Problem) -> None:
+    if INTERPRET and p.q.dtype == torch.bfloat16:
+        raise ValueError(
+            "the attention kernels take no bfloat16 under TRITON_INTERPRET=1: the "
+            "interpreter's tl.dot on bf16 tiles is wrong (relative errors ~1e9); use "
+            "float16 or float32 there, or impl='torch'"
+        )
+
+
+def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
+    """out (B, H, N, dv) in the input dtype, and the base-2 log-sum-exp (B·H, N) in fp32."""
+    _check_interpretable(p)
+    out = _alloc((p.b, p.h, p.n, p.d_v), p.q.dtype, p.q.device)
+    lse = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+    if p.n == 0 or p.b * p.h == 0:
+        return out, lse
+    grid = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
+    _fwd[grid](
+        *p.inputs(), out, lse, p.mask_i8, p.seed,
+        *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
+        *p.sizes(), p.scale * LOG2E, p.dropout_p, p.n_bucket,
+        **p.flags(),
+    )  # fmt: skip
+    return out, lse
+
+
+def attention_backward(
+    p: _Problem, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor, grad_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`; for metric dv is None and
+    dk holds the key and value roles' sum."""
+    _check_interpretable(p)
+    d_out, out = _unit_feature_stride(d_out), _unit_feature_stride(out)
+    _check_reach("d_out", d_out)
+    _check_reach("out", out)
+    dq = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
+    dk = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
+    dv = None if p.metric else _alloc((p.b, p.h, p.n, p.d_v), grad_dtype, p.q.device)
+    if p.n == 0 or p.b * p.h == 0:
+        return dq, dk, dv
+    delta = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+    dv_arg = dk if dv is None else dv
+    smb = p.mask_i8.stride(0) if p.has_mask else 0
+    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket)
+    chunks = p.backward_chunks()
+    rows = DELTA_TILE // p.head
+    _attn_bwd_delta[(cdiv(p.n, rows), p.b * p.h)](
+        out, d_out, delta, *out.stride()[:3], *d_out.stride()[:3], p.h, p.n, p.d_v,
+        HEAD=p.head, BLOCK_M=rows, num_warps=4, num_stages=1,
+    )  # fmt: skip
+    grid_n = lambda meta: (cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
+    _bwd_dkdv[grid_n](
+        *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,
+        *p.strides(), *d_out.stride()[:3], *dk.stride()[:3], *dv_arg.stride()[:3], smb,
+        *common, **p.backward_flags(),
+    )  # fmt: skip
+    grid_m = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, chunks)
+    _bwd_dq[grid_m](
+        *p.inputs(), d_out, lse, delta, dq, p.mask_i8, p.seed,
+        *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
+        *common, **p.backward_flags(),
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+# --------------------------------------------------------------------------------------------
+# Forward and backward of each op: what the custom ops in kernels/library.py run
+# --------------------------------------------------------------------------------------------
+
+
+def scaled_dot_forward(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ · scale) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for the backward)."""
+    q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
+    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed)
+    return attention_forward(prob)
+
+
+def scaled_dot_backward(
+    d_out: torch.Tensor,
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), each like its input; the dropout mask is drawn again from `seed`."""
+    q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
+    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed)
+    dq, dk, dv = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
+    assert dv is not None
+    return dq, dk, dv
+
+
+def metric_forward(
+    p_bhnk: torch.Tensor,
+    m_hkk: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores p[i] M[h] p[j] · scale with values p, from p and M alone (the fused prologue)."""
+    if p_bhnk.dim() == 4 and p_bhnk.shape[-1] > MAX_HEAD:
+        raise ValueError(f"p's head dim is {p_bhnk.shape[-1]}; metric attention takes ≤ {MAX_HEAD}")
+    p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
+    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
+    return attention_forward(prob)
+
+
+def metric_backward(
+    d_out: torch.Tensor,
+    p_bhnk: torch.Tensor,
+    m_hkk: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    seed: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dp, dM). p plays three roles: q = p M (its gradient dq Mᵀ), and k and v (the kernel
+    returns their sum)."""
+    p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
+    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
+    dq, dkv, _ = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
+    # In the inputs' dtype, as PyTorch's autograd of q = p·M does: each product accumulates in
+    # fp32 and rounds once, and dM sums the batch's (K, K) products (no fp32 copies of p or dq).
+    dp = dkv.add_(dq @ m_hkk.mT)
+    dm = (p_bhnk.mT @ dq).sum(0)
+    return dp, dm
+
+
+def dropout_keep_mask(seed: torch.Tensor, b: int, h: int, n: int, dropout_p: float) -> torch.Tensor:
+    """The keep mask (B, H, N, N), bool, that the attention kernels draw for `seed`: what the
+    reference needs (`keep_bhnn`) to reproduce a Triton call with dropout exactly."""
+    _check_dropout(dropout_p, seed, n, seed)
+    keep = torch.empty((b, h, n, n), dtype=torch.int8, device=seed.device)
+    if keep.numel():
+        _keep_mask_kernel[(cdiv(n, 32), b * h)](seed, keep, n, dropout_p, BLOCK=32)
+    return keep.bool()
