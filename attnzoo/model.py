@@ -85,9 +85,10 @@ class Block(nn.Module):
     """A MetaFormer block: token mixer and MLP, each behind a norm and a residual connection.
 
     `residual` is one of the per-branch variants of attnzoo.residual (none, add, scaled, rezero,
-    layerscale, deepnorm) and `residual_alpha` its number as `attnzoo.residual.resolve` gives it;
-    `depth` is the model's, for DeepNet's init gain. Pre-norm: branch output b = f(norm(x)) and
-    the block adds g·x + b; post-norm: norm(g·x + f(x)); g = 1, or DeepNet's α, or no skip.
+    layerscale, deepnorm) and `residual_alpha` its number (scaled's α, layerscale's initial λ,
+    deepnorm's skip gain; None: the default for `depth`, the model's depth, which also sets
+    DeepNet's init gain). Pre-norm: the block adds g·x + scale(f(norm(x))); post-norm:
+    norm(g·x + scale(f(x))); g = 1, DeepNet's α, or no skip (none).
     """
 
     def __init__(
@@ -111,8 +112,8 @@ class Block(nn.Module):
                 f"a Block's residual={residual!r} is not one of {res.BRANCH_RESIDUALS} "
                 f"({res.DEPTH_RESIDUALS} mix blocks across depth: build them with Model)"
             )
-        if residual in res.WITH_ALPHA + ("deepnorm",) and residual_alpha is None:
-            raise ValueError(f"residual={residual!r} needs residual_alpha (see residual.resolve)")
+        if residual_alpha is None:
+            residual_alpha = res.default_alpha(residual, depth)
         self.gain, self.pre_norm = res.skip_gain(residual, residual_alpha), norm_position == "pre"
         self.mixer = mixer
         self.norm1 = make_norm(norm, dim)

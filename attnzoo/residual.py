@@ -140,15 +140,21 @@ def resolve(c: ResidualConfig) -> ResolvedResidual:
             f"model.residual=attnres aggregates each block's update f(x), which a pre-norm block "
             f"has; it needs model.norm_position=pre (got {c.norm_position!r})"
         )
+    return ResolvedResidual(kind, default_alpha(kind, c.depth) if alpha is None else alpha)
+
+
+def default_alpha(kind: str, depth: int) -> float | None:
+    """A variant's number for a model of `depth` blocks when none is given: scaled's α,
+    layerscale's initial λ, rezero's initial α, deepnorm's skip gain α; None for the others."""
     if kind == "scaled":
-        alpha = scaled_alpha(c.depth) if alpha is None else alpha
-    elif kind == "layerscale":
-        alpha = layerscale_init(c.depth) if alpha is None else alpha
-    elif kind == "rezero":
-        alpha = 0.0
-    elif kind == "deepnorm":
-        alpha = deepnorm_constants(c.depth)[0]
-    return ResolvedResidual(kind, alpha)
+        return scaled_alpha(depth)
+    if kind == "layerscale":
+        return layerscale_init(depth)
+    if kind == "rezero":
+        return 0.0
+    if kind == "deepnorm":
+        return deepnorm_constants(depth)[0]
+    return None
 
 
 # ---- per branch: the scale on f(x) -------------------------------------------------------------
@@ -303,7 +309,9 @@ class AttentionResiduals(nn.Module):
 
     def __init__(self, depth: int, dim: int) -> None:
         super().__init__()
-        self.queries = nn.Parameter(torch.zeros(depth, dim))  # w for blocks 2..depth, the output
+        # w for the inputs of blocks 2..depth and of the head; vectors, so that the trainer does
+        # not weight-decay them (it decays matrices only), like the norms' gains
+        self.queries = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(depth))
 
     def forward(
         self,
