@@ -75,7 +75,7 @@ def scaled_alpha(depth: int) -> float:
 
 def layerscale_init(depth: int) -> float:
     """`layerscale`'s default initial λ, CaiT's rule (Touvron et al. 2021, "Going deeper with
-    image transformers", section 3): 0.1 up to depth 18, 1e-5 up to depth 24, 1e-6 deeper."""
+    image transformers"): 0.1 up to depth 18, 1e-5 up to depth 24, 1e-6 deeper."""
     return 0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6
 
 
@@ -99,8 +99,10 @@ def resolve(c: ResidualConfig) -> ResolvedResidual:
     if kind not in RESIDUALS:
         raise ValueError(f"model.residual={kind!r} is not one of {RESIDUALS}")
     if not c.skip:
-        if kind not in ("add", "none") or c.layer_scale is not None:
-            other = f"residual={kind!r}" if kind != "add" else f"layer_scale={c.layer_scale!r}"
+        other = f"residual={kind!r}" if kind not in ("add", "none") else None
+        if c.layer_scale is not None:
+            other = f"layer_scale={c.layer_scale!r}"
+        if other is not None:
             raise ValueError(
                 f"model.skip=false (the older spelling of model.residual=none) contradicts "
                 f"model.{other}; allowed: drop model.skip and keep model.residual, or "
@@ -177,7 +179,7 @@ class FixedScale(nn.Module):
 
 class ReZero(nn.Module):
     """`rezero`: x + α·f(x) with α one learned scalar per branch, initialised to 0, so that at
-    init every block is the identity (Bachlechner et al. 2020, "ReZero is all you need", eq. 3).
+    init every block is the identity (Bachlechner et al. 2020, "ReZero is all you need").
     The paper also drops the norms; here `model.norm` stays its own switch (with
     `model.norm_position=post` the block at init is norm(x), not x)."""
 
@@ -191,8 +193,8 @@ class ReZero(nn.Module):
 
 class LayerScale(nn.Module):
     """`layerscale`: x + diag(λ)·f(x) with λ a learned per-channel vector, every entry
-    initialised to `init` (Touvron et al. 2021, CaiT, eq. 3; default init by CaiT's depth rule,
-    see `layerscale_init`)."""
+    initialised to `init` (Touvron et al. 2021, CaiT; default init by CaiT's depth rule, see
+    `layerscale_init`)."""
 
     def __init__(self, dim: int, init: float) -> None:
         super().__init__()
@@ -256,7 +258,7 @@ class BlockLike(Protocol):
 
 class DenseFormer(nn.Module):
     """`denseformer`: Depth-Weighted Averages (Pagliardini et al. 2024, "DenseFormer: enhancing
-    information flow in transformers via depth weighted averaging", eq. 2). With x₀ the
+    information flow in transformers via depth weighted averaging"). With x₀ the
     embedding and xⱼ = Bⱼ(yⱼ₋₁) the output of block j (an `add` block),
 
         yᵢ = Σⱼ₌₀..ᵢ aᵢⱼ · xⱼ      (the input of block i+1, and after the last block the output)
