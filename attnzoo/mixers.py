@@ -10,6 +10,9 @@ from `scores_from` while the values come from `x`. It is what the path decomposi
 (2021) needs (attnzoo/paths.py): with the attention frozen at the full network's, a block is linear
 in its input, and the output of a skip+attention network is the sum of its paths. Mixers without
 scores (pooling, identity) are linear already and count as one head.
+
+A mixer with weights also says which are queries/keys and which values/outputs, in
+`deepnet_init_(beta)`: DeepNet's init, which `model.residual=deepnorm` applies (attnzoo.residual).
 """
 
 from __future__ import annotations
@@ -140,6 +143,13 @@ class ScaledDotAttention(_HeadsThenProjection):
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
+    def deepnet_init_(self, beta: float) -> None:
+        """DeepNet's init (model.residual=deepnorm): Xavier-normal, gain 1 on Wq and Wk, gain
+        `beta` on Wv and the output projection."""
+        w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)  # the layout attend reads
+        for w, gain in ((w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.proj.weight.data, beta)):
+            nn.init.xavier_normal_(w, gain=gain)
+
     def attend(
         self,
         x_bnd: torch.Tensor,
@@ -185,6 +195,12 @@ class QuadraticFormAttention(_HeadsThenProjection):
         self.u = nn.Parameter(torch.randn(heads, dim, dim) / (3 * math.sqrt(dim)))
         self.value = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
+
+    def deepnet_init_(self, beta: float) -> None:
+        """DeepNet's init (model.residual=deepnorm): Xavier-normal with gain `beta` on Wv and the
+        output projection; U, which plays the query/key part, keeps its own init."""
+        nn.init.xavier_normal_(self.value.weight, gain=beta)
+        nn.init.xavier_normal_(self.proj.weight, gain=beta)
 
     def attend(
         self,
@@ -254,6 +270,14 @@ class MetricTensorAttention(_HeadsThenProjection):
             self.m_free = nn.Parameter(torch.randn(heads, dk) / math.sqrt(dk))
         else:
             self.register_parameter("m_free", None)
+
+    def deepnet_init_(self, beta: float) -> None:
+        """DeepNet's init (model.residual=deepnorm): Xavier-normal with gain `beta` on the output
+        projection. P gives queries, keys and values at once; it is initialised as DeepNet does
+        queries and keys (Xavier-normal, gain 1), since scaling it would also scale the scores
+        (by beta squared). M keeps its own init."""
+        nn.init.xavier_normal_(self.p.weight, gain=1.0)
+        nn.init.xavier_normal_(self.proj.weight, gain=beta)
 
     def metric(self) -> torch.Tensor:
         """The metric tensors M, (H, dk, dk), symmetric."""

@@ -1,10 +1,12 @@
 """One MetaFormer block with ablation switches, and the model built from a stack of them.
 
-    h = x + mixer(norm1(x))      # skip off: h = mixer(norm1(x))
-    y = h + mlp(norm2(h))        # mlp off: y = h;  skip off: y = mlp(norm2(h))
+    h = x + mixer(norm1(x))      # residual none: h = mixer(norm1(x))
+    y = h + mlp(norm2(h))        # mlp off: y = h;  residual none: y = mlp(norm2(h))
 
-With skip off, MLP off and norm "none" the block is exactly its mixer: the pure attention ("SAN")
-of Dong, Cordonnier & Loukas (2021).
+The `+` is `model.residual`, a family of variants (attnzoo.residual): none, add, scaled, rezero,
+layerscale and deepnorm act on each branch; denseformer and attnres mix the block outputs across
+depth in the model's forward. With residual none, MLP off and norm "none" the block is exactly its
+mixer: the pure attention ("SAN") of Dong, Cordonnier & Loukas (2021).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from attnzoo import residual as res
 from attnzoo.mixers import build_mixer
+from attnzoo.residual import Residual
 
 Norm = Literal["layernorm", "rmsnorm", "none"]
 NormPosition = Literal["pre", "post"]
@@ -39,12 +43,14 @@ class ModelConfig:
     heads: int = 4
     mixer: str = "scaled_dot"  # a name in attnzoo.mixers.MIXERS
     mixer_options: dict = field(default_factory=dict)  # the mixer's own keyword arguments
-    skip: bool = True  # the residual connections around the mixer and the MLP
+    residual: Residual = "add"  # the skip connection's variant (attnzoo.residual, docs/block.md)
+    residual_alpha: float | None = None  # scaled: α (null: 1/√(2·depth)); layerscale: initial λ
+    skip: bool = True  # false: the older spelling of residual=none
     mlp: bool = True
     mlp_ratio: float = 4.0  # the MLP's hidden width over dim
     norm: Norm = "layernorm"
     norm_position: NormPosition = "pre"
-    layer_scale: float | None = None  # LayerScale's initial value on both branches; None: off
+    layer_scale: float | None = None  # older spelling of residual=layerscale residual_alpha=ε
     dropout: float = 0.0  # on the embedding and on both residual branches
     pos_emb: PosEmb = "learned"
     share_blocks: bool = False  # one block applied `depth` times (the paper's recurrent model)
@@ -75,52 +81,61 @@ class MLP(nn.Module):
         return self.drop(self.proj(self.act(self.fc(x_bnd))))
 
 
-class LayerScale(nn.Module):
-    def __init__(self, dim: int, init: float) -> None:
-        super().__init__()
-        self.gamma = nn.Parameter(torch.full((dim,), float(init)))
-
-    def forward(self, x_bnd: torch.Tensor) -> torch.Tensor:
-        return x_bnd * self.gamma
-
-
 class Block(nn.Module):
-    """A MetaFormer block: token mixer and MLP, each behind a norm and a skip connection."""
+    """A MetaFormer block: token mixer and MLP, each behind a norm and a residual connection.
+
+    `residual` is one of the per-branch variants of attnzoo.residual (none, add, scaled, rezero,
+    layerscale, deepnorm) and `residual_alpha` its number (scaled's α, layerscale's initial λ,
+    deepnorm's skip gain; None: the default for `depth`, the model's depth, which also sets
+    DeepNet's init gain). Pre-norm: the block adds g·x + scale(f(norm(x))); post-norm:
+    norm(g·x + scale(f(x))); g = 1, DeepNet's α, or no skip (none).
+    """
 
     def __init__(
         self,
         dim: int,
         mixer: nn.Module,
-        skip: bool = ModelConfig.skip,
+        residual: str = ModelConfig.residual,
+        residual_alpha: float | None = ModelConfig.residual_alpha,
         mlp: bool = ModelConfig.mlp,
         mlp_ratio: float = ModelConfig.mlp_ratio,
         norm: Norm = ModelConfig.norm,
         norm_position: NormPosition = ModelConfig.norm_position,
-        layer_scale: float | None = ModelConfig.layer_scale,
         dropout: float = ModelConfig.dropout,
+        depth: int = ModelConfig.depth,
     ) -> None:
         super().__init__()
         if norm_position not in NORM_POSITIONS:
             raise ValueError(f"norm_position={norm_position!r} is not one of {NORM_POSITIONS}")
-        self.skip, self.pre_norm = skip, norm_position == "pre"
+        if residual not in res.BRANCH_RESIDUALS:
+            raise ValueError(
+                f"a Block's residual={residual!r} is not one of {res.BRANCH_RESIDUALS} "
+                f"({res.DEPTH_RESIDUALS} mix blocks across depth: build them with Model)"
+            )
+        if residual_alpha is None:
+            residual_alpha = res.default_alpha(residual, depth)
+        self.gain, self.pre_norm = res.skip_gain(residual, residual_alpha), norm_position == "pre"
         self.mixer = mixer
         self.norm1 = make_norm(norm, dim)
-        self.scale1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
+        self.scale1 = res.branch_scale(residual, dim, residual_alpha)
         self.drop1 = nn.Dropout(dropout)
         self.mlp = MLP(dim, mlp_ratio, dropout) if mlp else None
         if self.mlp is not None:
             self.norm2 = make_norm(norm, dim)
-            self.scale2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
+            self.scale2 = res.branch_scale(residual, dim, residual_alpha)
+        if residual == "deepnorm":
+            res.deepnet_init_(self.mixer, self.mlp, beta=res.deepnorm_constants(depth)[1])
+
+    def _skip(self, x_bnd: torch.Tensor, out_bnd: torch.Tensor) -> torch.Tensor:
+        if self.gain is None:
+            return out_bnd
+        return x_bnd + out_bnd if self.gain == 1.0 else self.gain * x_bnd + out_bnd
 
     def _branch(self, x_bnd, f, norm, scale, drop=None):
-        """One residual branch, pre- or post-norm, with or without the skip connection."""
-        if self.pre_norm:
-            out = scale(f(norm(x_bnd)))
-            out = drop(out) if drop is not None else out
-            return x_bnd + out if self.skip else out
-        out = scale(f(x_bnd))
+        """One residual branch, pre- or post-norm."""
+        out = scale(f(norm(x_bnd) if self.pre_norm else x_bnd))
         out = drop(out) if drop is not None else out
-        return norm(x_bnd + out if self.skip else out)
+        return self._skip(x_bnd, out) if self.pre_norm else norm(self._skip(x_bnd, out))
 
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -131,6 +146,18 @@ class Block(nn.Module):
         if self.mlp is None:
             return h_bnd
         return self._branch(h_bnd, self.mlp, self.norm2, self.scale2)
+
+    def update(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """f(x) = forward(x) − x of a pre-norm `add` block, computed as a + m with
+        a = mixer(norm1(x)), m = mlp(norm2(x + a)): what Attention Residuals aggregates."""
+        if not self.pre_norm or self.gain != 1.0:
+            raise ValueError("Block.update is the update of a pre-norm block with a skip")
+        a_bnd = self.drop1(self.scale1(self.mixer(self.norm1(x_bnd), key_padding_mask)))
+        if self.mlp is None:
+            return a_bnd
+        return a_bnd + self.scale2(self.mlp(self.norm2(x_bnd + a_bnd)))
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -170,6 +197,8 @@ class Model(nn.Module):
         if not isinstance(c.depth, int) or c.depth < 1:
             raise ValueError(f"depth must be a positive int, got {c.depth!r}")
         self.config, self.head_kind, self.max_len = c, head, max_len
+        self.residual = res.resolve(c)  # the variant, with the older keys skip/layer_scale read
+        per_branch = self.residual.kind in res.BRANCH_RESIDUALS
         if vocab_size is not None:
             self.embed = nn.Embedding(vocab_size, c.dim)
         else:
@@ -188,17 +217,20 @@ class Model(nn.Module):
             return Block(
                 c.dim,
                 mixer,
-                skip=c.skip,
+                residual=self.residual.kind if per_branch else "add",
+                residual_alpha=self.residual.alpha,
                 mlp=c.mlp,
                 mlp_ratio=c.mlp_ratio,
                 norm=c.norm,
                 norm_position=c.norm_position,
-                layer_scale=c.layer_scale,
                 dropout=c.dropout,
+                depth=c.depth,
             )
 
         shared = new_block() if c.share_blocks else None
         self.blocks = nn.ModuleList([shared or new_block() for _ in range(c.depth)])
+        # denseformer, attnres: the module that runs the blocks, keeping every earlier output
+        self.depth_mixing = res.depth_mixing(self.residual.kind, c.depth, c.dim)
         self.norm = make_norm(c.norm, c.dim)
         self.head = nn.Linear(c.dim, out_features)
         self.apply(self._init)
@@ -217,7 +249,8 @@ class Model(nn.Module):
         return_hidden: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits, and with `return_hidden` the depth+1 hidden states (B, N, D): the input to the
-        first block and the output of each block."""
+        first block and the state after each block (its output; with denseformer or attnres the
+        depth-mixed state the next block, or the head, reads)."""
         n = inputs.shape[1]
         if n > self.max_len:
             raise ValueError(f"sequence of {n} tokens is longer than max_len={self.max_len}")
@@ -225,11 +258,13 @@ class Model(nn.Module):
         if self.pos is not None:
             x_bnd = x_bnd + self.pos[:n].to(x_bnd.dtype)
         x_bnd = self.drop(x_bnd)
-        hidden = [x_bnd]
-        for block in self.blocks:
-            x_bnd = block(x_bnd, key_padding_mask)
-            hidden.append(x_bnd)
-        x_bnd = self.norm(x_bnd)
+        if self.depth_mixing is not None:
+            hidden = self.depth_mixing(self.blocks, x_bnd, key_padding_mask)
+        else:
+            hidden = [x_bnd]
+            for block in self.blocks:
+                hidden.append(block(hidden[-1], key_padding_mask))
+        x_bnd = self.norm(hidden[-1])
         if self.head_kind == "classify":
             if key_padding_mask is None:
                 x_bd = x_bnd.mean(dim=1)

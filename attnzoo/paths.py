@@ -27,11 +27,12 @@ Path = tuple[tuple[int, int], ...]
 
 def check_decomposable(model: Model) -> None:
     """ValueError unless every block is skip + mixer with no norm and no MLP."""
-    c = model.config
-    if not c.skip or c.mlp or c.norm != "none":
+    c, residual = model.config, model.residual.kind
+    if residual != "add" or c.mlp or c.norm != "none":
         raise ValueError(
-            "the path decomposition needs blocks x + mixer(x): model.skip=true, model.mlp=false, "
-            f"model.norm=none; got skip={c.skip}, mlp={c.mlp}, norm={c.norm!r}"
+            "the path decomposition needs blocks x + mixer(x): model.residual=add, "
+            f"model.mlp=false, model.norm=none; got residual={residual!r}, mlp={c.mlp}, "
+            f"norm={c.norm!r}"
         )
 
 

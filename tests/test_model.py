@@ -73,7 +73,7 @@ def test_padding_tokens_never_change_real_outputs(name):
 
 def test_pure_block_is_exactly_its_mixer():
     mixer = build_mixer("scaled_dot", dim=D, heads=H)
-    block = Block(D, mixer, skip=False, mlp=False, norm="none")
+    block = Block(D, mixer, residual="none", mlp=False, norm="none")
     x = torch.randn(2, 9, D)
     assert torch.equal(block(x), mixer(x))
     assert n_params(block) == n_params(mixer)
@@ -85,7 +85,14 @@ def test_block_switches_follow_the_equations(norm_position):
     mixer = build_mixer("identity", dim=D)
     x = torch.randn(2, 5, D)
     for skip in (True, False):
-        block = Block(D, mixer, skip=skip, mlp=True, norm="layernorm", norm_position=norm_position)
+        block = Block(
+            D,
+            mixer,
+            residual="add" if skip else "none",
+            mlp=True,
+            norm="layernorm",
+            norm_position=norm_position,
+        )
         n1, n2, mlp = block.norm1, block.norm2, block.mlp
         if norm_position == "pre":
             h = x + n1(x) if skip else n1(x)
@@ -97,7 +104,7 @@ def test_block_switches_follow_the_equations(norm_position):
 
 
 def test_layer_scale_starts_branches_small():
-    block = Block(D, build_mixer("identity", dim=D), layer_scale=1e-6)
+    block = Block(D, build_mixer("identity", dim=D), residual="layerscale", residual_alpha=1e-6)
     x = torch.randn(2, 5, D)
     torch.testing.assert_close(block(x), x, rtol=0, atol=1e-4)
 

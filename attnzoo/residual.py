@@ -1,0 +1,346 @@
+"""The residual connection as a family of variants: `model.residual`.
+
+Six variants act on each branch of a block (the mixer's and the MLP's), with f the branch
+(norm, then mixer or MLP, in pre-norm) and x its input:
+
+    none         f(x)
+    add          x + f(x)
+    scaled       x + α·f(x)            α fixed (default 1/√(2·depth))
+    rezero       x + α·f(x)            α a learned scalar per branch, 0 at init
+    layerscale   x + diag(λ)·f(x)      λ a learned vector per branch (CaiT's init)
+    deepnorm     LN(α·x + f(x))        post-norm, α = (2N)^(1/4), DeepNet's init gain β
+
+Two act across blocks and live in the model's forward, which keeps the list of earlier outputs
+(the blocks themselves are `add` blocks):
+
+    denseformer  after block i, a learned weighted average of the embedding and every block
+                 output so far (DenseFormer's DWA), starting as the plain `add` model
+    attnres      each block's input a softmax-weighted average over depth of the embedding and
+                 the earlier blocks' updates (Attention Residuals), starting as a uniform average
+
+`model.skip=false` is the older spelling of `residual=none`, `model.layer_scale=ε` of
+`residual=layerscale residual_alpha=ε`; `resolve` turns a configuration into one variant and
+refuses contradictions. Each variant's formula, init and source are in the docstring of what
+implements it, and in docs/block.md.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Residual = Literal[
+    "none", "add", "scaled", "rezero", "layerscale", "deepnorm", "denseformer", "attnres"
+]
+RESIDUALS = typing.get_args(Residual)
+# Variants applied to each branch inside a block, and those mixing block outputs across depth.
+BRANCH_RESIDUALS = ("none", "add", "scaled", "rezero", "layerscale", "deepnorm")
+DEPTH_RESIDUALS = ("denseformer", "attnres")
+# The variants whose number `residual_alpha` sets.
+WITH_ALPHA = ("scaled", "layerscale")
+
+
+class ResidualConfig(Protocol):
+    """The fields of attnzoo.model.ModelConfig that `resolve` reads."""
+
+    residual: str
+    residual_alpha: float | None
+    skip: bool
+    layer_scale: float | None
+    depth: int
+    norm: str
+    norm_position: str
+
+
+@dataclass(frozen=True)
+class ResolvedResidual:
+    """One variant and its number: scaled's α, layerscale's initial λ, rezero's initial α (0),
+    deepnorm's skip gain α; None for the others."""
+
+    kind: str
+    alpha: float | None = None
+
+
+def scaled_alpha(depth: int) -> float:
+    """`scaled`'s default α = 1/√(2·depth): the depth scaling of the branches that keeps tokens
+    from aligning at init (Noci et al. 2022, "Signal propagation in transformers")."""
+    return 1.0 / math.sqrt(2 * depth)
+
+
+def layerscale_init(depth: int) -> float:
+    """`layerscale`'s default initial λ, CaiT's rule (Touvron et al. 2021, "Going deeper with
+    image transformers"): 0.1 up to depth 18, 1e-5 up to depth 24, 1e-6 deeper."""
+    return 0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6
+
+
+def deepnorm_constants(depth: int) -> tuple[float, float]:
+    """DeepNet's (α, β) for an encoder-only or decoder-only model of N = depth layers (Wang et
+    al. 2022, "DeepNet: Scaling transformers to 1,000 layers", table 1): α = (2N)^(1/4) scales
+    the skip, β = (8N)^(-1/4) is the Xavier-normal init gain of the value and output
+    projections and of both FFN weights."""
+    return (2 * depth) ** 0.25, (8 * depth) ** -0.25
+
+
+def resolve(c: ResidualConfig) -> ResolvedResidual:
+    """The variant a configuration asks for, with its number; ValueError on a contradiction or a
+    value out of range, naming the keys and what is allowed.
+
+    The older keys are shorthands: `skip=false` means `residual=none` and `layer_scale=ε` means
+    `residual=layerscale residual_alpha=ε`. Each may be combined with its own variant or with
+    `residual=add` (the default, which then yields to it), never with another variant.
+    """
+    kind, alpha = c.residual, c.residual_alpha
+    if kind not in RESIDUALS:
+        raise ValueError(f"model.residual={kind!r} is not one of {RESIDUALS}")
+    if not c.skip:
+        other = f"residual={kind!r}" if kind not in ("add", "none") else None
+        if c.layer_scale is not None:
+            other = f"layer_scale={c.layer_scale!r}"
+        if other is not None:
+            raise ValueError(
+                f"model.skip=false (the older spelling of model.residual=none) contradicts "
+                f"model.{other}; allowed: drop model.skip and keep model.residual, or "
+                f"model.residual=none"
+            )
+        kind = "none"
+    if c.layer_scale is not None:
+        if kind not in ("add", "layerscale"):
+            raise ValueError(
+                f"model.layer_scale={c.layer_scale!r} (the older spelling of "
+                f"model.residual=layerscale model.residual_alpha={c.layer_scale!r}) contradicts "
+                f"model.residual={kind!r}; allowed: model.residual=layerscale with "
+                f"model.residual_alpha, and model.layer_scale=null"
+            )
+        if alpha is not None and alpha != c.layer_scale:
+            raise ValueError(
+                f"model.layer_scale={c.layer_scale!r} and model.residual_alpha={alpha!r} both "
+                f"set LayerScale's initial value; allowed: model.residual_alpha alone"
+            )
+        kind, alpha = "layerscale", c.layer_scale
+    if alpha is not None and kind not in WITH_ALPHA:
+        raise ValueError(
+            f"model.residual_alpha={alpha!r} has no effect with model.residual={kind!r}; it sets "
+            f"the fixed α of residual=scaled and the initial λ of residual=layerscale "
+            f"(allowed with {kind}: model.residual_alpha=null)"
+        )
+    if alpha is not None and not (math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"model.residual_alpha={alpha!r} must be a finite number > 0 (or null)")
+    if kind == "deepnorm" and (c.norm_position != "post" or c.norm == "none"):
+        raise ValueError(
+            f"model.residual=deepnorm is the post-norm LN(α·x + f(x)); it needs "
+            f"model.norm_position=post and model.norm=layernorm or rmsnorm (got "
+            f"norm_position={c.norm_position!r}, norm={c.norm!r}); model=deepnorm sets both"
+        )
+    if kind == "attnres" and c.norm_position != "pre":
+        raise ValueError(
+            f"model.residual=attnres aggregates each block's update f(x), which a pre-norm block "
+            f"has; it needs model.norm_position=pre (got {c.norm_position!r})"
+        )
+    return ResolvedResidual(kind, default_alpha(kind, c.depth) if alpha is None else alpha)
+
+
+def default_alpha(kind: str, depth: int) -> float | None:
+    """A variant's number for a model of `depth` blocks when none is given: scaled's α,
+    layerscale's initial λ, rezero's initial α, deepnorm's skip gain α; None for the others."""
+    if kind == "scaled":
+        return scaled_alpha(depth)
+    if kind == "layerscale":
+        return layerscale_init(depth)
+    if kind == "rezero":
+        return 0.0
+    if kind == "deepnorm":
+        return deepnorm_constants(depth)[0]
+    return None
+
+
+# ---- per branch: the scale on f(x) -------------------------------------------------------------
+
+
+class FixedScale(nn.Module):
+    """`scaled`: x + α·f(x) with α a constant (no parameter). Default α = 1/√(2·depth) (Noci et
+    al. 2022); α = 1 is exactly `add`."""
+
+    def __init__(self, alpha: float) -> None:
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x_bnd: torch.Tensor) -> torch.Tensor:
+        return x_bnd * self.alpha
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha:g}"
+
+
+class ReZero(nn.Module):
+    """`rezero`: x + α·f(x) with α one learned scalar per branch, initialised to 0, so that at
+    init every block is the identity (Bachlechner et al. 2020, "ReZero is all you need").
+    The paper also drops the norms; here `model.norm` stays its own switch (with
+    `model.norm_position=post` the block at init is norm(x), not x)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x_bnd: torch.Tensor) -> torch.Tensor:
+        return x_bnd * self.alpha
+
+
+class LayerScale(nn.Module):
+    """`layerscale`: x + diag(λ)·f(x) with λ a learned per-channel vector, every entry
+    initialised to `init` (Touvron et al. 2021, CaiT; default init by CaiT's depth rule, see
+    `layerscale_init`)."""
+
+    def __init__(self, dim: int, init: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init)))
+
+    def forward(self, x_bnd: torch.Tensor) -> torch.Tensor:
+        return x_bnd * self.gamma
+
+
+def branch_scale(kind: str, dim: int, alpha: float | None) -> nn.Module:
+    """The module applied to a branch's output f(x) before it meets the skip."""
+    if kind == "scaled":
+        return FixedScale(alpha)
+    if kind == "rezero":
+        return ReZero()
+    if kind == "layerscale":
+        return LayerScale(dim, alpha)
+    return nn.Identity()
+
+
+def skip_gain(kind: str, alpha: float | None) -> float | None:
+    """What multiplies the skip x: None for `none` (no skip), DeepNet's α for `deepnorm`, else 1."""
+    if kind == "none":
+        return None
+    return float(alpha) if kind == "deepnorm" else 1.0
+
+
+def deepnet_init_(mixer: nn.Module, mlp: nn.Module | None, beta: float) -> None:
+    """DeepNet's init (Wang et al. 2022, figure 2): Xavier-normal with gain β on the value and
+    output projections and on both FFN weights, gain 1 on the query and key projections. The
+    mixer says which of its weights are which (`deepnet_init_(beta)`); a parameter-free mixer
+    needs nothing. Biases keep their init."""
+    if any(True for _ in mixer.parameters()):
+        init = getattr(mixer, "deepnet_init_", None)
+        if init is None:
+            raise ValueError(
+                f"model.residual=deepnorm needs to know which of the {type(mixer).__name__} "
+                f"mixer's weights are queries/keys and which values/outputs; it has no "
+                f"deepnet_init_(beta) method"
+            )
+        init(beta)
+    if mlp is not None:
+        nn.init.xavier_normal_(mlp.fc.weight, gain=beta)
+        nn.init.xavier_normal_(mlp.proj.weight, gain=beta)
+
+
+# ---- across blocks: the model's forward with the earlier outputs --------------------------------
+
+
+class BlockLike(Protocol):
+    """What the depth-mixing residuals call on attnzoo.model.Block."""
+
+    def __call__(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None
+    ) -> torch.Tensor: ...
+
+    def update(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None
+    ) -> torch.Tensor: ...
+
+
+class DenseFormer(nn.Module):
+    """`denseformer`: Depth-Weighted Averages (Pagliardini et al. 2024, "DenseFormer: enhancing
+    information flow in transformers via depth weighted averaging"). With x₀ the
+    embedding and xⱼ = Bⱼ(yⱼ₋₁) the output of block j (an `add` block),
+
+        yᵢ = Σⱼ₌₀..ᵢ aᵢⱼ · xⱼ      (the input of block i+1, and after the last block the output)
+
+    with one learned weight per (i, j). Init as in the paper: aᵢᵢ = 1 and aᵢⱼ = 0 for j < i, so
+    yᵢ = xᵢ and the model starts as the plain residual (`add`) model, exactly. This is the
+    1×1 DenseFormer: a DWA after every block over every earlier output (no dilation or period).
+    The hidden states reported after each block are the yᵢ.
+    """
+
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList(
+            nn.Parameter(torch.eye(i + 2)[-1].clone()) for i in range(depth)
+        )  # weights[i]: over x₀ .. x_{i+1}, one-hot on the newest
+
+    def forward(
+        self,
+        blocks: typing.Sequence[BlockLike],
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> list[torch.Tensor]:
+        outputs, hidden = [x_bnd], [x_bnd]
+        for block, a_s in zip(blocks, self.weights, strict=True):
+            outputs.append(block(hidden[-1], key_padding_mask))
+            y_bnd = a_s[0] * outputs[0]
+            for a, out_bnd in zip(a_s[1:], outputs[1:], strict=True):
+                y_bnd = y_bnd + a * out_bnd
+            hidden.append(y_bnd)
+        return hidden
+
+
+class AttentionResiduals(nn.Module):
+    """`attnres`: Attention Residuals (Kimi Team 2026, arXiv 2603.15031), implemented from this
+    description: each block's input is Σᵢ αᵢ·vᵢ over the embedding v₀ and the earlier blocks'
+    outputs vᵢ, with
+
+        αᵢ = softmaxᵢ( wᵀ · RMSNorm(vᵢ) )      per token, one learned pseudo-query w per block
+
+    and w initialised to 0, so that at init every input is the uniform average of the vᵢ.
+    Choices this description leaves open, made here: vᵢ is the block's update f(x) = y − x, the
+    `add` block's output less its input (computed as a + m, mixer branch plus MLP branch), so that
+    fixed unit weights would give the plain residual stream; the aggregation is per block (mixer
+    and MLP together), not per sublayer; block 1's input is v₀ alone (a softmax over one value),
+    and one more query forms the output fed to the final norm and head, so there are `depth`
+    queries; RMSNorm here has no learned gain (it would only rescale w). Logits, softmax and the
+    sum run in float32 under autocast. The hidden state reported after block i is the aggregate
+    that block i+1 (or the head) reads.
+    """
+
+    def __init__(self, depth: int, dim: int) -> None:
+        super().__init__()
+        # w for the inputs of blocks 2..depth and of the head; vectors, so that the trainer does
+        # not weight-decay them (it decays matrices only), like the norms' gains
+        self.queries = nn.ParameterList(nn.Parameter(torch.zeros(dim)) for _ in range(depth))
+
+    def forward(
+        self,
+        blocks: typing.Sequence[BlockLike],
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> list[torch.Tensor]:
+        values = [x_bnd]
+        keys = [F.rms_norm(x_bnd.float(), x_bnd.shape[-1:])]
+        hidden = [x_bnd]
+        for block, w_d in zip(blocks, self.queries, strict=True):
+            v_bnd = block.update(hidden[-1], key_padding_mask)
+            values.append(v_bnd)
+            keys.append(F.rms_norm(v_bnd.float(), v_bnd.shape[-1:]))
+            logits_sbn = torch.stack([(k_bnd * w_d).sum(-1) for k_bnd in keys])
+            alpha_sbn = logits_sbn.softmax(dim=0)
+            h_bnd = alpha_sbn[0, ..., None] * values[0]
+            for a_bn, value_bnd in zip(alpha_sbn[1:], values[1:], strict=True):
+                h_bnd = h_bnd + a_bn[..., None] * value_bnd
+            hidden.append(h_bnd)
+        return hidden
+
+
+def depth_mixing(kind: str, depth: int, dim: int) -> nn.Module | None:
+    """The module that runs the blocks for a depth-mixing residual; None for per-branch ones."""
+    if kind == "denseformer":
+        return DenseFormer(depth)
+    if kind == "attnres":
+        return AttentionResiduals(depth, dim)
+    return None

@@ -1,0 +1,368 @@
+"""model.residual, the skip connection as a family: every variant trains every mixer, starts where
+its paper says it starts, keeps the older keys' meaning, and refuses contradictions by name."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnzoo import MIXERS, Block, Model, ModelConfig, build_mixer, rank_profile
+from attnzoo.config import ConfigError
+from attnzoo.residual import RESIDUALS, deepnorm_constants, layerscale_init, resolve
+from attnzoo.tracking import read_metrics
+from attnzoo.train import compose, run
+
+D, H, VOCAB, N = 16, 2, 11, 7
+REFERENCE = Path(__file__).parent / "data" / "residual_add_reference.pt"
+# What each variant needs beside model.residual (deepnorm is post-norm by definition).
+NEEDS = {"deepnorm": {"norm_position": "post"}}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """These models are tiny: one thread is faster than two fighting over a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def config(residual: str = "add", **kw) -> ModelConfig:
+    kw = {"dim": D, "depth": 3, "heads": H, "impl": "torch", **NEEDS.get(residual, {}), **kw}
+    return ModelConfig(residual=residual, **kw)
+
+
+def build(cfg: ModelConfig, seed: int = 0) -> Model:
+    torch.manual_seed(seed)
+    return Model(cfg, out_features=5, max_len=8, vocab_size=VOCAB)
+
+
+def tokens(batch: int = 2, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, N), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_every_variant_trains_every_mixer(residual, mixer):
+    """A few Adam steps on one batch of the sorting task lower the loss, and every parameter,
+    the variant's own included, gets a finite gradient and moves (rezero's branches need a step
+    before α leaves 0, so the check is on the last step)."""
+    model = build(config(residual, mixer=mixer, depth=2))
+    x = tokens(batch=16)
+    y = x.sort(dim=1).values
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    losses = []
+    for _ in range(5):
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten() % 5)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        moved = (p - before[name]).flatten(1) if p.dim() > 1 else (p - before[name])[None]
+        assert moved.abs().sum(-1).min() > 0 or name == "pos", f"{name} did not move"
+
+
+@pytest.mark.parametrize("residual", ["denseformer", "attnres", "rezero"])
+def test_the_trainer_runs_the_variant_and_probes_rank_after_every_block(residual, tmp_path):
+    overrides = [
+        f"model.residual={residual}",
+        "model.dim=16",
+        "model.depth=3",
+        "model.heads=2",
+        "train.batch_size=8",
+        "train.max_steps=4",
+        "train.warmup_steps=1",
+        "train.log_every=2",
+        "train.eval_every=4",
+        "train.eval_batches=1",
+        "train.ckpt_every=4",
+        "train.probe_batch_size=4",
+        "train.progress=false",
+        "logger.mode=disabled",
+    ]
+    summary = run(compose(overrides), tmp_path)
+    assert summary["status"] == "completed" and summary["step"] == 4
+    last = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "rank/last" in r][-1]
+    assert {f"rank/layer_{i}" for i in range(4)} <= set(last)
+    assert last["rank/last"] == last["rank/layer_3"]
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_every_variant_runs_forward_and_backward_under_bf16_autocast(residual):
+    model = build(config(residual, depth=3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, hidden = model(tokens(), return_hidden=True)
+    logits.float().sum().backward()
+    assert torch.isfinite(logits.float()).all() and len(hidden) == 4
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_the_rank_profile_measures_after_every_block(residual):
+    profile = rank_profile(build(config(residual, depth=3)), tokens(batch=4))
+    assert len(profile.mean) == 4 and all(math.isfinite(v) for v in profile.mean)
+
+
+def test_add_is_bit_identical_to_the_model_before_the_family():
+    """tests/data/residual_add_reference.pt holds the logits and hidden states of four models
+    built by attnzoo before model.residual existed (seed 0 for the weights, these tokens), with
+    the old keys: skip=true and, in one, layer_scale=0.1. The same keys, and the new spelling of
+    each, give the same numbers bit for bit."""
+    reference = torch.load(REFERENCE, weights_only=True)
+    cases = {
+        "scaled_dot_pre": [{"mixer": "scaled_dot"}],
+        "metric_post": [{"mixer": "metric", "norm_position": "post", "norm": "rmsnorm"}],
+        "quadratic_layer_scale": [
+            {"mixer": "quadratic", "causal": True, "layer_scale": 0.1},
+            {"mixer": "quadratic", "causal": True, "residual": "layerscale", "residual_alpha": 0.1},
+        ],
+        "pooling_pre_dropout": [{"mixer": "pooling", "dropout": 0.1}],
+    }
+    for name, spellings in cases.items():
+        for kw in spellings:
+            model = build(ModelConfig(dim=16, depth=3, heads=2, impl="torch", **kw)).eval()
+            with torch.no_grad():
+                logits, hidden = model(reference[name]["tokens"], return_hidden=True)
+            assert torch.equal(logits, reference[name]["logits"]), (name, kw)
+            assert torch.equal(torch.stack(hidden), reference[name]["hidden"]), (name, kw)
+
+
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
+def test_none_is_skip_false(mixer):
+    new, old = build(config("none", mixer=mixer)), build(config(mixer=mixer, skip=False))
+    assert new.residual == old.residual
+    x = tokens()
+    torch.testing.assert_close(new(x), old(x), rtol=0, atol=0)
+    h = torch.randn(2, N, D)
+    block = new.blocks[0]
+    expected = block.mlp(block.norm2(block.mixer(block.norm1(h))))
+    torch.testing.assert_close(block(h), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_scaled_with_alpha_one_is_add(norm_position):
+    x = tokens()
+    add = build(config(norm_position=norm_position))(x)
+    scaled = build(config("scaled", residual_alpha=1.0, norm_position=norm_position))(x)
+    torch.testing.assert_close(scaled, add, rtol=0, atol=0)
+
+
+def test_scaled_multiplies_each_branch_by_its_fixed_alpha():
+    model = build(config("scaled", depth=8))
+    alpha = 1 / math.sqrt(16)  # the default 1/√(2·depth)
+    assert model.residual.alpha == pytest.approx(alpha)
+    assert not any("scale" in name for name, _ in model.named_parameters())
+    block, h = model.blocks[0], torch.randn(2, N, D)
+    mid = h + alpha * block.mixer(block.norm1(h))
+    torch.testing.assert_close(block(h), mid + alpha * block.mlp(block.norm2(mid)))
+
+
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
+def test_rezero_at_init_leaves_every_block_output_equal_to_its_input(mixer):
+    model = build(config("rezero", mixer=mixer))
+    _, hidden = model(tokens(), return_hidden=True)
+    for before, after in zip(hidden, hidden[1:], strict=False):
+        assert torch.equal(before, after)
+    alphas = [p for name, p in model.named_parameters() if name.endswith(".alpha")]
+    assert len(alphas) == 2 * 3 and all(a.shape == () and a.item() == 0 for a in alphas)
+
+
+def test_layerscale_starts_from_caits_rule_for_the_depth():
+    assert [layerscale_init(d) for d in (12, 18, 24, 36)] == [0.1, 0.1, 1e-5, 1e-6]
+    model = build(config("layerscale", depth=20))
+    gamma = model.blocks[3].scale2.gamma
+    assert gamma.shape == (D,) and torch.equal(gamma, torch.full((D,), 1e-5))
+
+
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
+def test_denseformer_at_init_is_add(mixer):
+    x = tokens()
+    add = build(config(mixer=mixer))
+    dense = build(config("denseformer", mixer=mixer))
+    missing, unexpected = dense.load_state_dict(add.state_dict(), strict=False)
+    assert all(k.startswith("depth_mixing.") for k in missing) and not unexpected
+    logits_add, hidden_add = add(x, return_hidden=True)
+    logits_dense, hidden_dense = dense(x, return_hidden=True)
+    assert torch.equal(logits_dense, logits_add)
+    assert all(torch.equal(a, b) for a, b in zip(hidden_add, hidden_dense, strict=True))
+    weights = dense.depth_mixing.weights  # block i: over the embedding and i outputs
+    assert [w.tolist() for w in weights] == [[0, 1], [0, 0, 1], [0, 0, 0, 1]]
+
+
+def test_denseformer_averages_every_earlier_output_with_its_weights():
+    model = build(config("denseformer", depth=2))
+    with torch.no_grad():
+        for w in model.depth_mixing.weights:
+            w.copy_(torch.linspace(0.5, -0.25, len(w)))
+    x0 = model.drop(model.embed(tokens()) + model.pos[:N])
+    x1 = model.blocks[0](x0)
+    y1 = 0.5 * x0 - 0.25 * x1
+    x2 = model.blocks[1](y1)
+    y2 = 0.5 * x0 + 0.125 * x1 - 0.25 * x2
+    _, hidden = model(tokens(), return_hidden=True)
+    torch.testing.assert_close(hidden[1], y1)
+    torch.testing.assert_close(hidden[2], y2)
+
+
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
+def test_attnres_at_init_is_the_uniform_average(mixer):
+    """At init every block reads the plain mean of the embedding and the earlier blocks'
+    updates f(x) = add-block(x) − x."""
+    model = build(config("attnres", mixer=mixer, depth=3))
+    _, hidden = model(tokens(), return_hidden=True)
+    values = [hidden[0]]
+    for i, block in enumerate(model.blocks):
+        values.append(block.update(hidden[i]))
+        torch.testing.assert_close(block.update(hidden[i]), block(hidden[i]) - hidden[i])
+        torch.testing.assert_close(hidden[i + 1], torch.stack(values).mean(0))
+    queries = model.depth_mixing.queries
+    assert len(queries) == 3 and all(w.shape == (D,) and not w.any() for w in queries)
+
+
+def test_attnres_weights_are_a_softmax_of_the_query_against_rmsnormed_values():
+    model = build(config("attnres", depth=2))
+    with torch.no_grad():
+        for w in model.depth_mixing.queries:
+            w.normal_()
+    _, hidden = model(tokens(), return_hidden=True)
+    v0 = hidden[0]
+    v1 = model.blocks[0].update(v0)
+    w = model.depth_mixing.queries[0]
+    rms = [
+        v / v.pow(2).mean(-1, keepdim=True).add(torch.finfo(v.dtype).eps).sqrt() for v in (v0, v1)
+    ]
+    alpha = torch.stack([(k * w).sum(-1) for k in rms]).softmax(0)
+    torch.testing.assert_close(hidden[1], alpha[0, ..., None] * v0 + alpha[1, ..., None] * v1)
+
+
+def test_deepnorm_constants_for_the_depth():
+    alpha, beta = deepnorm_constants(6)
+    assert alpha == pytest.approx(12**0.25) and beta == pytest.approx(48**-0.25)
+    assert deepnorm_constants(1) == pytest.approx((2**0.25, 8**-0.25))
+    model = build(config("deepnorm", depth=6))
+    assert all(block.gain == pytest.approx(alpha) for block in model.blocks)
+
+
+def test_deepnorm_block_is_post_norm_with_the_skip_scaled_by_alpha():
+    model = build(config("deepnorm", depth=6))
+    block, x = model.blocks[2], torch.randn(2, N, D)
+    alpha = deepnorm_constants(6)[0]
+    h = block.norm1(alpha * x + block.mixer(x))
+    torch.testing.assert_close(block(x), block.norm2(alpha * h + block.mlp(h)))
+
+
+def test_deepnorm_init_gives_beta_to_values_outputs_and_ffn_and_1_to_queries_keys():
+    """Xavier-normal std is gain·√(2 / (fan_in + fan_out)); measured on 128×128 (q, k, v, out)
+    and 128×512 (FFN) weights, within 10%."""
+    dim, depth = 128, 6
+    beta = deepnorm_constants(depth)[1]
+    torch.manual_seed(0)
+    block = Block(
+        dim,
+        build_mixer("scaled_dot", dim=dim, heads=4),
+        residual="deepnorm",
+        residual_alpha=deepnorm_constants(depth)[0],
+        norm_position="post",
+        depth=depth,
+    )
+    xavier = math.sqrt(2 / (dim + dim))
+    w_q, w_k, w_v = block.mixer.qkv.weight.chunk(3)
+    expected = {
+        "q": (w_q, xavier),
+        "k": (w_k, xavier),
+        "v": (w_v, beta * xavier),
+        "out": (block.mixer.proj.weight, beta * xavier),
+        "fc": (block.mlp.fc.weight, beta * math.sqrt(2 / (dim + 4 * dim))),
+        "mlp proj": (block.mlp.proj.weight, beta * math.sqrt(2 / (dim + 4 * dim))),
+    }
+    for name, (w, std) in expected.items():
+        assert w.std().item() == pytest.approx(std, rel=0.1), name
+
+
+def test_depth_mixing_works_with_shared_blocks():
+    for residual in ("denseformer", "attnres"):
+        model = build(config(residual, share_blocks=True, depth=4))
+        assert len({id(b) for b in model.blocks}) == 1
+        _, hidden = model(tokens(), return_hidden=True)
+        assert len(hidden) == 5
+
+
+def test_depth_mixing_keeps_causality():
+    for residual in ("denseformer", "attnres"):
+        model = build(config(residual, causal=True))
+        with torch.no_grad():
+            for p in model.depth_mixing.parameters():
+                p.normal_()
+        x, changed = tokens(), tokens().clone()
+        changed[:, 4:] = (changed[:, 4:] + 1) % VOCAB
+        torch.testing.assert_close(model(x)[:, :4], model(changed)[:, :4])
+
+
+# configuration, words the ValueError must contain (the keys and what is allowed)
+BAD = [
+    (
+        {"residual": "rezero", "skip": False},
+        ["model.skip=false", "model.residual='rezero'", "model.residual=none"],
+    ),
+    ({"residual": "highway"}, ["model.residual='highway'", "'rezero'", "'attnres'"]),
+    (
+        {"residual": "add", "residual_alpha": 0.5},
+        ["model.residual_alpha=0.5", "scaled", "layerscale"],
+    ),
+    ({"residual": "rezero", "residual_alpha": 0.5}, ["model.residual_alpha=0.5", "'rezero'"]),
+    ({"residual": "scaled", "residual_alpha": -1.0}, ["model.residual_alpha=-1.0", "> 0"]),
+    ({"residual": "scaled", "layer_scale": 0.1}, ["model.layer_scale=0.1", "residual=layerscale"]),
+    (
+        {"residual": "layerscale", "residual_alpha": 0.5, "layer_scale": 0.1},
+        ["model.layer_scale=0.1", "model.residual_alpha=0.5"],
+    ),
+    ({"skip": False, "layer_scale": 0.1}, ["model.skip=false", "layer_scale=0.1"]),
+    ({"residual": "deepnorm", "norm_position": "pre"}, ["deepnorm", "model.norm_position=post"]),
+    (
+        {"residual": "deepnorm", "norm_position": "post", "norm": "none"},
+        ["deepnorm", "model.norm=layernorm or rmsnorm"],
+    ),
+    ({"residual": "attnres", "norm_position": "post"}, ["attnres", "model.norm_position=pre"]),
+]
+
+
+@pytest.mark.parametrize("kw,words", BAD, ids=lambda v: str(v))
+def test_bad_residual_values_raise_naming_the_value_and_what_is_allowed(kw, words):
+    cfg = ModelConfig(dim=D, heads=H, **kw)
+    with pytest.raises(ValueError) as info:
+        resolve(cfg)
+    with pytest.raises(ValueError):
+        Model(cfg, out_features=2, max_len=8, vocab_size=VOCAB)
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def test_a_block_refuses_a_depth_mixing_residual():
+    with pytest.raises(ValueError, match="'denseformer'.*build them with Model"):
+        Block(D, build_mixer("identity", dim=D), residual="denseformer")
+
+
+def test_a_contradiction_fails_before_training_with_a_config_error(tmp_path):
+    cfg = compose(["model.skip=false", "model.residual=rezero", "logger.mode=disabled"])
+    with pytest.raises(ConfigError, match="model.skip=false.*model.residual='rezero'"):
+        run(cfg, tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_an_unknown_residual_fails_at_composition_listing_the_variants():
+    with pytest.raises(Exception) as info:
+        compose(["model.residual=highway"])
+    text, err = [], info.value
+    while err is not None:
+        text.append(str(err))
+        err = err.__cause__ or err.__context__
+    for word in ("model.residual", "highway", *RESIDUALS):
+        assert word in "\n".join(text)
