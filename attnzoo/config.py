@@ -171,7 +171,7 @@ class LoggerConfig:
     mode: LoggerMode = LoggerMode.offline
     project: str = "attnzoo"
     entity: str | None = None
-    group: str | None = None  # null: the multirun sweep's name (single runs: none)
+    group: str | None = None  # null: the configuration without its seed (attnzoo.replicates)
     name: str | None = None
     tags: list[str] = field(default_factory=list)
     attention_maps: bool = True  # images of attention maps and learned U / M with the extras

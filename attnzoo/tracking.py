@@ -138,6 +138,7 @@ class WandbRun:
         self.run = None
         self.wandb = None
         self.mode = mode
+        self.group, self.job_type, self.tags = group, job_type, list(tags)
         if mode == "disabled":
             return
         kwargs = dict(

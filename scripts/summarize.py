@@ -79,6 +79,13 @@ import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from attnzoo.flops import MIXER_NAMES, train_flops_per_token  # noqa: E402
+from attnzoo.replicates import (  # noqa: E402 - the one definition the trainer uses too
+    NON_SEMANTIC,
+    REPLICATE_KEY,
+    config_key,
+    group_name,
+    semantic_config,
+)
 from attnzoo.stats import Comparison, Interval, compare, mean_interval  # noqa: E402
 
 COLUMNS = (
@@ -102,21 +109,6 @@ COLUMNS = (
     "status",
     "overrides",
     "note",
-)
-REPLICATE_KEY = "train.seed"
-# Resolved-config keys that do not make a different configuration: the replicate axis, where and
-# how a run logs, checkpoints, resumes and threads. A key matches itself and everything under it.
-NON_SEMANTIC = (
-    REPLICATE_KEY,
-    "logger",
-    "data_dir",
-    "hydra",
-    "train.progress",
-    "train.resume",
-    "train.threads",
-    "train.ckpt_every",
-    "train.device",
-    "_overrides",
 )
 RANK_LAYER = re.compile(r"^rank/layer_(\d+)$")
 
@@ -490,6 +482,7 @@ GROUP_STATS = (
     "wall_s_mean",
     "flops",
     "note",
+    "wandb_group",
 )
 COMPARISON_COLUMNS = (
     "block",
@@ -509,22 +502,6 @@ COMPARISON_COLUMNS = (
     "sentence",
 )
 VALUES = {"val_loss": "final_val_loss", "metric": "final_metric", "rank": "final_rank"}
-
-
-def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"dim": 64}} -> {"model.dim": 64}; lists become tuples (hashable)."""
-    flat: dict[str, Any] = {}
-    for key, value in cfg.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat |= flatten(value, f"{name}.")
-        else:
-            flat[name] = tuple(value) if isinstance(value, list) else value
-    return flat
-
-
-def _semantic(key: str) -> bool:
-    return not any(key == k or key.startswith(f"{k}.") for k in NON_SEMANTIC)
 
 
 def _axis_name(key: str) -> str:
@@ -577,16 +554,11 @@ def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group]
     groups: dict[str, Group] = {}
     orphans = []
     for job, r in zip(jobs, rows, strict=True):
-        paths = _run_paths(job)
-        flat = {
-            k: v
-            for k, v in flatten(job.config).items()
-            if _semantic(k) and not (isinstance(v, str) and any(p in v for p in paths))
-        }
+        flat = semantic_config(job.config, _run_paths(job))
         if not flat:
             orphans.append(job.name)
             continue
-        key = json.dumps(sorted(flat.items()), default=str)
+        key = config_key(flat)
         groups.setdefault(key, Group(flat)).members.append((job, r))
     found = list(groups.values())
     for key in varying_axes(found):
@@ -667,6 +639,7 @@ def group_row(group: Group, confidence: float) -> dict[str, Any]:
         "wall_s_mean": _mean([r["wall_s"] for r in done]),
         "flops": _common([r["flops"] for r in done]),
         "note": "; ".join(notes),
+        "wandb_group": group_name(group.members[0][0].config, _run_paths(group.members[0][0])),
     }
 
 

@@ -159,7 +159,14 @@ class Trainer:
             threads=self.threads,
             params=model.num_parameters(),
             resumed_from=self.state.step if loaded is not None else None,
-            wandb={"id": wb.id, "dir": wb.dir, "mode": wb.mode if wb.active else "disabled"},
+            wandb={
+                "id": wb.id,
+                "dir": wb.dir,
+                "mode": wb.mode if wb.active else "disabled",
+                "group": wb.group,
+                "job_type": wb.job_type,
+                "tags": wb.tags,
+            },
         )
         self.probe = probe_batch(task, cfg, device)
         self.evals_done = 0
