@@ -27,6 +27,7 @@ from attnzoo.config import (
 from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
 from attnzoo.tracking import WandbRun, write_json
+from attnzoo.train.budget import planned_steps
 from attnzoo.train.resume import checkpoint_to_resume
 from attnzoo.train.trainer import Trainer
 
@@ -224,6 +225,7 @@ def _prepare(
     validate(cfg)
     data_dir = resolve_data_dir(cfg.data_dir, launch_dir())
     task, model = build_task_and_model(cfg, data_dir)
+    planned_steps(cfg, task, distributed.world_size())  # a budget that buys no step: an error now
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if enum_value(cfg.impl) == "triton" and device.type != "cuda" and not interpreted:
         raise ConfigError(
