@@ -5,8 +5,10 @@ files carry it."""
 from __future__ import annotations
 
 import csv
+import json
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,10 +49,19 @@ def wandb_run_record(run_dir: Path):
     """The RunRecord of the offline W&B run in `run_dir`: its `.wandb` file is a LevelDB-style
     log of protobuf records (a 7-byte file header, 32 KiB blocks, a 7-byte header per chunk:
     crc32, length, type)."""
+    (run_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    for _ in range(100):  # W&B's writer process may still be flushing the file
+        record = _run_record(run_file.read_bytes())
+        if record is not None:
+            return record
+        time.sleep(0.1)
+    raise AssertionError(f"no run record in {run_file}")
+
+
+def _run_record(data: bytes):
     from wandb.proto import wandb_internal_pb2 as pb
 
-    (run_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    data, pos, chunk = run_file.read_bytes(), 7, b""
+    pos, chunk = 7, b""
     while pos + 7 <= len(data):
         if 32768 - pos % 32768 < 7:
             pos += 32768 - pos % 32768
@@ -64,7 +75,7 @@ def wandb_run_record(run_dir: Path):
             if record.WhichOneof("record_type") == "run":
                 return record.run
             chunk = b""
-    raise AssertionError(f"no run record in {run_file}")
+    return None
 
 
 def plain(*overrides: str) -> dict:
@@ -118,6 +129,20 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
     rows = list(csv.DictReader((tmp_path / "report" / "groups.csv").open()))
     assert sorted(r["wandb_group"] for r in rows) == sorted(set(groups.values()))
     assert {r["n_jobs"] for r in rows if r["wandb_group"] == groups["0"]} == {"2"}
+    # ... and, since the runs used W&B, logs the table to an offline summary run beside them
+    (table_file,) = (tmp_path / "report" / "wandb").glob(
+        "offline-run-*/files/media/table/groups_*.table.json"
+    )
+    table = json.loads(table_file.read_text())
+    column = table["columns"].index("wandb_group")
+    assert sorted(row[column] for row in table["data"]) == sorted(r["wandb_group"] for r in rows)
+    assert (
+        table["columns"][:3] == ["group", "model.skip", "train.lr"]
+        and "val_loss_ci_low" in table["columns"]
+    )
+    (summary_run,) = (tmp_path / "report").glob("wandb/offline-run-*")
+    record = wandb_run_record(summary_run.parent.parent)
+    assert record.job_type == "summary" and "sweep:sweep" in record.tags
 
 
 def test_an_explicit_logger_group_wins(tmp_path):
