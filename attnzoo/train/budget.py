@@ -165,11 +165,13 @@ class Budget:
         if self.mark is None:
             self.mark = (step, self.train_s)
             return
-        done, seconds = step - self.mark[0], self.train_s - self.mark[1]
-        if done < ESTIMATE_MIN_STEPS or seconds <= 0:
+        done = step - self.mark[0]
+        if done < ESTIMATE_MIN_STEPS:
             return
-        left = (float(self.max_seconds or 0) - self.train_s) * done / seconds
-        self.steps = int(distributed.broadcast(max(step + 1, step + math.floor(left))))
+        per_step = max(self.train_s - self.mark[1], 1e-9) / done
+        left = max(0.0, float(self.max_seconds or 0) - self.train_s)
+        # rank 0's estimate on every rank: they must stop at the same step
+        self.steps = int(distributed.broadcast(step + max(1, math.floor(left / per_step))))
         self.by = "seconds"
 
     def record(self) -> dict[str, Any]:
