@@ -1252,6 +1252,8 @@ def main() -> None:
         print((out / "selected.md").read_text())
         written += ", selected.{json,md,sh}"
     print(f"wrote {out}/: {written}, rank_vs_depth.png, val_curves.png")
+    for run_folder in sorted((out / "wandb").glob("offline-run-*"))[-1:]:
+        print(f"W&B summary run (the groups table): {run_folder}   upload: wandb sync {run_folder}")
     bad = [r["job"] for r in rows if r["status"] != "completed"]
     if bad:
         print(f"{len(bad)} job(s) did not complete: {', '.join(bad)}")
