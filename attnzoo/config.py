@@ -138,6 +138,10 @@ class TrainConfig:
     uses the machine; the one place these defaults are written."""
 
     max_steps: int = 600
+    # a budget instead of a step count (attnzoo.train.budget): training FLOPs (the step count they
+    # buy replaces max_steps), or seconds spent training (evaluation not counted); null: none
+    max_flops: float | None = None
+    max_seconds: float | None = None
     batch_size: int = 64
     lr: float = 3e-3
     weight_decay: float = 0.01
@@ -171,7 +175,7 @@ class LoggerConfig:
     mode: LoggerMode = LoggerMode.offline
     project: str = "attnzoo"
     entity: str | None = None
-    group: str | None = None  # null: the multirun sweep's name (single runs: none)
+    group: str | None = None  # null: the configuration without its seed (attnzoo.replicates)
     name: str | None = None
     tags: list[str] = field(default_factory=list)
     attention_maps: bool = True  # images of attention maps and learned U / M with the extras
@@ -294,6 +298,8 @@ def validate(cfg: DictConfig) -> None:
     _require(0 <= m.dropout < 1, "model.dropout", m.dropout, "in [0, 1)")
     _require(m.max_len is None or m.max_len >= 1, "model.max_len", m.max_len, "null or >= 1")
     _require(t.max_steps >= 1, "train.max_steps", t.max_steps, "a positive int (>= 1)")
+    for key in ("max_flops", "max_seconds"):
+        _require(t[key] is None or t[key] > 0, f"train.{key}", t[key], "null or > 0")
     _require(t.batch_size >= 1, "train.batch_size", t.batch_size, "a positive int (>= 1)")
     _require(t.lr > 0, "train.lr", t.lr, "a positive float (> 0)")
     _require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, ">= 0")

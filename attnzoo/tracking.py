@@ -138,6 +138,7 @@ class WandbRun:
         self.run = None
         self.wandb = None
         self.mode = mode
+        self.group, self.job_type, self.tags = group, job_type, list(tags)
         if mode == "disabled":
             return
         kwargs = dict(
@@ -310,3 +311,55 @@ def report(run_dir: Path, summary: dict[str, Any]) -> None:
                 f"                 view: wandb leet {run_folder}   upload: wandb sync {run_folder}"
             )
     print("\n".join(lines), file=sys.stderr)
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v if v is None or isinstance(v, (int, float, str, bool)) else str(v)
+
+
+def log_tables(
+    tables: Mapping[str, tuple[Sequence[str], Sequence[Mapping[str, Any]]]],
+    *,
+    mode: str,
+    run_dir: Path,
+    project: str,
+    entity: str | None = None,
+    name: str | None = None,
+    tags: Sequence[str] = (),
+    config: dict[str, Any] | None = None,
+) -> str | None:
+    """One W&B run (job type `summary`) that holds each of `tables` ({key: (columns, rows)}) as a
+    `wandb.Table`; for a sweep's summary beside its runs. Returns the run's files folder, or
+    None when W&B is disabled or failed (a warning, as everywhere here)."""
+    wb = WandbRun(
+        mode=mode,
+        run_dir=run_dir,
+        config=config or {},
+        project=project,
+        entity=entity,
+        group=None,
+        job_type="summary",
+        name=name,
+        tags=list(tags),
+        resume_id=None,
+    )
+    if not wb.active:
+        return None
+    try:
+        data = {
+            key: wb.wandb.Table(
+                columns=list(columns),
+                data=[[_cell(r.get(c)) for c in columns] for r in rows],
+                allow_mixed_types=True,
+            )
+            for key, (columns, rows) in tables.items()
+        }
+    except Exception as err:
+        wb._fail("building tables", err)
+        return None
+    wb.log(data, step=0)
+    folder = wb.dir
+    wb.finish()
+    return folder

@@ -12,10 +12,12 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   summary.json gives; a job with metrics but no summary is "incomplete" (still running or
   killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
   A job number the sweep's launcher never reached (a gap in 0..max, or fewer folders than the
-  sweep's grid) appears as "missing" too. Tokens are not recorded by the trainer: they are
-  steps × train.batch_size × context (task.seq_len / task.num_points) of the resolved config;
-  FLOPs are tokens × the analytic training FLOPs per token of the blocks (attnzoo.flops:
-  matmuls, backward = 2 × forward, embedding and head excluded); wall time is time.total_s.
+  sweep's grid) appears as "missing" too. Tokens, FLOPs and wall time are what the run
+  recorded in summary.json's `compute` (FLOPs: tokens × the analytic training FLOPs per token of
+  the blocks, attnzoo.flops: matmuls, backward = 2 × forward, embedding and head excluded; wall
+  time: the training loop's seconds, evaluation included, over every resume); for a run that
+  did not record them, tokens are steps × train.batch_size × context of the resolved config and
+  wall time is time.total_s.
 - groups.md, groups.csv: one row per configuration. Jobs whose resolved configs differ only in
   `train.seed` (and in non-semantic keys: logger.*, data_dir, train.progress/resume/threads/
   ckpt_every/device) are replicates of one configuration. Columns: the axes that vary between
@@ -79,6 +81,13 @@ import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from attnzoo.flops import MIXER_NAMES, train_flops_per_token  # noqa: E402
+from attnzoo.replicates import (  # noqa: E402 - the one definition the trainer uses too
+    NON_SEMANTIC,
+    REPLICATE_KEY,
+    config_key,
+    group_name,
+    semantic_config,
+)
 from attnzoo.stats import Comparison, Interval, compare, mean_interval  # noqa: E402
 
 COLUMNS = (
@@ -102,21 +111,6 @@ COLUMNS = (
     "status",
     "overrides",
     "note",
-)
-REPLICATE_KEY = "train.seed"
-# Resolved-config keys that do not make a different configuration: the replicate axis, where and
-# how a run logs, checkpoints, resumes and threads. A key matches itself and everything under it.
-NON_SEMANTIC = (
-    REPLICATE_KEY,
-    "logger",
-    "data_dir",
-    "hydra",
-    "train.progress",
-    "train.resume",
-    "train.threads",
-    "train.ckpt_every",
-    "train.device",
-    "_overrides",
 )
 RANK_LAYER = re.compile(r"^rank/layer_(\d+)$")
 
@@ -313,9 +307,16 @@ def _task_attr(task: Any, attr: str, default: Any) -> Any:
 
 
 def budget(job: Job) -> dict[str, Any]:
-    """Tokens seen, wall time and training FLOPs of a job.
+    """Tokens seen, wall time and training FLOPs of a job: what its summary.json's `compute`
+    records (the trainer counts them), else reconstructed (`reconstructed_budget`)."""
+    compute = (job.summary or {}).get("compute")
+    if isinstance(compute, dict) and compute.get("tokens") is not None:
+        return {k: compute.get(k) for k in ("tokens", "wall_s", "flops")}
+    return reconstructed_budget(job)
 
-    The trainer records neither tokens nor FLOPs: tokens = steps × train.batch_size × context
+
+def reconstructed_budget(job: Job) -> dict[str, Any]:
+    """For a run that did not record its compute: tokens = steps × train.batch_size × context
     (task.seq_len or task.num_points) from the resolved config, and FLOPs = tokens × the
     analytic training FLOPs per token of the blocks (attnzoo.flops: matmuls only, backward =
     2 × forward, embedding and head excluded); wall time is summary.json's time.total_s."""
@@ -392,10 +393,12 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
         "",
         f"{len(rows)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".",
         "",
-        "tokens = steps × train.batch_size × context (task.seq_len or task.num_points) from the "
-        "resolved config (the trainer does not record tokens); flops = tokens × the blocks' "
-        "training FLOPs per token from attnzoo.flops (matmuls only, backward = 2 × forward, "
-        "embedding and head excluded); wall_s = summary.json's time.total_s.",
+        "tokens, flops and wall_s: what the run recorded in summary.json's `compute` (flops = "
+        "tokens × the blocks' training FLOPs per token from attnzoo.flops: matmuls only, "
+        "backward = 2 × forward, embedding and head excluded; wall_s = seconds in the training "
+        "loop, evaluation included, over every resume); for runs that did not record them, "
+        "tokens = steps × train.batch_size × context from the resolved config, and wall_s = "
+        "summary.json's time.total_s.",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -490,6 +493,7 @@ GROUP_STATS = (
     "wall_s_mean",
     "flops",
     "note",
+    "wandb_group",
 )
 COMPARISON_COLUMNS = (
     "block",
@@ -509,22 +513,6 @@ COMPARISON_COLUMNS = (
     "sentence",
 )
 VALUES = {"val_loss": "final_val_loss", "metric": "final_metric", "rank": "final_rank"}
-
-
-def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"dim": 64}} -> {"model.dim": 64}; lists become tuples (hashable)."""
-    flat: dict[str, Any] = {}
-    for key, value in cfg.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat |= flatten(value, f"{name}.")
-        else:
-            flat[name] = tuple(value) if isinstance(value, list) else value
-    return flat
-
-
-def _semantic(key: str) -> bool:
-    return not any(key == k or key.startswith(f"{k}.") for k in NON_SEMANTIC)
 
 
 def _axis_name(key: str) -> str:
@@ -577,16 +565,11 @@ def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group]
     groups: dict[str, Group] = {}
     orphans = []
     for job, r in zip(jobs, rows, strict=True):
-        paths = _run_paths(job)
-        flat = {
-            k: v
-            for k, v in flatten(job.config).items()
-            if _semantic(k) and not (isinstance(v, str) and any(p in v for p in paths))
-        }
+        flat = semantic_config(job.config, _run_paths(job))
         if not flat:
             orphans.append(job.name)
             continue
-        key = json.dumps(sorted(flat.items()), default=str)
+        key = config_key(flat)
         groups.setdefault(key, Group(flat)).members.append((job, r))
     found = list(groups.values())
     for key in varying_axes(found):
@@ -667,6 +650,7 @@ def group_row(group: Group, confidence: float) -> dict[str, Any]:
         "wall_s_mean": _mean([r["wall_s"] for r in done]),
         "flops": _common([r["flops"] for r in done]),
         "note": "; ".join(notes),
+        "wandb_group": group_name(group.members[0][0].config, _run_paths(group.members[0][0])),
     }
 
 
@@ -960,24 +944,59 @@ def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path,
     plt.close(fig)
 
 
-def curve_band(group: Group, confidence: float) -> tuple[list[int], list[Interval]]:
-    """Validation loss per step over the completed seeds: at the steps every seed logged."""
-    curves = []
+# What val_bands.png can be drawn against (--x): the metrics.jsonl key the trainer logs it under.
+X_AXES = {
+    "steps": ("step", "step"),
+    "tokens": ("compute/tokens", "tokens seen"),
+    "wall": ("compute/train_s", "training seconds (evaluation excluded)"),
+    "flops": ("compute/flops", "training FLOPs (attnzoo.flops)"),
+}
+
+
+def _x_per_step(job: Job, x: str) -> float | None:
+    """Tokens or FLOPs per step from the resolved config, for a run that did not log them."""
+    if x not in ("tokens", "flops"):
+        return None
+    steps = (job.summary or {}).get("step") or max(
+        (r.get("step", 0) for r in job.records), default=0
+    )
+    total = reconstructed_budget(job).get(x)
+    return total / steps if total and steps else None
+
+
+def curve_band(
+    group: Group, confidence: float, x: str = "steps"
+) -> tuple[list[float], list[Interval]]:
+    """Validation loss over the completed seeds at the steps every seed logged, placed at the
+    seeds' mean `x` there (steps, tokens, training seconds or FLOPs; see X_AXES)."""
+    key = X_AXES[x][0]
+    curves, where = [], []
     for job, r in group.members:
         if r["status"] != "completed":
             continue
-        curve = {rec["step"]: rec["val/loss"] for rec in job.records
-                 if "val/loss" in rec and "step" in rec and math.isfinite(rec["val/loss"])}  # fmt: skip
+        per_step = _x_per_step(job, x)
+        curve, at = {}, {}
+        for rec in job.records:
+            if "val/loss" in rec and "step" in rec and math.isfinite(rec["val/loss"]):
+                value = rec.get(key)
+                if value is None and per_step is not None:
+                    value = rec["step"] * per_step
+                if value is not None:
+                    curve[rec["step"]], at[rec["step"]] = rec["val/loss"], float(value)
         if curve:
             curves.append(curve)
+            where.append(at)
     if not curves:
         return [], []
     steps = sorted(set.intersection(*(set(c) for c in curves)))
-    return steps, [mean_interval([c[s] for c in curves], confidence) for s in steps]
+    xs = [sum(a[s] for a in where) / len(where) for s in steps]
+    return xs, [mean_interval([c[s] for c in curves], confidence) for s in steps]
 
 
-def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: float) -> None:
-    """Validation loss against step: mean over seeds with its interval as a band; one panel per
+def plot_bands(
+    groups: list[Group], axis: str | None, path: Path, confidence: float, x: str = "steps"
+) -> None:
+    """Validation loss against `x` (steps, tokens, wall or flops): mean over seeds with its interval as a band; one panel per
     configuration of the other axes, one line per value of the compared axis."""
     panels = blocks(groups, axis) if axis else {"all": groups}
     attached = attached_keys(groups, axis) if axis else []
@@ -985,7 +1004,7 @@ def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: fl
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=True)
     for ax, (title, members) in zip(axes[0], panels.items(), strict=False):
         for i, g in enumerate(members):
-            steps, cis = curve_band(g, confidence)
+            steps, cis = curve_band(g, confidence, x)
             if not steps:
                 continue
             label = _config_name(g, axis, attached) if axis else g.name
@@ -996,7 +1015,7 @@ def plot_bands(groups: list[Group], axis: str | None, path: Path, confidence: fl
                                 color=f"C{i % 10}", alpha=0.2, lw=0)  # fmt: skip
         ax.set_title(title if title != "all" else f"by {_axis_name(axis or 'configuration')}",
                      fontsize=9)  # fmt: skip
-        ax.set_xlabel("step")
+        ax.set_xlabel(X_AXES[x][1])
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
@@ -1067,6 +1086,40 @@ def write_groups(
     (out / "groups.md").write_text("\n".join(lines) + "\n")
 
 
+def wandb_mode_for(jobs: list[Job], mode: str) -> str:
+    """`--wandb auto`: offline when any of the sweep's runs logged to W&B, else disabled."""
+    if mode != "auto":
+        return mode
+    used = {((j.summary or {}).get("wandb") or {}).get("mode") for j in jobs}
+    return "offline" if used & {"offline", "online"} else "disabled"
+
+
+def log_wandb(
+    jobs: list[Job],
+    tables: dict[str, tuple[list[str], list[dict[str, Any]]]],
+    out: Path,
+    mode: str,
+    sweep_name: str,
+) -> str | None:
+    """The groups (and comparisons) tables as W&B Tables in a summary run of the runs' project,
+    tagged with the sweep; the run folder lands in `out`/wandb."""
+    from attnzoo.tracking import log_tables
+
+    logger = next(
+        (j.config["logger"] for j in jobs if isinstance(j.config.get("logger"), dict)), {}
+    )
+    return log_tables(
+        tables,
+        mode=mode,
+        run_dir=out,
+        project=str(logger.get("project") or "attnzoo"),
+        entity=logger.get("entity"),
+        name=f"summary-{sweep_name}",
+        tags=["summary", f"sweep:{sweep_name}"[:64]],
+        config={"sweep": sweep_name, "jobs": len(jobs)},
+    )
+
+
 def summarize(
     sweep: Path | list[Path],
     out: Path | None = None,
@@ -1078,6 +1131,8 @@ def summarize(
     tune_axis: str | None = None,
     fresh_seeds: str = "0,1,2,3,4",
     final_dir: str = "multirun/final",
+    x_axis: str = "steps",
+    wandb_mode: str = "auto",
 ) -> list[dict[str, Any]]:
     """Write the per-job and per-configuration tables and figures (see the module docstring);
     return the per-job rows. Several sweep folders are summarised as one (job names then start
@@ -1089,6 +1144,8 @@ def summarize(
         if len(sweeps) > 1:
             raise ValueError("several sweep folders: say where to write with --out")
         out = sweeps[0]
+    if x_axis not in X_AXES:
+        raise ValueError(f"--x {x_axis!r}: allowed: {', '.join(X_AXES)}")
     if select_by is not None and select_by not in ("val_loss", "metric"):
         raise ValueError(f"--select-by {select_by!r}: allowed: val_loss, metric")
     jobs = []
@@ -1119,10 +1176,17 @@ def summarize(
         table.append(r)
     compared = comparisons(groups, axis, "val_loss", confidence, margin) if axis else []
     write_groups(groups, table, compared, orphans, out, axis, confidence, margin)
+    mode = wandb_mode_for(jobs, wandb_mode)
+    if mode != "disabled":
+        group_columns = ["group", *(_axis_name(k) for k in (groups[0].label if groups else {}))]
+        tables = {"groups": (group_columns + list(GROUP_STATS), table)}
+        if compared:
+            tables["comparisons"] = (list(COMPARISON_COLUMNS), compared)
+        log_wandb(jobs, tables, out, mode, "+".join(s.name for s in sweeps))
     if compared:
         _write_csv(out / "comparisons.csv", list(COMPARISON_COLUMNS), compared)
     plot_intervals(groups, table, out / "intervals.png", confidence)
-    plot_bands(groups, axis, out / "val_bands.png", confidence)
+    plot_bands(groups, axis, out / "val_bands.png", confidence, x_axis)
     if select_by is not None:
         if tune_key is None:
             raise ValueError("--select-by needs --tune-axis (e.g. --tune-axis train.lr)")
@@ -1153,6 +1217,12 @@ def main() -> None:
                         help="seeds of the follow-up runs at the selected values")  # fmt: skip
     parser.add_argument("--final-dir", default="multirun/final",
                         help="where selected.sh puts the follow-up sweeps")  # fmt: skip
+    parser.add_argument("--x", choices=tuple(X_AXES), default="steps", dest="x_axis",
+                        help="what val_bands.png is drawn against (default: steps)")  # fmt: skip
+    parser.add_argument("--wandb", choices=("auto", "offline", "online", "disabled"),
+                        default="auto", dest="wandb_mode",
+                        help="log the groups table as a W&B Table in a summary run; auto: "
+                             "offline when the sweep's runs used W&B")  # fmt: skip
     args = parser.parse_args()
     if not 0.0 < args.confidence < 1.0:
         parser.error("--confidence must be in (0, 1)")
@@ -1167,6 +1237,8 @@ def main() -> None:
             tune_axis=args.tune_axis,
             fresh_seeds=args.fresh_seeds,
             final_dir=args.final_dir,
+            x_axis=args.x_axis,
+            wandb_mode=args.wandb_mode,
         )
     except ValueError as err:
         parser.error(str(err))
@@ -1180,6 +1252,8 @@ def main() -> None:
         print((out / "selected.md").read_text())
         written += ", selected.{json,md,sh}"
     print(f"wrote {out}/: {written}, rank_vs_depth.png, val_curves.png")
+    for run_folder in sorted((out / "wandb").glob("offline-run-*"))[-1:]:
+        print(f"W&B summary run (the groups table): {run_folder}   upload: wandb sync {run_folder}")
     bad = [r["job"] for r in rows if r["status"] != "completed"]
     if bad:
         print(f"{len(bad)} job(s) did not complete: {', '.join(bad)}")

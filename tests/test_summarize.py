@@ -378,3 +378,75 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
         assert float(g["wall_s_mean"]) > 0
     (c,) = csv.DictReader((out / "comparisons.csv").open())
     assert c["method"] == "paired t" and c["n"] == "3" and c["best"] in ("scaled_dot", "pooling")
+
+
+def _record_compute(folder: Path, tokens_per_step: int, flops_per_token: float, s_per_step: float):
+    """Add what the trainer now records: compute/* on every line, `compute` in summary.json."""
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        r["compute/tokens"] = r["step"] * tokens_per_step
+        r["compute/flops"] = r["compute/tokens"] * flops_per_token
+        r["compute/train_s"] = r["step"] * s_per_step
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = json.loads((folder / "summary.json").read_text())
+    last = records[-1]
+    summary["compute"] = {"tokens": last["compute/tokens"], "flops": last["compute/flops"],
+                          "train_s": last["compute/train_s"], "wall_s": 7.5}  # fmt: skip
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_recorded_compute_is_read_and_bands_are_drawn_against_it(tmp_path, monkeypatch, capsys):
+    sweep = tmp_path / "sweep"
+    for job, (mixer, seed) in enumerate([("scaled_dot", 0), ("scaled_dot", 1), ("pooling", 0)]):
+        make_run(sweep / str(job), mixer, seed, 2.0 + job / 10)
+    for job, s_per_step in (("0", 0.1), ("1", 0.3)):  # the scaled_dot seeds recorded theirs
+        _record_compute(sweep / job, 50, 1000.0, s_per_step)
+    out = tmp_path / "report"
+    summarize.summarize(sweep, out)
+    rows = {r["job"]: r for r in csv.DictReader((out / "summary.csv").open())}
+    assert rows["0"]["tokens"] == str(20 * 50) and float(rows["0"]["flops"]) == 20 * 50 * 1000.0
+    assert float(rows["0"]["wall_s"]) == 7.5  # summary.json's compute, not time.total_s
+    assert rows["2"]["tokens"] == str(20 * 4 * 8) and float(rows["2"]["wall_s"]) == 2.0  # rebuilt
+
+    jobs = summarize.find_jobs(sweep)
+    groups, _ = summarize.group_jobs(jobs, [summarize.row(j) for j in jobs])
+    sd, pool = groups
+    assert summarize.curve_band(sd, 0.95, "steps")[0] == [0, 10, 20]
+    assert summarize.curve_band(sd, 0.95, "tokens")[0] == [0, 500, 1000]
+    assert summarize.curve_band(sd, 0.95, "flops")[0] == [0, 500_000, 1_000_000]
+    assert summarize.curve_band(sd, 0.95, "wall")[0] == pytest.approx([0, 2.0, 4.0])  # the mean
+    per_token = train_flops_per_token("pooling", 16, 2, 2, 8)
+    assert summarize.curve_band(pool, 0.95, "tokens")[0] == [0, 320, 640]  # from the config
+    assert summarize.curve_band(pool, 0.95, "flops")[0] == pytest.approx(
+        [0, 320 * per_token, 640 * per_token]
+    )
+    assert summarize.curve_band(pool, 0.95, "wall") == ([], [])  # never logged its time
+
+    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out), "--x", "wall"])
+    summarize.main()
+    assert (out / "val_bands.png").stat().st_size > 0
+    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--x", "bogus"])
+    with pytest.raises(SystemExit):
+        summarize.main()
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+def test_wandb_offline_logs_the_groups_table(tmp_path, monkeypatch):
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sweep = tmp_path / "sweep"
+    for job, (mixer, seed) in enumerate([("scaled_dot", 0), ("scaled_dot", 1), ("pooling", 0)]):
+        make_run(sweep / str(job), mixer, seed, 2.0 + job / 10)
+    summarize.summarize(sweep, tmp_path / "plain")  # the runs' summaries name no W&B run: none
+    assert not (tmp_path / "plain" / "wandb").exists()
+    summarize.summarize(sweep, tmp_path / "out", wandb_mode="offline")
+    (table_file,) = (tmp_path / "out" / "wandb").glob(
+        "offline-run-*/files/media/table/groups_*.table.json"
+    )
+    table = json.loads(table_file.read_text())
+    groups = read_groups(tmp_path / "out")
+    assert table["columns"] == list(next(iter(groups.values())))
+    assert [row[0] for row in table["data"]] == list(groups)
+    n_seeds = table["columns"].index("n_seeds")
+    assert [row[n_seeds] for row in table["data"]] == [2, 1]

@@ -1,5 +1,5 @@
 """Multirun sweeps through the real launchers: a failed job does not stop the others, the sweep
-summary shows it, and every job logs to one W&B group named after the sweep."""
+summary shows it, and every job logs to the W&B group of its configuration, tagged with the sweep."""
 
 import csv
 import os
@@ -62,8 +62,9 @@ def test_submitit_local_sweep_finishes_around_a_failed_job(tmp_path):
         assert float(rows[int(job)]["final_val_loss"]) > 0
         (run_file,) = (out / job / "wandb").glob("offline-run-*/run-*.wandb")
         record = wandb_run_record(run_file)
-        assert record.run_group == out.name  # one W&B group per sweep ...
-        assert record.job_type == "scaled_dot"  # ... and the mixer as the job type
+        # one W&B group per configuration, the sweep as a tag, the mixer as the job type
+        assert record.run_group.startswith("sort-scaled_dot-")
+        assert f"sweep:{out.name}" in record.tags and record.job_type == "scaled_dot"
     assert "**failed**" in (out / "summary.md").read_text()
 
 
@@ -71,11 +72,13 @@ def test_joblib_sweep_runs_every_mixer_in_parallel(tmp_path):
     out, rows = sweep(tmp_path, "parallel", "mixer=identity,pooling", "model.skip=false")
     assert [r["status"] for r in rows] == ["completed"] * 2
     assert [(r["mixer"], r["skip"]) for r in rows] == [("identity", "False"), ("pooling", "False")]
-    groups = {
-        wandb_run_record(
-            next((out / r["job"] / "wandb").glob("offline-run-*/run-*.wandb"))
-        ).run_group
+    records = [
+        wandb_run_record(next((out / r["job"] / "wandb").glob("offline-run-*/run-*.wandb")))
         for r in rows
-    }
-    assert groups == {out.name}
+    ]
+    assert [r.run_group.split("-")[:3] for r in records] == [
+        ["sort", "identity", "skip_off"],
+        ["sort", "pooling", "skip_off"],
+    ]
+    assert all(f"sweep:{out.name}" in r.tags for r in records)
     assert (out / "rank_vs_depth.png").stat().st_size > 0

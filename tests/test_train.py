@@ -416,7 +416,7 @@ def test_a_requeued_slurm_job_resumes_by_itself(tmp_path, monkeypatch):
     assert summary["status"] == "completed" and summary["resumed_from"] == 10
 
 
-def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
+def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs_by_configuration(tmp_path):
     sweep = tmp_path / "my-sweep"
     out = subprocess.run(
         [
@@ -449,7 +449,11 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs(tmp_path):
         timeout=120,
     ).stdout.splitlines()
     info = next(json.loads(r)["run"] for r in rows if '"type":"run"' in r)
-    assert info["run_group"] == "my-sweep" and info["job_type"] == "pooling"
+    # the group is the configuration (its seeds' runs together), the sweep a tag
+    assert info["run_group"] == done["config_group"] and info["job_type"] == "pooling"
+    assert (
+        info["run_group"].startswith("sort-pooling-") and "sweep:my-sweep" in done["wandb"]["tags"]
+    )
 
 
 def test_language_model_samples_are_printed_and_logged_at_every_eval_with_budget_1(

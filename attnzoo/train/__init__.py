@@ -10,11 +10,13 @@ The rooms, in the order a run passes through them:
 - `cli`: the Hydra entry point, `compose`, and the exit codes;
 - `build`: a run from its config (device, task, model, W&B run, the checkpoint it resumes);
 - `trainer`: the `Trainer` and its loop, evaluation, checkpoints and logging;
+- `budget`: how long a run trains (steps, or a FLOPs or wall-time budget) and the compute it used;
 - `step`: one training step, its optimiser and LR schedule (also what scripts/bench_train.py runs);
 - `resume`: pre-emption signals, random state, and the checks that a checkpoint is this run's;
 - `system`: how many threads a run uses on this machine.
 """
 
+from attnzoo.train.budget import Budget, planned_steps
 from attnzoo.train.build import build_model, build_task_and_model, device_for, run
 from attnzoo.train.cli import compose, main, task_function
 from attnzoo.train.step import StepStats, TrainStep, build_optimizer, lr_factor
@@ -35,6 +37,7 @@ from attnzoo.train.trainer import (
 
 __all__ = [
     "AUTO_FLOP_PER_THREAD",
+    "Budget",
     "EXIT_CODES",
     "EXIT_CONFIG",
     "EXIT_DIVERGED",
@@ -55,6 +58,7 @@ __all__ = [
     "extras_due",
     "lr_factor",
     "main",
+    "planned_steps",
     "probe_batch",
     "rank_record",
     "run",

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from attnzoo import distributed
+from attnzoo import distributed, replicates
 from attnzoo.checkpoint import CheckpointError
 from attnzoo.config import (
     ConfigError,
@@ -27,6 +27,7 @@ from attnzoo.config import (
 from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
 from attnzoo.tracking import WandbRun, write_json
+from attnzoo.train.budget import planned_steps
 from attnzoo.train.resume import checkpoint_to_resume
 from attnzoo.train.trainer import Trainer
 
@@ -116,27 +117,61 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
+def run_paths(run_dir: Path) -> list[str]:
+    """The run's folder and its parent (the sweep's), as given and resolved: a config string that
+    holds one is an output path, not part of the configuration (as scripts/summarize.py sees it)."""
+    given = [str(p) for p in (run_dir, run_dir.parent) if os.sep in str(p)]
+    return given + [str(run_dir.resolve()), str(run_dir.resolve().parent)]
+
+
+def sweep_name() -> str | None:
+    """The multirun's folder name (None outside a multirun)."""
+    hc = hydra_runtime()
+    if hc is not None and str(hc.mode).endswith("MULTIRUN"):
+        return Path(hc.sweep.dir).name
+    return None
+
+
+def wandb_identity(cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """How the run shows in W&B. Group: `logger.group`, else the configuration without its seed
+    (`attnzoo.replicates.group_name`), so that W&B's grouped panels show mean and spread over the
+    replicates; job type: the mixer; tags: task, mixer, the ablation switches off their defaults,
+    the sweep, then `logger.tags`; name: `logger.name`, else the job's overrides."""
+    hc, lg = hydra_runtime(), cfg.logger
+    config_group = replicates.group_name(plain_cfg, run_paths(run_dir))
+    sweep = sweep_name()
+    name = lg.name
+    if not name and hc is not None and hc.job.override_dirname:
+        name = str(hc.job.override_dirname)
+    tags = replicates.tags(plain_cfg) + ([f"sweep:{sweep}"] if sweep else [])
+    tags += [str(t) for t in lg.tags if str(t) not in tags]
+    return {
+        "group": str(lg.group) if lg.group else config_group,
+        "job_type": str(cfg.mixer.name),
+        "name": str(name) if name else None,
+        "tags": [t[:64] for t in tags],  # W&B's limit on a tag
+        "config_group": config_group,
+        "sweep": sweep,
+    }
+
+
 def open_wandb(
     cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path, resume_id: str | None
 ) -> WandbRun:
-    """The run's W&B run (disabled off the main process). Group: `logger.group`, else the
-    multirun's name; name: `logger.name`, else the job's overrides."""
-    hc, lg = hydra_runtime(), cfg.logger
-    group, name = lg.group, lg.name
-    if not group and hc is not None and str(hc.mode).endswith("MULTIRUN"):
-        group = Path(hc.sweep.dir).name
-    if not name and hc is not None and hc.job.override_dirname:
-        name = str(hc.job.override_dirname)
+    """The run's W&B run (disabled off the main process), named by `wandb_identity`; the config
+    is logged flat, with `config_group` (the replicates' group) and `sweep` beside it."""
+    lg, who = cfg.logger, wandb_identity(cfg, plain_cfg, run_dir)
+    config = {**_flat(plain_cfg), "config_group": who["config_group"], "sweep": who["sweep"]}
     return WandbRun(
         mode=enum_value(lg.mode) if distributed.is_main() else "disabled",
         run_dir=run_dir,
-        config=_flat(plain_cfg),
+        config=config,
         project=str(lg.project),
         entity=lg.entity,
-        group=str(group) if group else None,
-        job_type=str(cfg.mixer.name),
-        name=str(name) if name else None,
-        tags=list(lg.tags),
+        group=who["group"],
+        job_type=who["job_type"],
+        name=who["name"],
+        tags=who["tags"],
         resume_id=resume_id,
         init_timeout=float(lg.init_timeout),
     )
@@ -172,6 +207,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             if distributed.is_main():
                 write_json(run_dir / "summary.json", summary)
             raise
+        summary["config_group"] = replicates.group_name(plain_cfg, run_paths(run_dir))
         resume_id = loaded[0].get("wandb_id") if loaded is not None else None
         wb = open_wandb(cfg, plain_cfg, run_dir, resume_id)
         trainer = Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, wb, summary)
@@ -189,6 +225,7 @@ def _prepare(
     validate(cfg)
     data_dir = resolve_data_dir(cfg.data_dir, launch_dir())
     task, model = build_task_and_model(cfg, data_dir)
+    planned_steps(cfg, task, distributed.world_size())  # a budget that buys no step: an error now
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if enum_value(cfg.impl) == "triton" and device.type != "cuda" and not interpreted:
         raise ConfigError(

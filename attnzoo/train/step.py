@@ -132,9 +132,10 @@ class TrainStep:
         self.model, self.task, self.device = model, task, device
         self.on_device = checks_on_device(device)
         self.optimizer = build_optimizer(model, train, fused=self.on_device)
-        warmup, total, floor = int(train.warmup_steps), int(train.max_steps), train.min_lr_ratio
+        warmup, floor = int(train.warmup_steps), float(train.min_lr_ratio)
+        self.total_steps = int(train.max_steps)  # the schedule's length; a budget may set it
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, warmup, total, float(floor))
+            self.optimizer, lambda s: lr_factor(s, warmup, self.total_steps, floor)
         )
         compiled = torch.compile(model) if train.compile else model
         self.forward = distributed.wrap(compiled, device)  # DDP under torchrun

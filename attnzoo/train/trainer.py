@@ -1,6 +1,7 @@
 """The training loop: `Trainer.fit` takes steps and, at log, evaluation and checkpoint steps,
 reads what the device accumulated, logs, evaluates (validation numbers and the rank profile) and
-checkpoints, until `train.max_steps` or a pre-emption signal.
+checkpoints, until the run's step count or wall-time budget (`attnzoo.train.budget`) or a
+pre-emption signal.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from attnzoo.tracking import (
     report,
     write_json,
 )
+from attnzoo.train.budget import Budget
 from attnzoo.train.resume import Preemption, rng_state, set_rng_state
 from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
 from attnzoo.train.system import available_cores, threads_for
@@ -137,7 +139,7 @@ class Trainer:
         self.cfg, self.plain_cfg, self.task, self.device = cfg, plain_cfg, task, device
         self.run_dir, self.ckpt_dir, self.summary = run_dir, run_dir / "checkpoints", summary
         self.main, self.world = distributed.is_main(), distributed.world_size()
-        self.max_steps = int(t.max_steps)
+        self.budget = Budget.plan(cfg, task, self.world)
         self.threads = self._threads(model, loaded)
         torch.set_num_threads(self.threads)
         if t.deterministic:
@@ -149,6 +151,7 @@ class Trainer:
         self.last_good: Path | None = None
         if loaded is not None:
             self._restore(*loaded)
+        self.max_steps = self.train_step.total_steps = self.budget.steps
         self.metrics: MetricsFile | distributed.Discard = (
             MetricsFile(run_dir / "metrics.jsonl", self.state.step if loaded else None)
             if self.main
@@ -159,7 +162,14 @@ class Trainer:
             threads=self.threads,
             params=model.num_parameters(),
             resumed_from=self.state.step if loaded is not None else None,
-            wandb={"id": wb.id, "dir": wb.dir, "mode": wb.mode if wb.active else "disabled"},
+            wandb={
+                "id": wb.id,
+                "dir": wb.dir,
+                "mode": wb.mode if wb.active else "disabled",
+                "group": wb.group,
+                "job_type": wb.job_type,
+                "tags": wb.tags,
+            },
         )
         self.probe = probe_batch(task, cfg, device)
         self.evals_done = 0
@@ -195,13 +205,14 @@ class Trainer:
             wandb_id=state.get("wandb_id"),
             skipped=int(state.get("skipped_steps", 0)),
         )
+        self.budget.load_state_dict(state.get("budget", {}))
         self.last_good = path
         print(f"resuming from {path} at step {step}", file=sys.stderr)
 
     # ---- the loop --------------------------------------------------------------------------
 
     def fit(self) -> dict[str, Any]:
-        """Train to `train.max_steps`: a step, then at log, evaluation and checkpoint steps the
+        """Train to the run's step count or budget: a step, then at log, evaluation and checkpoint steps the
         host reads what the device accumulated (on CPU, also after a non-finite step), logs,
         evaluates and checkpoints; a pre-emption signal ends it at the next step boundary.
         Writes summary.json and returns it."""
@@ -211,11 +222,12 @@ class Trainer:
         status, error, preempted_by = "completed", None, None
         start_step, self.t_start = state.step, time.perf_counter()
         t_interval, tokens = self.t_start, 0
+        self.budget.start()
         try:
             self.model.train()
             if state.step == 0:
-                self.write(self.evaluate({"step": 0}))
-            while state.step < self.max_steps:
+                self.write(self.evaluate({"step": 0, **self.budget.record()}))
+            while state.step < self.max_steps and not self.budget.spent:
                 if preempt.requested:
                     error = self.check_nonfinite()  # a checkpoint must not hold a bad step
                     status = "diverged" if error else "preempted"
@@ -224,8 +236,10 @@ class Trainer:
                 batch = next_batch(self.task, int(t.batch_size), self.train_gen, self.device)
                 _, applied = self.train_step(batch, state.step + 1)
                 state.step += 1
-                step, last = state.step, state.step == self.max_steps
-                tokens += batch.inputs.shape[0] * batch.inputs.shape[1] * self.world
+                step, n_tokens = state.step, batch.inputs.shape[0] * batch.inputs.shape[1]
+                tokens += n_tokens * self.world
+                last = self.budget.after_step(step, n_tokens * self.world, step % t.log_every == 0)
+                self._follow_budget(step, last)
                 is_eval = step % t.eval_every == 0 or last
                 is_log = step % t.log_every == 0 or is_eval
                 is_ckpt = step % t.ckpt_every == 0 and not last
@@ -253,11 +267,26 @@ class Trainer:
             preempt.chain()
         return self.summary
 
+    def _follow_budget(self, step: int, last: bool) -> None:
+        """The step count as the budget now has it (a wall-time budget's estimate), or this step
+        when the budget ends the run here."""
+        steps = step if last else self.budget.steps
+        if steps != self.max_steps:
+            self.max_steps = self.train_step.total_steps = steps
+            if self.bar is not None:
+                self.bar.total = steps
+                self.bar.refresh()
+
     # ---- evaluation, checkpoints, reports --------------------------------------------------
 
     def evaluate(self, record: dict[str, Any], last: bool = False) -> dict[str, Any]:
         """Validation numbers and rank profile into `record` (returned) and the best-so-far, at
-        every evaluation; the extras (sample text, rank figure, W&B media) when `extras_due`."""
+        every evaluation; the extras (sample text, rank figure, W&B media) when `extras_due`.
+        Not training time for a wall-time budget."""
+        with self.budget.paused():
+            return self._evaluate(record, last)
+
+    def _evaluate(self, record: dict[str, Any], last: bool) -> dict[str, Any]:
         start = time.perf_counter()
         state, cfg = self.state, self.cfg
         budget = float(cfg.logger.media_budget)
@@ -311,7 +340,12 @@ class Trainer:
         run needs to continue exactly as an uninterrupted one."""
         if not self.main:
             return
+        with self.budget.paused():
+            self._save()
+
+    def _save(self) -> None:
         state = self.state
+        self.budget.update()
         save_checkpoint(
             {
                 "version": 1,
@@ -325,6 +359,7 @@ class Trainer:
                 "wandb_id": self.wb.id or state.wandb_id,
                 "skipped_steps": state.skipped,
                 "threads": self.threads,
+                "budget": self.budget.state_dict(),
             },
             self.ckpt_dir,
         )
@@ -372,6 +407,8 @@ class Trainer:
             "train/grad_norm": s["grad_norm"],
             "perf/tokens_per_s": tokens / max(seconds, 1e-9),
         }
+        self.budget.update()
+        record.update(self.budget.record())
         if self.state.skipped:
             record["train/skipped_steps"] = self.state.skipped
         if is_eval:
@@ -392,6 +429,7 @@ class Trainer:
         """summary.json, the W&B summary, and the report of where everything is."""
         state, summary = self.state, self.summary
         elapsed = time.perf_counter() - self.t_start
+        self.budget.update()
         if self.bar is not None:
             self.bar.close()
         self.metrics.close()
@@ -404,6 +442,7 @@ class Trainer:
             error=error,
             best=state.best,
             skipped_steps=state.skipped,
+            compute=self.budget.summary(),
             time={
                 "total_s": elapsed,
                 "eval_s": self.eval_s,
@@ -417,6 +456,7 @@ class Trainer:
             {
                 **{f"best/{k}": v for k, v in state.best.items()},
                 "final/rank_last": last.get("rank/last"),
+                **{f"compute/{k}": v for k, v in self.budget.summary().items()},
                 "status": status,
             }
         )

@@ -1,0 +1,151 @@
+"""Replicates of one configuration share a W&B group: the trainer names it from the config without
+the seed (attnzoo.replicates, the definition scripts/summarize.py groups by), and the offline run
+files carry it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from attnzoo import replicates
+from attnzoo.train import compose, run
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import summarize  # noqa: E402
+
+TINY = [
+    "model.dim=16",
+    "model.depth=2",
+    "model.heads=2",
+    "train.batch_size=4",
+    "train.max_steps=2",
+    "train.warmup_steps=0",
+    "train.log_every=1",
+    "train.eval_every=2",
+    "train.eval_batches=1",
+    "train.probe_batch_size=2",
+    "train.progress=false",
+    "logger.media_budget=0",
+    "logger.attention_maps=false",
+]
+
+
+@pytest.fixture(autouse=True)
+def _wandb_env(tmp_path, monkeypatch):
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def wandb_run_record(run_dir: Path):
+    """The RunRecord of the offline W&B run in `run_dir`: its `.wandb` file is a LevelDB-style
+    log of protobuf records (a 7-byte file header, 32 KiB blocks, a 7-byte header per chunk:
+    crc32, length, type)."""
+    (run_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    for _ in range(100):  # W&B's writer process may still be flushing the file
+        record = _run_record(run_file.read_bytes())
+        if record is not None:
+            return record
+        time.sleep(0.1)
+    raise AssertionError(f"no run record in {run_file}")
+
+
+def _run_record(data: bytes):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    pos, chunk = 7, b""
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            if record.WhichOneof("record_type") == "run":
+                return record.run
+            chunk = b""
+    return None
+
+
+def plain(*overrides: str) -> dict:
+    """The resolved config as the trainer holds it."""
+    return OmegaConf.to_container(compose([*TINY, *overrides]), resolve=True, enum_to_str=True)
+
+
+def test_group_ignores_the_seed_and_where_a_run_logs_but_no_other_key():
+    name = replicates.group_name(plain())
+    assert name.startswith("sort-scaled_dot-") and len(name.rsplit("-", 1)[1]) == 8
+    for same in (
+        ["train.seed=7"],
+        ["logger.project=other", "train.threads=1"],
+        ["train.resume=true"],
+    ):
+        assert replicates.group_name(plain(*same)) == name, same
+    others = [["train.lr=1e-3"], ["mixer=metric"], ["model.dim=32"], ["task.seq_len=12"]]
+    names = {replicates.group_name(plain(*o)) for o in others}
+    assert name not in names and len(names) == len(others)
+    assert replicates.group_name(plain("model.skip=false", "model.norm=rmsnorm")).startswith(
+        "sort-scaled_dot-skip_off-norm_rmsnorm-"
+    )
+    # summarize groups with the very same definition
+    assert summarize.NON_SEMANTIC is replicates.NON_SEMANTIC
+
+
+def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
+    sweep = tmp_path / "sweep"
+    jobs = {
+        "0": ["train.seed=0"],
+        "1": ["train.seed=1"],  # a replicate of 0
+        "2": ["train.seed=0", "train.lr=1e-3"],  # another configuration
+        "3": ["train.seed=0", "model.skip=false"],  # and another, with an ablation
+    }
+    records = {}
+    for job, overrides in jobs.items():
+        cfg = compose([*TINY, "logger.mode=offline", "logger.tags=[mine]", *overrides])
+        summary = run(cfg, sweep / job)
+        assert summary["status"] == "completed" and summary["wandb"]["mode"] == "offline"
+        records[job] = wandb_run_record(sweep / job)
+        assert records[job].run_group == summary["config_group"] == summary["wandb"]["group"]
+    groups = {job: r.run_group for job, r in records.items()}
+    assert groups["0"] == groups["1"]
+    assert len({groups["0"], groups["2"], groups["3"]}) == 3
+    assert groups["3"].startswith("sort-scaled_dot-skip_off-")
+    assert records["0"].job_type == "scaled_dot"
+    assert list(records["0"].tags) == ["task:sort", "mixer:scaled_dot", "ablation:none", "mine"]
+    assert list(records["3"].tags)[:3] == ["task:sort", "mixer:scaled_dot", "skip:off"]
+    # the sweep summary names the same groups
+    summarize.summarize(sweep, tmp_path / "report")
+    rows = list(csv.DictReader((tmp_path / "report" / "groups.csv").open()))
+    assert sorted(r["wandb_group"] for r in rows) == sorted(set(groups.values()))
+    assert {r["n_jobs"] for r in rows if r["wandb_group"] == groups["0"]} == {"2"}
+    # ... and, since the runs used W&B, logs the table to an offline summary run beside them
+    (table_file,) = (tmp_path / "report" / "wandb").glob(
+        "offline-run-*/files/media/table/groups_*.table.json"
+    )
+    table = json.loads(table_file.read_text())
+    column = table["columns"].index("wandb_group")
+    assert sorted(row[column] for row in table["data"]) == sorted(r["wandb_group"] for r in rows)
+    assert (
+        table["columns"][:3] == ["group", "model.skip", "train.lr"]
+        and "val_loss_ci_low" in table["columns"]
+    )
+    (summary_run,) = (tmp_path / "report").glob("wandb/offline-run-*")
+    record = wandb_run_record(summary_run.parent.parent)
+    assert record.job_type == "summary" and "sweep:sweep" in record.tags
+
+
+def test_an_explicit_logger_group_wins(tmp_path):
+    summary = run(compose([*TINY, "logger.mode=offline", "logger.group=mine"]), tmp_path / "r")
+    assert wandb_run_record(tmp_path / "r").run_group == "mine"
+    assert summary["config_group"].startswith("sort-scaled_dot-")
