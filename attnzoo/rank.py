@@ -322,10 +322,12 @@ def rank_profile(
     inputs: torch.Tensor,
     key_padding_mask: torch.Tensor | None = None,
     dtype: torch.dtype | None = None,
-    measures: str | Iterable[str] | None = None,
+    measures: str | Iterable[str] | None = ("relative_residual",),
 ) -> RankProfile:
     """Run `model(inputs, key_padding_mask, return_hidden=True)` in eval mode and measure every
-    hidden state with `measures` (default: all of MEASURES; the relative residual always).
+    hidden state with `measures`: names from MEASURES, None for all of them; the relative
+    residual always. The default is the relative residual alone, the trainer's figure at every
+    evaluation; an attention measure hooks the mixers (call it on the uncompiled module).
     With `dtype=torch.float64` a float64 copy of the model is used, which sees the residual
     fall far past float32's floor (about 1e-7)."""
     names = _names(measures)

@@ -226,8 +226,9 @@ def test_unknown_measure_is_an_error_listing_them():
 
 def test_rank_profile_reports_every_measure_and_the_log_keys_for_the_trainer():
     tokens = torch.randint(0, 50, (4, 32))
-    profile = rank_profile(pure_model("scaled_dot", skip=False, depth=3), tokens,
-                           dtype=torch.float64)  # fmt: skip
+    model = pure_model("scaled_dot", skip=False, depth=3)
+    assert list(rank_profile(model, tokens).measures) == ["relative_residual"]  # the default
+    profile = rank_profile(model, tokens, dtype=torch.float64, measures=None)
     assert list(profile.measures) == list(MEASURES)
     assert profile.measures["relative_residual"] == profile.mean
     assert all(len(v) == 4 for v in profile.measures.values())
@@ -240,7 +241,7 @@ def test_rank_profile_reports_every_measure_and_the_log_keys_for_the_trainer():
     assert "rank/attention_entropy/layer_0" not in logged  # n/a is left out of the log
     assert logged["rank/stable_rank/layer_3"] == profile.measures["stable_rank"][3]
     assert len(logged) == 5 * 4 - 1
-    pooled = rank_profile(pure_model("pooling", skip=False, depth=2), tokens)
+    pooled = rank_profile(pure_model("pooling", skip=False, depth=2), tokens, measures=None)
     assert all(math.isnan(e) for e in pooled.measures["attention_entropy"])
     only = rank_profile(pure_model("metric", skip=False, depth=2), tokens, measures=["stable_rank"])
     assert list(only.measures) == ["relative_residual", "stable_rank"]
@@ -257,3 +258,21 @@ def test_rank_profile_entropy_matches_the_attention_maps():
     expected = [attention_entropy(m[None]).mean().item() for m in maps]
     assert profile.measures["attention_entropy"][1:] == pytest.approx(expected, rel=1e-5)
     assert isinstance(RankProfile.from_states([torch.randn(1, 2, 3)]), RankProfile)
+
+
+def test_rank_profile_leaves_padding_out_of_every_measure():
+    """An attnzoo model on a padded, masked batch: every measure is the mean of each sequence's
+    own (the attention entropy through the mixers' masked probabilities)."""
+    torch.manual_seed(0)
+    model = pure_model("metric", skip=True, depth=2)
+    tokens = torch.randint(0, 50, (2, 10))
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[1, 6:] = True
+    padded = rank_profile(model, tokens, mask, dtype=torch.float64, measures=None)
+    alone = [
+        rank_profile(model, tokens[i : i + 1, :n], dtype=torch.float64, measures=None)
+        for i, n in ((0, 10), (1, 6))
+    ]
+    for name in MEASURES:
+        expected = torch.tensor([a.measures[name] for a in alone], dtype=torch.float64).mean(0)
+        assert padded.measures[name] == pytest.approx(expected.tolist(), rel=1e-9, nan_ok=True)
