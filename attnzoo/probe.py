@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -368,6 +369,17 @@ def _cast(inputs: Any, dtype: torch.dtype) -> Any:
     return inputs
 
 
+def _takes_output_attentions(model: nn.Module) -> bool:
+    """Whether `model(..., output_attentions=True)` is understood (Hugging Face models)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "output_attentions" in params or (
+        hasattr(model, "config") and any(p.kind is p.VAR_KEYWORD for p in params.values())
+    )
+
+
 def _is_attnzoo(model: nn.Module) -> bool:
     return hasattr(model, "blocks") and all(hasattr(b, "mixer") for b in model.blocks)
 
@@ -391,7 +403,8 @@ def _probe(
             trace = stack.enter_context(intervene(model, variant, norms, adapter))
             if attentions and _is_attnzoo(model):
                 attn = stack.enter_context(capture_attention(model))
-            kwargs = {"output_attentions": True} if attentions and attn is None else {}
+            asks = attentions and attn is None and _takes_output_attentions(model)
+            kwargs = {"output_attentions": True} if asks else {}
             if isinstance(inputs, Mapping):
                 out = model(**inputs, **kwargs)
             else:

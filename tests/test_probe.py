@@ -400,3 +400,22 @@ def test_attnzoo_models_report_attention_entropy_through_the_probe_too():
     for name in MEASURES:
         assert probed.measures[name] == pytest.approx(own.measures[name], rel=1e-9, nan_ok=True)
     assert not any(math.isnan(e) for e in probed.measures["attention_entropy"][1:])
+
+
+def test_a_stack_that_returns_no_attention_weights_reports_entropy_as_na():
+    """Any stack of declared layers is probed; where the forward gives no attention weights,
+    attention entropy is n/a (NaN) and every other measure is there."""
+    from attnzoo.mixers import build_mixer
+    from attnzoo.model import Block
+
+    torch.manual_seed(0)
+    stack = torch.nn.Sequential(
+        *(Block(16, build_mixer("scaled_dot", dim=16, heads=2)) for _ in range(2))
+    )
+    profile = rank_decay(stack, torch.randn(2, 8, 16), "pure_attention", adapter="attnzoo")
+    assert all(math.isnan(e) for e in profile.measures["attention_entropy"])
+    for name in MEASURES:
+        if name != "attention_entropy":
+            assert len(profile.measures[name]) == 3 and not any(
+                map(math.isnan, profile.measures[name])
+            )
