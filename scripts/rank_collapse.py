@@ -24,7 +24,7 @@ log(−log) axis beside the cubic rate, and log r_{l+1} against log r_l beside s
 path_counts.md (the share of paths of each length in a depth-L, H-head network,
 C(L,k)·H^k / (1+H)^L).
 
-    python scripts/rank_collapse.py                        # 2-core CPU: about a minute
+    python scripts/rank_collapse.py                        # 2 shared CPU cores: 1-3 minutes
     python scripts/rank_collapse.py --depth 12 --seeds 10 --dim 128 --tokens 64   # full size
 """
 
