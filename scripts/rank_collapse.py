@@ -217,6 +217,11 @@ def measures_figure(curves: dict, args: argparse.Namespace) -> plt.Figure:
                             label=f"{variant}{'' if norm == 'none' else ' +LN'}")  # fmt: skip
             if name == "relative_residual":
                 ax.set_yscale("log")
+            mine = [v for (m, _, _), p in curves.items() if m == mixer for v in p.measures[name]]
+            if all(math.isnan(v) for v in mine):
+                ax.text(0.5, 0.5, "n/a: no softmax attention", transform=ax.transAxes,
+                        ha="center", va="center", fontsize=8, color="gray")  # fmt: skip
+                ax.set_yticks([])
             ax.grid(alpha=0.3)
             if row == 0:
                 ax.set_title(mixer)
