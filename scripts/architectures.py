@@ -499,7 +499,8 @@ def report(results, shapes, sources: dict[str, str], args: argparse.Namespace) -
 
 
 def figure(results, shapes, args: argparse.Namespace) -> plt.Figure:
-    """One row per measure, then the path lengths; one column per model; one colour per variant,
+    """One row per measure, then the path lengths; one column per model, each panel on its own
+    scale (ranks grow with the token count, ViT has 197); one colour per variant,
     solid for the weights probed (trained where given), dashed for random init beside them."""
     names = list(shapes)
     measures = list(MEASURES)
@@ -507,7 +508,7 @@ def figure(results, shapes, args: argparse.Namespace) -> plt.Figure:
     legend = 3.4 if any(k == TRAINED for _, k in results) else 2.4  # inches for the legend
     width = 3.2 * max(len(names), 2) + legend
     fig, axes = plt.subplots(rows, len(names), figsize=(width, 2.2 * rows), squeeze=False,
-                             sharey="row", gridspec_kw={"height_ratios": [2] * (rows - 1) + [1]})  # fmt: skip
+                             gridspec_kw={"height_ratios": [2] * (rows - 1) + [1]})  # fmt: skip
     floor = 1e-17 if args.dtype == "float64" else 1e-9
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for col, name in enumerate(names):
