@@ -2,9 +2,12 @@
 transformer layers, probed through forward hooks, with skip connections and MLPs removed by
 intervention on the trained (or freshly initialised) model, without retraining.
 
-The measure is attnzoo.rank's: the relative residual ‖H − 1·mean(H)ᵀ‖ / ‖H‖ of the hidden state
-entering the first layer and after every layer call (an ALBERT layer shared 12 times gives 12
-points).
+The measures are attnzoo.rank's (the relative residual ‖H − 1·mean(H)ᵀ‖ / ‖H‖ of Dong et al.,
+effective rank, stable rank, token similarity, attention entropy) of the hidden state entering
+the first layer and after every layer call (an ALBERT layer shared 12 times gives 12 points).
+The attention entropy of a layer is that of the attention weights the model returns with
+`output_attentions=True` (the eager attention implementation has them) in the same, intervened,
+forward; n/a (NaN) for the first layer's input and where the model returns none.
 
 An `Adapter` declares where one architecture keeps the parts of a layer: the layer class, and
 inside it the module whose output is the attention branch, the one whose output is the MLP
@@ -40,13 +43,15 @@ model is left as it was.
     from attnzoo.probe import rank_decay
     profile = rank_decay(bert, {"input_ids": ids}, variant="pure_attention")
     profile.mean   # depth + 1 relative residuals
+    profile.measures["effective_rank"]   # and every other measure, depth + 1 values each
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Mapping
+import inspect
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,7 +60,7 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo.paths import num_paths
-from attnzoo.rank import RankProfile, relative_residual
+from attnzoo.rank import MEASURES, RankProfile, _names, capture_attention
 
 VARIANTS = ("full", "no_skip", "no_mlp", "pure_attention")
 
@@ -364,7 +369,59 @@ def _cast(inputs: Any, dtype: torch.dtype) -> Any:
     return inputs
 
 
+def _takes_output_attentions(model: nn.Module) -> bool:
+    """Whether `model(..., output_attentions=True)` is understood (Hugging Face models)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "output_attentions" in params or (
+        hasattr(model, "config") and any(p.kind is p.VAR_KEYWORD for p in params.values())
+    )
+
+
+def _is_attnzoo(model: nn.Module) -> bool:
+    return hasattr(model, "blocks") and all(hasattr(b, "mixer") for b in model.blocks)
+
+
 @torch.no_grad()
+def _probe(
+    model: nn.Module,
+    inputs: torch.Tensor | Mapping[str, Any],
+    variant: str,
+    norms: bool,
+    adapter: Adapter | str | None,
+    attentions: bool,
+) -> tuple[list[torch.Tensor], list[torch.Tensor | None] | None]:
+    """The hidden states of one eval-mode forward run as `variant`, and with `attentions` the
+    attention weights of each layer call (None where the model gives none)."""
+    was_training = model.training
+    model.eval()
+    attn: list | tuple | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            trace = stack.enter_context(intervene(model, variant, norms, adapter))
+            if attentions and _is_attnzoo(model):
+                attn = stack.enter_context(capture_attention(model))
+            asks = attentions and attn is None and _takes_output_attentions(model)
+            kwargs = {"output_attentions": True} if asks else {}
+            if isinstance(inputs, Mapping):
+                out = model(**inputs, **kwargs)
+            else:
+                out = model(inputs, **kwargs)
+            if attentions and attn is None:
+                attn = getattr(out, "attentions", None)
+    finally:
+        model.train(was_training)
+    if len(trace.hidden) < 2:
+        name = adapter if isinstance(adapter, str) else (adapter or adapter_for(model)).name
+        raise ValueError(f"the forward ran no layer the adapter {name!r} declares")
+    if attentions:
+        calls = len(trace.hidden) - 1
+        attn = list(attn) if attn is not None and len(attn) == calls else [None] * calls
+    return trace.hidden, attn if attentions else None
+
+
 def hidden_states(
     model: nn.Module,
     inputs: torch.Tensor | Mapping[str, Any],
@@ -374,20 +431,7 @@ def hidden_states(
 ) -> list[torch.Tensor]:
     """The first layer's input and every layer call's output, (batch, tokens, dim) each, of one
     eval-mode forward of `model(**inputs)` (a mapping) or `model(inputs)` run as `variant`."""
-    was_training = model.training
-    model.eval()
-    try:
-        with intervene(model, variant, norms, adapter) as trace:
-            if isinstance(inputs, Mapping):
-                model(**inputs)
-            else:
-                model(inputs)
-    finally:
-        model.train(was_training)
-    if len(trace.hidden) < 2:
-        name = adapter if isinstance(adapter, str) else (adapter or adapter_for(model)).name
-        raise ValueError(f"the forward ran no layer the adapter {name!r} declares")
-    return trace.hidden
+    return _probe(model, inputs, variant, norms, adapter, attentions=False)[0]
 
 
 def rank_decay(
@@ -398,24 +442,22 @@ def rank_decay(
     adapter: Adapter | str | None = None,
     dtype: torch.dtype | None = None,
     key_padding_mask: torch.Tensor | None = None,
+    measures: str | Iterable[str] | None = None,
 ) -> RankProfile:
-    """Mean and std over the batch of the relative residual before the first layer and after
-    every layer call, with `model` run as `variant`. With `dtype=torch.float64` a float64 copy of
-    the model is probed, which follows the residual below float32's floor (about 1e-7).
-    `key_padding_mask` (batch, tokens), True at padding, leaves padded tokens out of the measure
-    (the model's own attention mask goes in `inputs`)."""
+    """Mean and std over the batch of every measure in `measures` (default: all of
+    attnzoo.rank.MEASURES; `mean`/`std` are the relative residual's) before the first layer and
+    after every layer call, with `model` run as `variant`. With `dtype=torch.float64` a float64
+    copy of the model is probed, which follows the residual below float32's floor (about 1e-7).
+    `key_padding_mask` (batch, tokens), True at padding, leaves padded tokens out of every
+    measure (the model's own attention mask goes in `inputs`)."""
+    names = _names(measures)
     if dtype is not None and dtype != next(model.parameters()).dtype:
         model = copy.deepcopy(model).to(dtype)
         inputs = _cast(inputs, dtype)
-    states = hidden_states(model, inputs, variant, norms, adapter)
-    stats = torch.stack(
-        [
-            relative_residual(h if h.dtype.itemsize >= 4 else h.float(), key_padding_mask)
-            for h in states
-        ]
-    )
-    mean, std = stats.mean(dim=1), stats.std(dim=1, unbiased=False)
-    return RankProfile(mean=mean.tolist(), std=std.tolist())
+    wants_attention = any(MEASURES[n].reads == "attention" for n in names)
+    states, attn = _probe(model, inputs, variant, norms, adapter, attentions=wants_attention)
+    attentions = [None, *attn] if attn is not None else None
+    return RankProfile.from_states(states, names, key_padding_mask, attentions)
 
 
 def path_shares(depth: int, heads: int) -> list[float]:

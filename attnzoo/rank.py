@@ -1,17 +1,39 @@
-"""The rank-collapse measure of Dong, Cordonnier & Loukas (2021).
+"""Rank collapse, measured as the literature measures it.
 
-For a hidden state H (N tokens × D), res(H) = H − 1 · mean_tokens(H)ᵀ. The logged figure is
-‖res(H)‖ / ‖H‖ with the composite norm ‖A‖ = sqrt(‖A‖₁ ‖A‖∞): 1 for a state far from rank one,
-0 when every token carries the same vector (complete rank collapse).
+Dong, Cordonnier & Loukas (2021) measure how far a hidden state H (N tokens × D) is from rank one
+by its residual res(H) = H − 1·mean_tokens(H)ᵀ; later work measures the same collapse by the
+spread of H's singular values, by how alike its tokens are, and by how flat the attention that
+produced it is. Every measure here takes a batch, (batch, tokens, dim) hidden states or
+(batch, heads, queries, keys) attention weights, with an optional `key_padding_mask`
+(batch, tokens), True at padding, whose tokens are left out; each returns one value per sample,
+computed in float64.
+
+    measure            formula (per sample)                                   collapsed  spread
+    relative_residual  ‖H − 1·meanᵀ‖ / ‖H‖, ‖A‖ = sqrt(‖A‖₁‖A‖∞)              0          ~1
+    effective_rank     exp(−Σ pᵢ log pᵢ), pᵢ = σᵢ / Σⱼ σⱼ (singular values)   1          min(N, D)
+    stable_rank        ‖H‖_F² / ‖H‖₂²                                          1          min(N, D)
+    token_similarity   mean over pairs i ≠ j of cos(hᵢ, hⱼ)                     1          ~0
+    attention_entropy  mean over queries of −Σₖ Pₕ,q,ₖ log Pₕ,q,ₖ (nats)      log N      0 (one-hot)
+
+"n/a" is NaN throughout: attention_entropy of a state no softmax attention produced (the
+embedding, a pooling or identity mixer), or a measure of a sample too small for it (token
+similarity of one token). `measure` computes a chosen list of measures for one hidden state;
+`rank_profile` measures every hidden state of an attnzoo model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
+
+NA = float("nan")  # a measure that does not apply
 
 
 def composite_norm(a: torch.Tensor) -> torch.Tensor:
@@ -22,34 +44,276 @@ def composite_norm(a: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(col * row)
 
 
+def _tokens(
+    h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """h in float64 with padding rows zeroed, and the (batch, tokens, 1) float64 keep mask."""
+    if h_bnd.dim() != 3:
+        raise ValueError(f"h must have shape (batch, tokens, dim), got {tuple(h_bnd.shape)}")
+    h_bnd = h_bnd.detach().to(torch.float64)
+    if key_padding_mask is None:
+        return h_bnd, torch.ones_like(h_bnd[..., :1])
+    if tuple(key_padding_mask.shape) != tuple(h_bnd.shape[:2]):
+        raise ValueError(
+            f"key_padding_mask must have shape {tuple(h_bnd.shape[:2])} (batch, tokens), "
+            f"got {tuple(key_padding_mask.shape)}"
+        )
+    keep_bn1 = (~key_padding_mask.to(device=h_bnd.device, dtype=torch.bool))[..., None].double()
+    return h_bnd * keep_bn1, keep_bn1
+
+
 def relative_residual(
     h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """‖H − 1 mean(H)ᵀ‖ / ‖H‖ per sample, (B,); padding tokens (mask True) are left out."""
-    if h_bnd.dim() != 3:
-        raise ValueError(f"h must have shape (batch, tokens, dim), got {tuple(h_bnd.shape)}")
-    if key_padding_mask is None:
-        mean_b1d = h_bnd.mean(dim=1, keepdim=True)
-        res_bnd = h_bnd - mean_b1d
-    else:
-        if tuple(key_padding_mask.shape) != tuple(h_bnd.shape[:2]):
+    """Dong, Cordonnier & Loukas (2021), "Attention is not all you need: pure attention loses rank
+    doubly exponentially with depth": ‖res(H)‖ / ‖H‖ per sample, (batch,) float64, with
+    res(H) = H − 1·mean_tokens(H)ᵀ and the composite norm ‖A‖ = sqrt(‖A‖₁ ‖A‖∞) (largest column
+    abs-sum times largest row abs-sum). 0 when every token is the same vector; scale-free.
+    Padding tokens are left out of the mean and of both norms."""
+    h_bnd, keep_bn1 = _tokens(h_bnd, key_padding_mask)
+    mean_b1d = h_bnd.sum(dim=1, keepdim=True) / keep_bn1.sum(dim=1, keepdim=True).clamp_min(1)
+    res_bnd = (h_bnd - mean_b1d) * keep_bn1
+    return composite_norm(res_bnd) / composite_norm(h_bnd).clamp_min(
+        torch.finfo(torch.float64).tiny
+    )
+
+
+def _singular_values(h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    h_bnd, _ = _tokens(h_bnd, key_padding_mask)  # zero rows add no singular value
+    return torch.linalg.svdvals(h_bnd)  # (batch, min(tokens, dim)), descending
+
+
+def effective_rank(
+    h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Roy & Vetterli (2007), "The effective rank: a measure of effective dimensionality":
+    exp(−Σᵢ pᵢ log pᵢ) with pᵢ = σᵢ / Σⱼ σⱼ, the singular values of each sample's (tokens × dim)
+    matrix normalised to sum 1 (0 log 0 = 0). Nothing is removed first (no centring), so a state
+    whose tokens are all one vector has effective rank 1, and N orthogonal tokens of equal norm
+    have N. (batch,) float64; NaN for an all-zero sample. Padding tokens are left out."""
+    s_bk = _singular_values(h_bnd, key_padding_mask)
+    p_bk = s_bk / s_bk.sum(dim=-1, keepdim=True)
+    entropy_b = -torch.special.xlogy(p_bk, p_bk).sum(dim=-1)
+    return torch.exp(entropy_b)
+
+
+def stable_rank(h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The stable (numerical) rank ‖H‖_F² / ‖H‖₂² = Σᵢ σᵢ² / σ₁² of each sample's (tokens × dim)
+    matrix, nothing removed: 1 for rank one, N for N orthogonal tokens of equal norm, never above
+    the rank (Rudelson & Vershynin 2007). (batch,) float64; NaN for an all-zero sample. Padding
+    tokens are left out."""
+    s_bk = _singular_values(h_bnd, key_padding_mask)
+    return (s_bk**2).sum(dim=-1) / s_bk[:, 0] ** 2
+
+
+def token_similarity(
+    h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Noci et al. (2022), "Signal propagation in transformers: theoretical perspectives and the
+    role of rank collapse": the mean cosine similarity cos(hᵢ, hⱼ) = hᵢ·hⱼ / (‖hᵢ‖‖hⱼ‖) over the
+    N(N−1) ordered pairs of distinct tokens i ≠ j. 1 at complete collapse (all tokens parallel),
+    0 for orthogonal tokens. (batch,) float64; NaN for a sample of fewer than two tokens. A
+    zero token counts as similar to nothing (cosine 0). Padding tokens are left out."""
+    h_bnd, keep_bn1 = _tokens(h_bnd, key_padding_mask)
+    norm_bn1 = h_bnd.norm(dim=-1, keepdim=True)
+    u_bnd = h_bnd / norm_bn1.clamp_min(torch.finfo(torch.float64).tiny)
+    all_pairs_b = u_bnd.sum(dim=1).pow(2).sum(dim=-1)  # Σ_ij cos, the diagonal included
+    diagonal_b = u_bnd.pow(2).sum(dim=(1, 2))
+    n_b = keep_bn1.sum(dim=(1, 2))
+    pairs_b = n_b * (n_b - 1)
+    return torch.where(pairs_b > 0, (all_pairs_b - diagonal_b) / pairs_b.clamp_min(1), NA)
+
+
+def attention_entropy(
+    attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Zhai et al. (2023), "Stabilizing transformer training by preventing attention entropy
+    collapse": for each head, the mean over queries q of the Shannon entropy −Σₖ P_qk log P_qk
+    (nats) of the attention row P_q·. (batch, heads) float64: log N for uniform attention over N
+    keys (the rows carry no token-specific information, the collapse of Dong et al.), 0 for
+    one-hot attention (entropy collapse). Only softmax attention has rows to measure; for the
+    other mixers the measure is n/a (NaN, see `measure`). With a `key_padding_mask` (batch,
+    tokens) for self-attention, padding queries are left out of the mean and each row is
+    restricted to the non-padding keys and renormalised (a masked model gives them 0 already)."""
+    if attn_bhqk.dim() != 4:
+        raise ValueError(
+            f"attention weights must have shape (batch, heads, queries, keys), "
+            f"got {tuple(attn_bhqk.shape)}"
+        )
+    p_bhqk = attn_bhqk.detach().to(torch.float64)
+    b, _, n_q, n_k = p_bhqk.shape
+    keep_q = torch.ones(b, 1, n_q, dtype=torch.float64, device=p_bhqk.device)
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (b, n_k) or n_q != n_k:
             raise ValueError(
-                f"key_padding_mask must have shape {tuple(h_bnd.shape[:2])}, "
-                f"got {tuple(key_padding_mask.shape)}"
+                f"key_padding_mask must have shape {(b, n_k)} (batch, tokens) and the attention "
+                f"must be self-attention; got a mask {tuple(key_padding_mask.shape)} for weights "
+                f"{tuple(attn_bhqk.shape)}"
             )
-        keep_bn1 = (~key_padding_mask)[..., None].to(h_bnd.dtype)
-        h_bnd = h_bnd * keep_bn1
-        mean_b1d = h_bnd.sum(dim=1, keepdim=True) / keep_bn1.sum(dim=1, keepdim=True).clamp_min(1)
-        res_bnd = (h_bnd - mean_b1d) * keep_bn1
-    return composite_norm(res_bnd) / composite_norm(h_bnd).clamp_min(torch.finfo(h_bnd.dtype).tiny)
+        keep_b1n = (~key_padding_mask.to(device=p_bhqk.device, dtype=torch.bool))[:, None].double()
+        p_bhqk = p_bhqk * keep_b1n[:, :, None, :]
+        p_bhqk = p_bhqk / p_bhqk.sum(dim=-1, keepdim=True).clamp_min(
+            torch.finfo(torch.float64).tiny
+        )
+        keep_q = keep_b1n
+    entropy_bhq = -torch.special.xlogy(p_bhqk, p_bhqk).sum(dim=-1)
+    return (entropy_bhq * keep_q).sum(dim=-1) / keep_q.sum(dim=-1).clamp_min(1)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One measure of the registry: `fn(x, key_padding_mask) -> (batch,)`, where x is the hidden
+    state (`reads="hidden"`) or the attention weights that produced it (`reads="attention"`)."""
+
+    name: str
+    fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+    reads: Literal["hidden", "attention"]
+    citation: str
+
+
+MEASURES: dict[str, Measure] = {
+    m.name: m
+    for m in (
+        Measure("relative_residual", relative_residual, "hidden", "Dong et al. 2021"),
+        Measure("effective_rank", effective_rank, "hidden", "Roy & Vetterli 2007"),
+        Measure("stable_rank", stable_rank, "hidden", "Rudelson & Vershynin 2007"),
+        Measure("token_similarity", token_similarity, "hidden", "Noci et al. 2022"),
+        Measure(
+            "attention_entropy",  # the heads' mean; attention_entropy() itself gives each head's
+            lambda a, mask: attention_entropy(a, mask).mean(dim=1),
+            "attention",
+            "Zhai et al. 2023",
+        ),
+    )
+}
+
+
+def _names(names: str | Iterable[str] | None) -> list[str]:
+    names = list(MEASURES) if names is None else [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if name not in MEASURES:
+            raise ValueError(f"unknown measure {name!r}; measures: {', '.join(MEASURES)}")
+    return names
+
+
+def measure_samples(
+    h_bnd: torch.Tensor,
+    names: str | Iterable[str] | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    attention_bhqk: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Each measure in `names` (default: all of MEASURES) per sample, (batch,) float64 each.
+    `attention_bhqk` are the attention weights that produced `h_bnd`; without them an attention
+    measure is NaN (n/a)."""
+    out: dict[str, torch.Tensor] = {}
+    for name in _names(names):
+        m = MEASURES[name]
+        if m.reads == "hidden":
+            out[name] = m.fn(h_bnd, key_padding_mask)
+        elif attention_bhqk is None:
+            out[name] = torch.full((h_bnd.shape[0],), NA, dtype=torch.float64)
+        else:
+            out[name] = m.fn(attention_bhqk, key_padding_mask)
+    return out
+
+
+def measure(
+    h_bnd: torch.Tensor,
+    names: str | Iterable[str] | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    attention_bhqk: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """The batch mean of each measure in `names` (default: all of MEASURES) on one hidden state
+    (batch, tokens, dim): {name: float}. NaN means n/a (an attention measure without
+    `attention_bhqk`); samples where a measure is undefined are left out of its mean."""
+    stats = measure_samples(h_bnd, names, key_padding_mask, attention_bhqk)
+    return {name: _nanmean(v) for name, v in stats.items()}
+
+
+def _nanmean(v: torch.Tensor) -> float:
+    v = v[~v.isnan()]
+    return float(v.mean()) if v.numel() else NA
+
+
+def _nanstd(v: torch.Tensor) -> float:
+    v = v[~v.isnan()]
+    return float(v.std(unbiased=False)) if v.numel() else NA
 
 
 @dataclass
 class RankProfile:
-    """Mean and std over the probe batch of the relative residual of each hidden state."""
+    """Mean and std over the probe batch of each measure of each hidden state: depth + 1 entries
+    per measure, the embedding output then each block's output. `mean` and `std` are the
+    relative residual's (the measure of Dong et al.)."""
 
-    mean: list[float]  # depth + 1 entries: the embedding output, then each block's output
+    mean: list[float]
     std: list[float]
+    measures: dict[str, list[float]] = field(default_factory=dict)
+    measures_std: dict[str, list[float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_states(
+        cls,
+        states: Sequence[torch.Tensor],
+        names: str | Iterable[str] | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        attentions: Sequence[torch.Tensor | None] | None = None,
+    ) -> RankProfile:
+        """Measure `states` (hidden states in order); `attentions[k]` produced `states[k]` (None
+        where no softmax attention did, as for the embedding, states[0])."""
+        names = _names(names)
+        if "relative_residual" not in names:
+            names = ["relative_residual", *names]
+        attentions = list(attentions) if attentions is not None else [None] * len(states)
+        if len(attentions) != len(states):
+            raise ValueError(f"{len(attentions)} attention entries for {len(states)} states")
+        per_state = [
+            measure_samples(h, names, key_padding_mask, a)
+            for h, a in zip(states, attentions, strict=True)
+        ]
+        measures = {n: [_nanmean(s[n]) for s in per_state] for n in names}
+        stds = {n: [_nanstd(s[n]) for s in per_state] for n in names}
+        return cls(
+            mean=measures["relative_residual"],
+            std=stds["relative_residual"],
+            measures=measures,
+            measures_std=stds,
+        )
+
+    def log_dict(self, prefix: str = "rank") -> dict[str, float]:
+        """`<prefix>/<measure>/layer_<k>` for every measure and hidden state (layer_0: the
+        embedding), n/a (NaN) entries left out: the trainer's one call to log them."""
+        return {
+            f"{prefix}/{name}/layer_{k}": v
+            for name, values in self.measures.items()
+            for k, v in enumerate(values)
+            if not math.isnan(v)
+        }
+
+
+@contextlib.contextmanager
+def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | None]]:
+    """Within the block, every mixer call of an attnzoo model appends its (batch, heads, N, N)
+    attention probabilities to the returned list, or None for a mixer without softmax attention
+    (pooling, identity), in call order: entry k belongs to block k + 1. The probabilities are
+    recomputed from the mixer's input by attnzoo.attention_maps (the mixer's own ops, same scale
+    and masks)."""
+    from attnzoo.attention_maps import _probs
+
+    captured: list[torch.Tensor | None] = []
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = args[0]
+        mask = args[1] if len(args) > 1 else kwargs.get("key_padding_mask")
+        captured.append(_probs(module, x, mask))
+
+    mixers = {id(b.mixer): b.mixer for b in model.blocks}.values()
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]
+    try:
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
 
 
 @torch.no_grad()
@@ -58,26 +322,63 @@ def rank_profile(
     inputs: torch.Tensor,
     key_padding_mask: torch.Tensor | None = None,
     dtype: torch.dtype | None = None,
+    measures: str | Iterable[str] | None = ("relative_residual",),
 ) -> RankProfile:
     """Run `model(inputs, key_padding_mask, return_hidden=True)` in eval mode and measure every
-    hidden state. With `dtype=torch.float64` a float64 copy of the model is used, which sees the
-    residual fall far past float32's floor (about 1e-7)."""
+    hidden state with `measures`: names from MEASURES, None for all of them; the relative
+    residual always. The default is the relative residual alone, the trainer's figure at every
+    evaluation; an attention measure hooks the mixers (call it on the uncompiled module).
+    With `dtype=torch.float64` a float64 copy of the model is used, which sees the residual
+    fall far past float32's floor (about 1e-7)."""
+    names = _names(measures)
     if dtype is not None and dtype != next(model.parameters()).dtype:
         model = copy.deepcopy(model).to(dtype)
         if inputs.is_floating_point():
             inputs = inputs.to(dtype)
+    wants_attention = any(MEASURES[n].reads == "attention" for n in names)
     was_training = model.training
     model.eval()
     try:
-        _, hidden = model(inputs, key_padding_mask, return_hidden=True)
+        with capture_attention(model) if wants_attention else contextlib.nullcontext([]) as attn:
+            _, hidden = model(inputs, key_padding_mask, return_hidden=True)
     finally:
         model.train(was_training)
-    # Half-precision states are measured in float32: their sums would lose the small residuals.
-    stats = torch.stack(
-        [
-            relative_residual(h if h.dtype.itemsize >= 4 else h.float(), key_padding_mask)
-            for h in hidden
-        ]
-    )
-    mean, std = stats.mean(dim=1), stats.std(dim=1, unbiased=False)
-    return RankProfile(mean=mean.tolist(), std=std.tolist())
+    attentions = [None, *attn] if wants_attention else None
+    return RankProfile.from_states(hidden, names, key_padding_mask, attentions)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile (p > 0.5) of Student's t distribution with `df` degrees of freedom, by
+    bisection on its CDF (Simpson's rule on the density): no SciPy needed."""
+    if not 0.5 < p < 1 or df < 1:
+        raise ValueError(f"need 0.5 < p < 1 and df >= 1, got p={p}, df={df}")
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def pdf(t: float) -> float:
+        return math.exp(log_c - (df + 1) / 2 * math.log1p(t * t / df))
+
+    def cdf(t: float, steps: int = 2000) -> float:
+        h = t / steps
+        s = pdf(0.0) + pdf(t) + sum((4 if i % 2 else 2) * pdf(i * h) for i in range(1, steps))
+        return 0.5 + s * h / 3
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean over seeds and the half-width of its Student-t `level` interval,
+    t_{(1+level)/2, n−1} · s / √n (s the sample std); NaN half-width for fewer than 2 values."""
+    v = [float(x) for x in values if not math.isnan(x)]
+    if not v:
+        return NA, NA
+    mean = sum(v) / len(v)
+    if len(v) < 2:
+        return mean, NA
+    s = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1))
+    return mean, t_quantile((1 + level) / 2, len(v) - 1) * s / math.sqrt(len(v))

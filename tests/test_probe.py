@@ -4,6 +4,7 @@ model as it was, and agree with attnzoo's own blocks built without skip, MLP or 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from attnzoo.probe import (
     path_shares,
     rank_decay,
 )
+from attnzoo.rank import MEASURES, attention_entropy
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra is not installed")
 
@@ -338,3 +340,82 @@ def test_padded_tokens_are_left_out_of_the_measure():
     ]
     expected = torch.tensor(alone, dtype=torch.float64).mean(0).tolist()
     assert padded.mean == pytest.approx(expected, rel=1e-9)
+
+
+def test_every_measure_leaves_padded_tokens_out():
+    """Every measure of a padded, masked batch is the mean of each sequence's own, the attention
+    entropy included (padding queries left out, rows over the real keys)."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**TINY["bert"], attn_implementation="eager")
+    model = transformers.BertModel(config, add_pooling_layer=False)
+    ids = torch.randint(2, 128, (2, 12))
+    ids[1, 7:] = 0
+    attention_mask = (ids != 0).long()
+    padded = rank_decay(
+        model,
+        {"input_ids": ids, "attention_mask": attention_mask},
+        "pure_attention",
+        dtype=torch.float64,
+        key_padding_mask=attention_mask == 0,
+    )
+    alone = [
+        rank_decay(model, {"input_ids": ids[i : i + 1, :n]}, "pure_attention", dtype=torch.float64)
+        for i, n in ((0, 12), (1, 7))
+    ]
+    assert list(padded.measures) == list(MEASURES)
+    for name, values in padded.measures.items():
+        expected = torch.tensor([a.measures[name] for a in alone], dtype=torch.float64)
+        expected = expected.mean(0).tolist()
+        assert values == pytest.approx(expected, rel=1e-9, nan_ok=True), name
+
+
+def test_attention_entropy_is_that_of_the_models_own_attention_weights(hf):
+    name, model, inputs = hf
+    model.eval()
+    with torch.no_grad():
+        own = model(**inputs, output_attentions=True).attentions
+    profile = rank_decay(model, inputs, "full")
+    entropy = profile.measures["attention_entropy"]
+    assert math.isnan(entropy[0])  # the embedding: no attention produced it
+    expected = [attention_entropy(a).mean().item() for a in own]
+    assert entropy[1:] == pytest.approx(expected, rel=1e-6)
+    n = inputs["pixel_values"].shape[-1] ** 2 // 16 + 1 if name == "vit" else 12
+    assert all(0 < e <= math.log(n) + 1e-6 for e in entropy[1:])
+    pure = rank_decay(model, inputs, "pure_attention", dtype=torch.float64).measures
+    # pure attention collapses: the last state's tokens are one vector
+    if name != "gpt2":  # causal: the first token attends only to itself
+        assert pure["effective_rank"][-1] == pytest.approx(1.0, abs=1e-3)
+        assert pure["token_similarity"][-1] == pytest.approx(1.0, abs=1e-6)
+    only = rank_decay(model, inputs, measures=["stable_rank"])
+    assert list(only.measures) == ["relative_residual", "stable_rank"]
+
+
+def test_attnzoo_models_report_attention_entropy_through_the_probe_too():
+    cfg = ModelConfig(dim=16, depth=3, heads=2, norm="layernorm")
+    torch.manual_seed(0)
+    model = Model(cfg, out_features=2, max_len=8, vocab_size=32)
+    tokens = torch.randint(0, 32, (3, 8))
+    probed = rank_decay(model, tokens, "full", adapter="attnzoo")
+    own = rank_profile(model, tokens, measures=None)
+    for name in MEASURES:
+        assert probed.measures[name] == pytest.approx(own.measures[name], rel=1e-9, nan_ok=True)
+    assert not any(math.isnan(e) for e in probed.measures["attention_entropy"][1:])
+
+
+def test_a_stack_that_returns_no_attention_weights_reports_entropy_as_na():
+    """Any stack of declared layers is probed; where the forward gives no attention weights,
+    attention entropy is n/a (NaN) and every other measure is there."""
+    from attnzoo.mixers import build_mixer
+    from attnzoo.model import Block
+
+    torch.manual_seed(0)
+    stack = torch.nn.Sequential(
+        *(Block(16, build_mixer("scaled_dot", dim=16, heads=2)) for _ in range(2))
+    )
+    profile = rank_decay(stack, torch.randn(2, 8, 16), "pure_attention", adapter="attnzoo")
+    assert all(math.isnan(e) for e in profile.measures["attention_entropy"])
+    for name in MEASURES:
+        if name != "attention_entropy":
+            assert len(profile.measures[name]) == 3 and not any(
+                map(math.isnan, profile.measures[name])
+            )

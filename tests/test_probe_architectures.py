@@ -118,3 +118,96 @@ def test_pretrained_without_the_hub_is_a_clear_error(tmp_path):
     assert proc.returncode == 1
     assert "--pretrained: could not load 'google-bert/bert-base-uncased'" in proc.stderr
     assert "needs network access" in proc.stderr
+
+
+def train_tiny_bert(folder: Path):
+    """A 2-layer BERT after 10 steps of masked-language modelling on random runs of tokens, saved
+    with `save_pretrained` into `folder`; returns the trained encoder (eval mode). Ten steps
+    teach it little; what matters here is that its weights are no longer the init's."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        vocab_size=64, max_position_embeddings=64, attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.BertForMaskedLM(config)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(1)
+    model.train()
+    for _ in range(10):
+        # a learnable language: token t is followed by t + 1 (mod 64)
+        ids = (torch.randint(0, 64, (16, 1), generator=gen) + torch.arange(24)) % 64
+        masked = torch.rand(ids.shape, generator=gen) < 0.15
+        labels = torch.where(masked, ids, torch.full_like(ids, -100))
+        loss = model(input_ids=ids.masked_fill(masked, 0), labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.save_pretrained(folder)
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(initial[k], v)]
+    assert any("encoder.layer.1.attention" in k for k in changed)
+    return model.bert.eval()
+
+
+def test_trained_weights_from_a_folder_are_probed_offline_beside_random_init(monkeypatch, tmp_path):
+    import torch
+
+    from attnzoo.probe import rank_decay
+    from attnzoo.rank import MEASURES
+
+    folder = tmp_path / "tiny-bert"
+    trained = train_tiny_bert(folder)
+    out = tmp_path / "arch"
+    monkeypatch.setenv("ATTNZOO_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run_main(monkeypatch, tmp_path, "--tiny", "--models", "bert", "--pretrained", str(folder),
+             "--data-dir", str(tmp_path / "empty"), "--out", str(out))  # fmt: skip
+    rows: dict[tuple[str, str, str], list[dict]] = {}
+    for r in csv.DictReader((out / "architectures.csv").open()):
+        rows.setdefault((r["model"], r["variant"], r["weights"]), []).append(r)
+    variants = ["full", "no_skip", "no_mlp", "pure_attention", "pure_attention_no_norm"]
+    weights = ["random init", f"trained ({folder})"]
+    assert sorted(rows) == sorted(("bert", v, w) for v in variants for w in weights)
+    for points in rows.values():
+        assert [int(r["layer"]) for r in points] == [0, 1, 2]  # input + the folder's 2 layers
+        assert points[0]["input"] == "uniform token ids (no Tiny Shakespeare: see --data-dir)"
+    # the trained rows are the trained model's own measures, on the script's batch
+    ids = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(0))
+    for variant in ("full", "pure_attention"):
+        expected = rank_decay(trained, {"input_ids": ids}, variant, dtype=torch.float64).measures
+        got = rows["bert", variant, weights[1]]
+        for name in MEASURES:
+            assert [float(r[name]) for r in got] == pytest.approx(
+                expected[name], rel=1e-9, nan_ok=True
+            ), (variant, name)
+    # random init is another network of the same shape: its numbers differ
+    init = rows["bert", "full", "random init"]
+    assert float(init[-1]["effective_rank"]) != float(
+        rows["bert", "full", weights[1]][-1]["effective_rank"]
+    )
+    md = (out / "architectures.md").read_text()
+    assert (
+        "| bert | 2 × 4 | full | random init |" in md and "| bert | 2 × 4 | full | trained |" in md
+    )
+    assert "(random init → trained)" in md and f"- bert: {folder}" in md
+    full_row = next(line for line in md.splitlines() if line.startswith("| bert | full | "))
+    assert all(" → " in cell for cell in full_row.split("|")[3:-1])  # side by side, every measure
+    assert (out / "architectures.png").stat().st_size > 0
+
+    # a folder alone: the model is the one its config.json declares
+    run_main(monkeypatch, tmp_path, "--tiny", "--pretrained", str(folder), "--data-dir",
+             str(tmp_path / "empty"), "--out", str(tmp_path / "arch2"))  # fmt: skip
+    models = {r["model"] for r in csv.DictReader((tmp_path / "arch2/architectures.csv").open())}
+    assert models == {"bert"}
+
+
+def test_pretrained_folder_errors_say_what_is_wrong(monkeypatch, tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match=r"could not load .*not-a-model.*save_pretrained"):
+        run_main(monkeypatch, tmp_path, "--models", "bert", "--pretrained", str(empty))
+    with pytest.raises(SystemExit, match=r"names one model's weights and --models has 2"):
+        run_main(monkeypatch, tmp_path, "--models", "bert,gpt2", "--pretrained", str(empty))

@@ -3,6 +3,7 @@ paper says."""
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -32,27 +33,55 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
         "8",
         "--batch",
         "2",
+        "--rate-seeds",
+        "3",
         "--out",
         str(out),
     ]
-    subprocess.run(cmd, check=True, capture_output=True)
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
     assert {p.name for p in out.iterdir()} == {
         "rank_collapse.csv",
         "rank_collapse.md",
         "rank_collapse.png",
+        "rank_collapse_measures.png",
+        "cubic_rate.csv",
+        "cubic_rate.png",
         "path_counts.md",
     }
     rows = list(csv.DictReader((out / "rank_collapse.csv").read_text().splitlines()))
     assert len(rows) == 2 * 4 * 2 * 5  # mixers x variants x norms x (depth + 1)
-    res = {
-        (r["mixer"], r["variant"], r["norm"], int(r["depth"])): float(r["residual_mean"])
-        for r in rows
-    }
+    key = {(r["mixer"], r["variant"], r["norm"], int(r["depth"])): r for r in rows}
+    res = {k: float(r["residual_mean"]) for k, r in key.items()}
     for mixer in ("scaled_dot", "metric"):
         for norm in ("none", "layernorm"):
             for depth in range(1, 5):
                 assert res[mixer, "pure", norm, depth] < res[mixer, "+skip", norm, depth]
         assert res[mixer, "pure", "none", 4] < 1e-12  # float64 shows the fall past float32's floor
+        # every measure agrees: pure attention ends at rank one, the skip keeps the tokens apart
+        collapsed, kept = key[mixer, "pure", "none", 4], key[mixer, "+skip", "none", 4]
+        for name in ("effective_rank", "stable_rank", "token_similarity"):
+            assert float(collapsed[f"{name}_mean"]) == pytest.approx(1.0, abs=1e-6)
+        assert float(kept["effective_rank_mean"]) > 2 and float(kept["token_similarity_mean"]) < 0.9
+        assert float(key[mixer, "pure", "none", 0]["attention_entropy_mean"]) != float(
+            key[mixer, "pure", "none", 0]["attention_entropy_mean"]
+        )  # n/a (NaN) for the embedding
+        assert 0 < float(collapsed["attention_entropy_mean"]) <= math.log(8) + 1e-9
+    # the rate: log r_{l+1} against log r_l has a slope near the paper's 3, with an interval
+    md = (out / "rank_collapse.md").read_text()
+    assert "| mixer | per-layer exponent k | 95% interval | seeds fitted | k per seed |" in md
+    rate = list(csv.DictReader((out / "cubic_rate.csv").open()))
+    assert {r["mixer"] for r in rate} == {"scaled_dot", "metric"}
+    assert {int(r["seed"]) for r in rate} == set(range(3))  # --rate-seeds 3
+    for mixer in ("scaled_dot", "metric"):
+        line = next(
+            row for row in md.splitlines() if row.startswith(f"| {mixer} | ") and "[" in row
+        )
+        k, interval = line.split("|")[2:4]
+        lo, hi = (float(x) for x in interval.strip(" []").split(","))
+        assert lo <= float(k) <= hi and 2.5 < float(k) < 5.0
+        ks = [float(r["fitted_exponent"]) for r in rate if r["mixer"] == mixer]
+        assert any(k == k for k in ks)  # at least one seed was fitted
+    assert "per-layer exponent" in proc.stdout
     shares = [
         float(line.split("|")[2]) for line in (out / "path_counts.md").read_text().splitlines()[4:]
     ]
