@@ -13,6 +13,7 @@ measures; see README), so the table is what to read before and after a change to
     python scripts/kernel_report.py --json out.json # also the rows as JSON
     python scripts/kernel_report.py --summary       # plus one line per kernel and target
     python scripts/kernel_report.py --only attn_fwd --cc 90
+    python scripts/kernel_report.py --only "pool_fwd fp16" --only "pool_bwd fp16"  # either
 
 TRITON_INTERPRET is removed from the environment before triton is imported: under the
 interpreter `triton.compile` would not produce GPU code.
@@ -202,7 +203,12 @@ def summary_markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cc", type=int, nargs="+", default=list(CCS), choices=CCS)
-    parser.add_argument("--only", default=None, help="substring a kernel or config must contain")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        help="substring a kernel or config must contain; repeated, any of them",
+    )
     parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         for module, module_specs in specs.items()
         for i, spec in enumerate(module_specs)
         for cc in args.cc
-        if args.only is None or args.only in f"{module}.{spec.name} {spec.label}"
+        if args.only is None or any(o in f"{module}.{spec.name} {spec.label}" for o in args.only)
     ]
     if not jobs:
         print(f"no kernel specs matched (modules with aot_specs: {sorted(specs)})", file=sys.stderr)

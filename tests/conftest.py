@@ -6,7 +6,9 @@ the default; the `cuda` tier runs the compiled kernels on a GPU instead:
 
     TRITON_INTERPRET=0 python -m pytest -m cuda
 
-Tests marked `cuda` skip, with the reason, where there is no GPU or the interpreter is on.
+Tests marked `cuda` skip, with the reason, where there is no GPU or the interpreter is on. Tests
+marked `slow` (the full ahead-of-time compile report, the soak, the studies) are not in the default
+run (pyproject.toml's addopts); CI runs them after it with `python -m pytest -q -m slow`.
 """
 
 import os

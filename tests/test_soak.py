@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SOAK = Path(__file__).resolve().parents[1] / "scripts" / "soak.py"
 
 
+@pytest.mark.slow
 def test_soak_kills_and_resumes_until_every_job_is_complete(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a subprocess per study script: the slow tier
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
