@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
-import struct
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from wandb_files import run_record
 
 from attnzoo import replicates
 from attnzoo.train import compose, run
@@ -43,39 +42,6 @@ def _wandb_env(tmp_path, monkeypatch):
     for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
     monkeypatch.setenv("WANDB_SILENT", "true")
-
-
-def wandb_run_record(run_dir: Path):
-    """The RunRecord of the offline W&B run in `run_dir`: its `.wandb` file is a LevelDB-style
-    log of protobuf records (a 7-byte file header, 32 KiB blocks, a 7-byte header per chunk:
-    crc32, length, type)."""
-    (run_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    for _ in range(100):  # W&B's writer process may still be flushing the file
-        record = _run_record(run_file.read_bytes())
-        if record is not None:
-            return record
-        time.sleep(0.1)
-    raise AssertionError(f"no run record in {run_file}")
-
-
-def _run_record(data: bytes):
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    pos, chunk = 7, b""
-    while pos + 7 <= len(data):
-        if 32768 - pos % 32768 < 7:
-            pos += 32768 - pos % 32768
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        chunk += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            record = pb.Record()
-            record.ParseFromString(chunk)
-            if record.WhichOneof("record_type") == "run":
-                return record.run
-            chunk = b""
-    return None
 
 
 def plain(*overrides: str) -> dict:
@@ -115,7 +81,7 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
         cfg = compose([*TINY, "logger.mode=offline", "logger.tags=[mine]", *overrides])
         summary = run(cfg, sweep / job)
         assert summary["status"] == "completed" and summary["wandb"]["mode"] == "offline"
-        records[job] = wandb_run_record(sweep / job)
+        records[job] = run_record(sweep / job)
         assert records[job].run_group == summary["config_group"] == summary["wandb"]["group"]
     groups = {job: r.run_group for job, r in records.items()}
     assert groups["0"] == groups["1"]
@@ -141,11 +107,11 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
         and "val_loss_ci_low" in table["columns"]
     )
     (summary_run,) = (tmp_path / "report").glob("wandb/offline-run-*")
-    record = wandb_run_record(summary_run.parent.parent)
+    record = run_record(summary_run.parent.parent)
     assert record.job_type == "summary" and "sweep:sweep" in record.tags
 
 
 def test_an_explicit_logger_group_wins(tmp_path):
     summary = run(compose([*TINY, "logger.mode=offline", "logger.group=mine"]), tmp_path / "r")
-    assert wandb_run_record(tmp_path / "r").run_group == "mine"
+    assert run_record(tmp_path / "r").run_group == "mine"
     assert summary["config_group"].startswith("sort-scaled_dot-")

@@ -3,39 +3,17 @@ summary shows it, and every job logs to the W&B group of its configuration, tagg
 
 import csv
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from wandb_files import run_record
 
 pytest.importorskip("attnzoo.train", reason="the trainer (attnzoo.train) is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["model.dim=16", "model.depth=2", "train.max_steps=6", "train.eval_every=3"]
-
-
-def wandb_run_record(run_file: Path):
-    """The RunRecord of an offline W&B run file (a LevelDB-style log of protobuf records: a 7-byte
-    file header, 32 KiB blocks, a 7-byte header per chunk: crc32, length, type)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, pos, chunk = run_file.read_bytes(), 7, b""
-    while pos + 7 <= len(data):
-        if 32768 - pos % 32768 < 7:
-            pos += 32768 - pos % 32768
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        chunk += data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            record = pb.Record()
-            record.ParseFromString(chunk)
-            if record.WhichOneof("record_type") == "run":
-                return record.run
-            chunk = b""
-    raise AssertionError(f"no run record in {run_file}")
 
 
 def sweep(tmp_path: Path, launcher: str, *overrides: str) -> tuple[Path, list[dict]]:
@@ -60,8 +38,7 @@ def test_submitit_local_sweep_finishes_around_a_failed_job(tmp_path):
     for job in ("0", "2"):
         assert (out / job / "checkpoints" / "last.pt").exists()
         assert float(rows[int(job)]["final_val_loss"]) > 0
-        (run_file,) = (out / job / "wandb").glob("offline-run-*/run-*.wandb")
-        record = wandb_run_record(run_file)
+        record = run_record(out / job)
         # one W&B group per configuration, the sweep as a tag, the mixer as the job type
         assert record.run_group.startswith("sort-scaled_dot-")
         assert f"sweep:{out.name}" in record.tags and record.job_type == "scaled_dot"
@@ -72,10 +49,7 @@ def test_joblib_sweep_runs_every_mixer_in_parallel(tmp_path):
     out, rows = sweep(tmp_path, "parallel", "mixer=identity,pooling", "model.skip=false")
     assert [r["status"] for r in rows] == ["completed"] * 2
     assert [(r["mixer"], r["skip"]) for r in rows] == [("identity", "False"), ("pooling", "False")]
-    records = [
-        wandb_run_record(next((out / r["job"] / "wandb").glob("offline-run-*/run-*.wandb")))
-        for r in rows
-    ]
+    records = [run_record(out / r["job"]) for r in rows]
     assert [r.run_group.split("-")[:3] for r in records] == [
         ["sort", "identity", "skip_off"],
         ["sort", "pooling", "skip_off"],
