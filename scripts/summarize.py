@@ -6,9 +6,13 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 `metrics.jsonl` and `summary.json` (nothing from the network, nothing from W&B) and writes to
 --out (default: the sweep folder):
 
-- summary.md, summary.csv: one row per job: mixer, skip, MLP, norm, depth, task, seed, final
-  validation loss and metric, final rank, steps/s, parameters, tokens, wall time, FLOPs, status,
-  and the job's own overrides. A job that failed, diverged or was preempted keeps the status its
+- summary.md, summary.csv: one row per job: mixer, skip, residual (the variant the job ran,
+  `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
+  task, seed, final validation loss and metric, final rank (the relative residual) and
+  final_<measure> for each other collapse measure (effective_rank, stable_rank,
+  token_similarity, attention_entropy; the last layer's `rank/<measure>/layer_<k>`, empty when
+  n/a or not logged), steps/s, parameters, tokens, wall time, FLOPs, status, and the job's own
+  overrides. A job that failed, diverged or was preempted keeps the status its
   summary.json gives; a job with metrics but no summary is "incomplete" (still running or
   killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
   A job number the sweep's launcher never reached (a gap in 0..max, or fewer folders than the
@@ -22,8 +26,8 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   `train.seed` (and in non-semantic keys: logger.*, data_dir, train.progress/resume/threads/
   ckpt_every/device) are replicates of one configuration. Columns: the axes that vary between
   configurations, n_seeds (completed seeds with a finite value), n_jobs, seeds, then for
-  val_loss, metric (the task's) and rank: _mean, _std, _ci_low, _ci_high (Student-t, see
-  attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
+  val_loss, metric (the task's), rank and each other collapse measure (<measure>_mean, ...):
+  _mean, _std, _ci_low, _ci_high (Student-t, see attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
   flops, note. A configuration with one seed has an empty interval and says so; a seed that did
   not complete is left out and named in the note.
 - comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
@@ -37,7 +41,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss
   against step, mean over seeds with its interval as a band.
 - rank_vs_depth.png: the relative residual after each block at the final evaluation, one panel per
-  ablation (skip/MLP/norm), one line per job. val_curves.png: validation loss against step, one
+  ablation (residual/MLP/norm), one line per job. val_curves.png: validation loss against step, one
   line per job.
 - with --select-by val_loss --tune-axis train.lr: selected.json, selected.md, selected.sh: for
   each configuration of the other axes, the value of the tuned axis with the best mean over the
@@ -71,6 +75,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import matplotlib
@@ -81,6 +86,8 @@ import yaml  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from attnzoo.flops import MIXER_NAMES, train_flops_per_token  # noqa: E402
+from attnzoo.model import ModelConfig  # noqa: E402
+from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.replicates import (  # noqa: E402 - the one definition the trainer uses too
     NON_SEMANTIC,
     REPLICATE_KEY,
@@ -88,12 +95,18 @@ from attnzoo.replicates import (  # noqa: E402 - the one definition the trainer 
     group_name,
     semantic_config,
 )
+from attnzoo.residual import resolve  # noqa: E402
 from attnzoo.stats import Comparison, Interval, compare, mean_interval  # noqa: E402
+
+# the collapse measures besides the relative residual (whose final value is `final_rank`/`rank`):
+# each job's value at the last layer, from `rank/<measure>/layer_<k>`
+OTHER_MEASURES = tuple(m for m in MEASURES if m != "relative_residual")
 
 COLUMNS = (
     "job",
     "mixer",
     "skip",
+    "residual",
     "mlp",
     "norm",
     "depth",
@@ -103,6 +116,7 @@ COLUMNS = (
     "metric",
     "final_metric",
     "final_rank",
+    *(f"final_{m}" for m in OTHER_MEASURES),
     "steps_per_s",
     "params",
     "tokens",
@@ -146,6 +160,15 @@ class Job:
         names = sorted(k for k in keys if k.startswith("val/") and k != "val/loss")
         return names[0] if names else None
 
+    def final_measure(self, name: str) -> Any:
+        """The latest value of collapse measure `name` at the last layer logged,
+        `rank/<name>/layer_<L>`; None when the job never logged it (n/a, or not chosen)."""
+        pattern = re.compile(rf"^rank/{re.escape(name)}/layer_(\d+)$")
+        final = (self.summary or {}).get("final") or {}
+        keys = [*(final if isinstance(final, dict) else {}), *(k for r in self.records for k in r)]
+        layers = [int(m[1]) for k in set(keys) if (m := pattern.match(k))]
+        return self.value(f"rank/{name}/layer_{max(layers)}") if layers else None
+
     def rank_profile(self) -> list[float] | None:
         """rank/layer_0..L from the last record that logged them."""
         for record in reversed(self.records):
@@ -162,6 +185,20 @@ def _get(cfg: dict[str, Any], dotted: str) -> Any:
             return None
         node = node[part]
     return node
+
+
+def residual_kind(cfg: dict[str, Any]) -> str | None:
+    """The residual variant a job ran (attnzoo.residual.resolve on its `model.*`, the older
+    `skip`/`layer_scale` spellings included, defaults from ModelConfig); None if unreadable."""
+    model = cfg.get("model")
+    if not isinstance(model, dict):
+        return None
+    keys = ("residual", "residual_alpha", "skip", "layer_scale", "depth", "norm", "norm_position")
+    fields = {k: model.get(k, getattr(ModelConfig, k)) for k in keys}
+    try:
+        return resolve(SimpleNamespace(**fields)).kind
+    except (ValueError, TypeError):
+        return None
 
 
 def _group_name(cfg: dict[str, Any], group: str, overrides: list[str]) -> Any:
@@ -362,6 +399,7 @@ def row(job: Job) -> dict[str, Any]:
         "job": job.name,
         "mixer": _group_name(cfg, "mixer", overrides),
         "skip": _get(cfg, "model.skip"),
+        "residual": residual_kind(cfg),
         "mlp": _get(cfg, "model.mlp"),
         "norm": _get(cfg, "model.norm"),
         "depth": _get(cfg, "model.depth"),
@@ -371,6 +409,7 @@ def row(job: Job) -> dict[str, Any]:
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,
         "final_rank": rank,
+        **{f"final_{m}": job.final_measure(m) for m in OTHER_MEASURES},
         "steps_per_s": summary.get("steps_per_s"),
         "params": summary.get("params"),
         **budget(job),
@@ -413,7 +452,8 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
 
 def _ablation(r: dict[str, Any]) -> str:
     on = lambda v: "on" if v in (True, "true", "True") else "off" if v is not None else "?"
-    return f"skip {on(r['skip'])}, mlp {on(r['mlp'])}, norm {r['norm'] or '?'}"
+    residual = r.get("residual") or f"skip {on(r['skip'])}"
+    return f"residual {residual}, mlp {on(r['mlp'])}, norm {r['norm'] or '?'}"
 
 
 def plot_rank(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
@@ -487,6 +527,7 @@ GROUP_STATS = (
     "rank_std",
     "rank_ci_low",
     "rank_ci_high",
+    *(f"{m}_{s}" for m in OTHER_MEASURES for s in ("mean", "std", "ci_low", "ci_high")),
     "steps_per_s_mean",
     "params",
     "tokens",
@@ -512,7 +553,12 @@ COMPARISON_COLUMNS = (
     "verdict",
     "sentence",
 )
-VALUES = {"val_loss": "final_val_loss", "metric": "final_metric", "rank": "final_rank"}
+VALUES = {
+    "val_loss": "final_val_loss",
+    "metric": "final_metric",
+    "rank": "final_rank",
+    **{m: f"final_{m}" for m in OTHER_MEASURES},
+}
 
 
 def _axis_name(key: str) -> str:
@@ -537,8 +583,8 @@ class Group:
         return [r for _, r in self.members if r["status"] == "completed"]
 
     def values(self, which: str) -> dict[Any, float]:
-        """{seed: final value} over the completed jobs with a finite value (which: val_loss,
-        metric or rank)."""
+        """{seed: final value} over the completed jobs with a finite value (which: a key of
+        VALUES: val_loss, metric, rank or another collapse measure)."""
         out: dict[Any, float] = {}
         for r in self.completed:
             v = r[VALUES[which]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from attnzoo.tracking import (
     WandbRun,
     log_attention_media,
     log_rank_media,
+    measures_figure,
     metrics_last,
-    rank_figure,
     report,
     write_json,
 )
@@ -79,12 +80,34 @@ def probe_batch(task: Task, cfg: DictConfig, device: torch.device) -> Batch:
     return task.batch("val", int(cfg.train.probe_batch_size), gen).to(device)
 
 
-def rank_record(model: torch.nn.Module, probe: Batch) -> dict[str, float]:
-    """`rank/layer_<i>` for every hidden state (0: the embedding, i: the output of block i) and
-    `rank/last`, on the fixed probe batch."""
-    profile = rank_profile(model, probe.inputs, probe.key_padding_mask)
+def rank_record(
+    model: torch.nn.Module, probe: Batch, measures: Sequence[str] = ("relative_residual",)
+) -> dict[str, float]:
+    """The collapse measures on the fixed probe batch: `rank/layer_<i>` (the relative residual of
+    every hidden state; 0: the embedding, i: the output of block i) and `rank/last`, always, and
+    `rank/<measure>/layer_<i>` for each of `measures` (names of attnzoo.rank.MEASURES), n/a
+    (NaN) entries left out. Attention measures hook the mixers, so a compiled model is probed
+    through the module it wraps."""
+    model = getattr(model, "_orig_mod", model)
+    profile = rank_profile(model, probe.inputs, probe.key_padding_mask, measures=measures)
     out = {f"rank/layer_{i}": float(r) for i, r in enumerate(profile.mean)}
     out["rank/last"] = float(profile.mean[-1])
+    out.update(profile.log_dict())
+    if "relative_residual" not in measures:
+        out = {k: v for k, v in out.items() if not k.startswith("rank/relative_residual/")}
+    return out
+
+
+def by_depth(record: dict[str, Any], measures: Sequence[str]) -> dict[str, list[float]]:
+    """{measure: its value at every depth} from a `rank_record` (NaN where n/a): the relative
+    residual always, then `measures`."""
+    depth = sum(1 for k in record if k.startswith("rank/layer_"))
+    out = {"relative_residual": [float(record[f"rank/layer_{i}"]) for i in range(depth)]}
+    for name in measures:
+        if name != "relative_residual":
+            out[name] = [
+                float(record.get(f"rank/{name}/layer_{i}", math.nan)) for i in range(depth)
+            ]
     return out
 
 
@@ -109,7 +132,8 @@ class Progress:
 
     step: int = 0
     best: dict[str, float] = field(default_factory=dict)
-    rank_history: list[tuple[int, list[float]]] = field(default_factory=list)
+    rank_history: list[tuple[int, list[float]]] = field(default_factory=list)  # relative residual
+    measure_history: list[tuple[int, dict[str, list[float]]]] = field(default_factory=list)
     wandb_id: str | None = None
     skipped: int = 0
 
@@ -202,6 +226,8 @@ class Trainer:
             step=step,
             best=dict(state.get("best", {})),
             rank_history=[tuple(x) for x in state.get("rank_history", [])],
+            measure_history=[tuple(x) for x in state.get("measure_history", [])]
+            or [(s, {"relative_residual": list(r)}) for s, r in state.get("rank_history", [])],
             wandb_id=state.get("wandb_id"),
             skipped=int(state.get("skipped_steps", 0)),
         )
@@ -292,11 +318,13 @@ class Trainer:
         budget = float(cfg.logger.media_budget)
         extras = extras_due(self.extras_s, self.extras_cost, start - self.t_start, budget, last)
         values = evaluate(self.model, self.task, cfg, self.device, sample=extras)
-        ranks = rank_record(self.model, self.probe)
+        measures = list(cfg.train.rank_measures)
+        ranks = rank_record(self.model, self.probe, measures)
         record.update(values)
         record.update(ranks)
-        by_depth = [ranks[f"rank/layer_{i}"] for i in range(len(ranks) - 1)]
-        state.rank_history.append((state.step, by_depth))
+        depths = by_depth(ranks, measures)
+        state.rank_history.append((state.step, depths["relative_residual"]))
+        state.measure_history.append((state.step, depths))
         self._keep_best("val/loss", values, higher_is_better=False)
         self._keep_best(f"val/{self.task.metric}", values, self.task.higher_is_better)
         if extras:
@@ -320,14 +348,15 @@ class Trainer:
         state, cfg = self.state, self.cfg
         if "val/sample_text" in values:
             self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
-        fig = rank_figure(state.rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
+        title = f"{cfg.mixer.name} on {cfg.task.name}"
+        fig = measures_figure(state.measure_history, title=title)
         try:
             image: Any = fig
             if self.main:
                 image = self.run_dir / "rank_decay.png"
                 fig.savefig(image)  # rendered once: W&B's image is this file
             if self.wb.active:
-                log_rank_media(self.wb, image, state.rank_history, state.step)
+                log_rank_media(self.wb, image, state.measure_history, state.step)
             if self.wb.active and cfg.logger.attention_maps:
                 log_attention_media(self.wb, self.model, self.probe, state.step)
         finally:
@@ -356,6 +385,7 @@ class Trainer:
                 "config": self.plain_cfg,
                 "best": state.best,
                 "rank_history": state.rank_history,
+                "measure_history": state.measure_history,
                 "wandb_id": self.wb.id or state.wandb_id,
                 "skipped_steps": state.skipped,
                 "threads": self.threads,
