@@ -34,6 +34,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from attnzoo.mixers import MIXERS, mixer_class
 from attnzoo.model import ModelConfig
+from attnzoo.rank import MEASURES
 from attnzoo.tasks import TASKS
 
 
@@ -154,6 +155,9 @@ class TrainConfig:
     eval_every: int = 100
     eval_batches: int = 4
     probe_batch_size: int = 16  # examples in the fixed batch the rank profile is measured on
+    # the collapse measures (attnzoo.rank.MEASURES) the probe logs as rank/<measure>/layer_<k>;
+    # rank/layer_<k> and rank/last (the relative residual) are logged whatever the list
+    rank_measures: list[str] = field(default_factory=lambda: list(MEASURES))
     ckpt_every: int = 200
     seed: int = 0
     device: Device = Device.auto
@@ -310,6 +314,8 @@ def validate(cfg: DictConfig) -> None:
     _require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, ">= 0 (0 turns clipping off)")
     for key in ("log_every", "eval_every", "eval_batches", "probe_batch_size", "ckpt_every"):
         _require(t[key] >= 1, f"train.{key}", t[key], "a positive int (>= 1)")
+    for name in t.rank_measures:
+        _require(name in MEASURES, "train.rank_measures", name, f"a list of {list(MEASURES)}")
     threads = t.threads
     _require(
         threads == "auto"

@@ -91,7 +91,10 @@ def effective_rank(
     matrix normalised to sum 1 (0 log 0 = 0). Nothing is removed first (no centring), so a state
     whose tokens are all one vector has effective rank 1, and N orthogonal tokens of equal norm
     have N. (batch,) float64; NaN for an all-zero sample. Padding tokens are left out."""
-    s_bk = _singular_values(h_bnd, key_padding_mask)
+    return _effective_rank_of(_singular_values(h_bnd, key_padding_mask))
+
+
+def _effective_rank_of(s_bk: torch.Tensor) -> torch.Tensor:
     p_bk = s_bk / s_bk.sum(dim=-1, keepdim=True)
     entropy_b = -torch.special.xlogy(p_bk, p_bk).sum(dim=-1)
     return torch.exp(entropy_b)
@@ -102,7 +105,10 @@ def stable_rank(h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = Non
     matrix, nothing removed: 1 for rank one, N for N orthogonal tokens of equal norm, never above
     the rank (Rudelson & Vershynin 2007). (batch,) float64; NaN for an all-zero sample. Padding
     tokens are left out."""
-    s_bk = _singular_values(h_bnd, key_padding_mask)
+    return _stable_rank_of(_singular_values(h_bnd, key_padding_mask))
+
+
+def _stable_rank_of(s_bk: torch.Tensor) -> torch.Tensor:
     return (s_bk**2).sum(dim=-1) / s_bk[:, 0] ** 2
 
 
@@ -169,14 +175,19 @@ class Measure:
     fn: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
     reads: Literal["hidden", "attention"]
     citation: str
+    # the measure from the state's singular values (batch, min(N, D)), for a measure that needs
+    # nothing else: `measure_samples` computes them once for every such measure of a state
+    of_singular_values: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 MEASURES: dict[str, Measure] = {
     m.name: m
     for m in (
         Measure("relative_residual", relative_residual, "hidden", "Dong et al. 2021"),
-        Measure("effective_rank", effective_rank, "hidden", "Roy & Vetterli 2007"),
-        Measure("stable_rank", stable_rank, "hidden", "Rudelson & Vershynin 2007"),
+        Measure(
+            "effective_rank", effective_rank, "hidden", "Roy & Vetterli 2007", _effective_rank_of
+        ),
+        Measure("stable_rank", stable_rank, "hidden", "Rudelson & Vershynin 2007", _stable_rank_of),
         Measure("token_similarity", token_similarity, "hidden", "Noci et al. 2022"),
         Measure(
             "attention_entropy",  # the heads' mean; attention_entropy() itself gives each head's
@@ -206,9 +217,14 @@ def measure_samples(
     `attention_bhqk` are the attention weights that produced `h_bnd`; without them an attention
     measure is NaN (n/a)."""
     out: dict[str, torch.Tensor] = {}
+    s_bk: torch.Tensor | None = None  # one SVD per state, shared by the spectral measures
     for name in _names(names):
         m = MEASURES[name]
-        if m.reads == "hidden":
+        if m.of_singular_values is not None:
+            if s_bk is None:
+                s_bk = _singular_values(h_bnd, key_padding_mask)
+            out[name] = m.of_singular_values(s_bk)
+        elif m.reads == "hidden":
             out[name] = m.fn(h_bnd, key_padding_mask)
         elif attention_bhqk is None:
             out[name] = torch.full((h_bnd.shape[0],), NA, dtype=torch.float64)

@@ -116,6 +116,58 @@ def rank_figure(history: Sequence[tuple[int, Sequence[float]]], title: str = "")
     return fig
 
 
+# how each measure is drawn against depth: y label, log scale
+MEASURE_AXES = {
+    "relative_residual": ("‖res(H)‖ / ‖H‖ (0 at collapse)", True),
+    "effective_rank": ("effective rank (1 at collapse)", False),
+    "stable_rank": ("stable rank (1 at collapse)", False),
+    "token_similarity": ("mean token cosine (1 at collapse)", False),
+    "attention_entropy": ("attention entropy, nats", False),
+}
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def measures_figure(
+    history: Sequence[tuple[int, Mapping[str, Sequence[float]]]], title: str = ""
+) -> plt.Figure:
+    """One panel per collapse measure against depth, one line per evaluation step; n/a (NaN)
+    points are gaps, and a measure n/a everywhere gets no panel. `history`: (step, {measure:
+    value at every depth}) per evaluation, as the trainer keeps it."""
+    names = [n for n in (history[-1][1] if history else {"relative_residual": []})]
+    names = [n for n in names if any(_finite(x) for _, v in history for x in v.get(n, []))] or [
+        "relative_residual"
+    ]
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), dpi=100, squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, name in zip(axes.flat, names, strict=False):
+        label, log = MEASURE_AXES.get(name, (name, False))
+        for i, (step, values) in enumerate(history):
+            ys = [float(x) if _finite(x) else math.nan for x in values.get(name, [])]
+            if log:
+                ys = [max(y, 1e-16) if not math.isnan(y) else y for y in ys]
+            ax.plot(range(len(ys)), ys, marker="o", ms=3,
+                    color=cmap(i / max(1, len(history) - 1)), label=f"step {step}")  # fmt: skip
+        if log:
+            ax.set_yscale("log")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("depth (0 = embedding)")
+        ax.set_ylabel(label, fontsize=8)
+        ax.set_title(name.replace("_", " "), fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.set_visible(False)
+    if len(history) <= 12:
+        axes.flat[0].legend(fontsize=6)
+    fig.suptitle(title or "rank decay over training", fontsize=10)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.1, top=0.88, wspace=0.35, hspace=0.45)
+    return fig
+
+
 class WandbRun:
     """A W&B run that never takes the training run down: every call is guarded, and after the
     first failure W&B is switched off for the rest of the run with one warning. An online run
@@ -231,24 +283,38 @@ class WandbRun:
 
 
 def log_rank_media(
-    wb: WandbRun, image: Any, history: Sequence[tuple[int, Sequence[float]]], step: int
+    wb: WandbRun,
+    image: Any,
+    history: Sequence[tuple[int, Mapping[str, Sequence[float]]]],
+    step: int,
 ) -> None:
-    """The rank table, rank-vs-depth line series and the rank figure (a matplotlib figure or
-    the PNG file it was saved to), as W&B media."""
+    """The rank table (one column per measure), a line series of each measure against depth
+    (`rank/vs_depth`: the relative residual; `rank/<measure>/vs_depth`: the others, n/a left
+    out) and the rank figure (a matplotlib figure or the PNG file it was saved to), as W&B
+    media. `history`: (step, {measure: value at every depth}) per evaluation."""
     wandb = wb.wandb
     try:
-        rows = [[s, layer, float(r)] for s, ranks in history for layer, r in enumerate(ranks)]
-        table = wandb.Table(columns=["step", "layer", "relative_residual"], data=rows)
-        depth = len(history[-1][1])
-        series = wandb.plot.line_series(
-            xs=list(range(depth)),
-            ys=[list(map(float, ranks)) for _, ranks in history],
-            keys=[f"step {s}" for s, _ in history],
-            title="rank decay: relative residual vs depth",
-            xname="layer",
-        )
-        plot = wandb.Image(str(image) if isinstance(image, Path) else image)
-        media = {"rank/table": table, "rank/vs_depth": series, "rank/plot": plot}
+        names = list(history[-1][1])
+        rows = [
+            [s, layer, *(float(values[n][layer]) for n in names)]
+            for s, values in history
+            for layer in range(len(values["relative_residual"]))
+        ]
+        table = wandb.Table(columns=["step", "layer", *names], data=rows)
+        media: dict[str, Any] = {"rank/table": table}
+        for name in names:
+            series = [(s, v[name]) for s, v in history if name in v]
+            if not any(_finite(x) for _, ys in series for x in ys):
+                continue  # n/a for this model (attention entropy without softmax attention)
+            key = "rank/vs_depth" if name == "relative_residual" else f"rank/{name}/vs_depth"
+            media[key] = wandb.plot.line_series(
+                xs=list(range(len(series[-1][1]))),
+                ys=[[float(x) if _finite(x) else None for x in ys] for _, ys in series],
+                keys=[f"step {s}" for s, _ in series],
+                title=f"rank decay: {name.replace('_', ' ')} vs depth",
+                xname="layer",
+            )
+        media["rank/plot"] = wandb.Image(str(image) if isinstance(image, Path) else image)
     except Exception as err:
         wb._fail("building rank media", err)
         return

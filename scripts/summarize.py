@@ -6,9 +6,13 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 `metrics.jsonl` and `summary.json` (nothing from the network, nothing from W&B) and writes to
 --out (default: the sweep folder):
 
-- summary.md, summary.csv: one row per job: mixer, skip, MLP, norm, depth, task, seed, final
-  validation loss and metric, final rank, steps/s, parameters, tokens, wall time, FLOPs, status,
-  and the job's own overrides. A job that failed, diverged or was preempted keeps the status its
+- summary.md, summary.csv: one row per job: mixer, skip, residual (the variant the job ran,
+  `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
+  task, seed, final validation loss and metric, final rank (the relative residual) and
+  final_<measure> for each other collapse measure (effective_rank, stable_rank,
+  token_similarity, attention_entropy; the last layer's `rank/<measure>/layer_<k>`, empty when
+  n/a or not logged), steps/s, parameters, tokens, wall time, FLOPs, status, and the job's own
+  overrides. A job that failed, diverged or was preempted keeps the status its
   summary.json gives; a job with metrics but no summary is "incomplete" (still running or
   killed), one with a folder but no metrics "missing", one whose files do not parse "corrupt".
   A job number the sweep's launcher never reached (a gap in 0..max, or fewer folders than the
@@ -22,8 +26,8 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   `train.seed` (and in non-semantic keys: logger.*, data_dir, train.progress/resume/threads/
   ckpt_every/device) are replicates of one configuration. Columns: the axes that vary between
   configurations, n_seeds (completed seeds with a finite value), n_jobs, seeds, then for
-  val_loss, metric (the task's) and rank: _mean, _std, _ci_low, _ci_high (Student-t, see
-  attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
+  val_loss, metric (the task's), rank and each other collapse measure (<measure>_mean, ...):
+  _mean, _std, _ci_low, _ci_high (Student-t, see attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
   flops, note. A configuration with one seed has an empty interval and says so; a seed that did
   not complete is left out and named in the note.
 - comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
@@ -37,7 +41,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss
   against step, mean over seeds with its interval as a band.
 - rank_vs_depth.png: the relative residual after each block at the final evaluation, one panel per
-  ablation (skip/MLP/norm), one line per job. val_curves.png: validation loss against step, one
+  ablation (residual/MLP/norm), one line per job. val_curves.png: validation loss against step, one
   line per job.
 - with --select-by val_loss --tune-axis train.lr: selected.json, selected.md, selected.sh: for
   each configuration of the other axes, the value of the tuned axis with the best mean over the
@@ -71,29 +75,34 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import matplotlib
+import yaml
+from _summary_plots import draw_bands, plot_intervals, plot_rank, plot_val  # this folder's
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from attnzoo.flops import MIXER_NAMES, train_flops_per_token  # noqa: E402
-from attnzoo.replicates import (  # noqa: E402 - the one definition the trainer uses too
+from attnzoo.flops import MIXER_NAMES, train_flops_per_token
+from attnzoo.model import ModelConfig
+from attnzoo.rank import MEASURES
+from attnzoo.replicates import (  # the one definition the trainer uses too
     NON_SEMANTIC,
     REPLICATE_KEY,
     config_key,
     group_name,
     semantic_config,
 )
-from attnzoo.stats import Comparison, Interval, compare, mean_interval  # noqa: E402
+from attnzoo.residual import resolve
+from attnzoo.stats import Comparison, Interval, compare, mean_interval
+
+# the collapse measures besides the relative residual (whose final value is `final_rank`/`rank`):
+# each job's value at the last layer, from `rank/<measure>/layer_<k>`
+OTHER_MEASURES = tuple(m for m in MEASURES if m != "relative_residual")
 
 COLUMNS = (
     "job",
     "mixer",
     "skip",
+    "residual",
     "mlp",
     "norm",
     "depth",
@@ -103,6 +112,7 @@ COLUMNS = (
     "metric",
     "final_metric",
     "final_rank",
+    *(f"final_{m}" for m in OTHER_MEASURES),
     "steps_per_s",
     "params",
     "tokens",
@@ -146,6 +156,15 @@ class Job:
         names = sorted(k for k in keys if k.startswith("val/") and k != "val/loss")
         return names[0] if names else None
 
+    def final_measure(self, name: str) -> Any:
+        """The latest value of collapse measure `name` at the last layer logged,
+        `rank/<name>/layer_<L>`; None when the job never logged it (n/a, or not chosen)."""
+        pattern = re.compile(rf"^rank/{re.escape(name)}/layer_(\d+)$")
+        final = (self.summary or {}).get("final") or {}
+        keys = [*(final if isinstance(final, dict) else {}), *(k for r in self.records for k in r)]
+        layers = [int(m[1]) for k in set(keys) if (m := pattern.match(k))]
+        return self.value(f"rank/{name}/layer_{max(layers)}") if layers else None
+
     def rank_profile(self) -> list[float] | None:
         """rank/layer_0..L from the last record that logged them."""
         for record in reversed(self.records):
@@ -162,6 +181,20 @@ def _get(cfg: dict[str, Any], dotted: str) -> Any:
             return None
         node = node[part]
     return node
+
+
+def residual_kind(cfg: dict[str, Any]) -> str | None:
+    """The residual variant a job ran (attnzoo.residual.resolve on its `model.*`, the older
+    `skip`/`layer_scale` spellings included, defaults from ModelConfig); None if unreadable."""
+    model = cfg.get("model")
+    if not isinstance(model, dict):
+        return None
+    keys = ("residual", "residual_alpha", "skip", "layer_scale", "depth", "norm", "norm_position")
+    fields = {k: model.get(k, getattr(ModelConfig, k)) for k in keys}
+    try:
+        return resolve(SimpleNamespace(**fields)).kind
+    except (ValueError, TypeError):
+        return None
 
 
 def _group_name(cfg: dict[str, Any], group: str, overrides: list[str]) -> Any:
@@ -362,6 +395,7 @@ def row(job: Job) -> dict[str, Any]:
         "job": job.name,
         "mixer": _group_name(cfg, "mixer", overrides),
         "skip": _get(cfg, "model.skip"),
+        "residual": residual_kind(cfg),
         "mlp": _get(cfg, "model.mlp"),
         "norm": _get(cfg, "model.norm"),
         "depth": _get(cfg, "model.depth"),
@@ -371,6 +405,7 @@ def row(job: Job) -> dict[str, Any]:
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,
         "final_rank": rank,
+        **{f"final_{m}": job.final_measure(m) for m in OTHER_MEASURES},
         "steps_per_s": summary.get("steps_per_s"),
         "params": summary.get("params"),
         **budget(job),
@@ -411,63 +446,6 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
-def _ablation(r: dict[str, Any]) -> str:
-    on = lambda v: "on" if v in (True, "true", "True") else "off" if v is not None else "?"
-    return f"skip {on(r['skip'])}, mlp {on(r['mlp'])}, norm {r['norm'] or '?'}"
-
-
-def plot_rank(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
-    panels: dict[str, list[tuple[str, list[float]]]] = {}
-    for job, r in zip(jobs, rows, strict=True):
-        profile = job.rank_profile()
-        if profile:
-            label = f"{r['mixer']} (depth {r['depth']})"
-            panels.setdefault(_ablation(r), []).append((label, profile))
-    n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.0 * n, 3.4), squeeze=False, sharey=True)
-    for ax, (title, curves) in zip(axes[0], sorted(panels.items()), strict=False):
-        for label, profile in curves:
-            ax.semilogy(range(len(profile)), [max(v, 1e-17) for v in profile], marker="o", ms=3,
-                        label=label)  # fmt: skip
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("layer (0 = embedding)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    if not panels:
-        axes[0][0].text(0.5, 0.5, "no job logged rank/layer_*", ha="center", va="center")
-    axes[0][0].set_ylabel("relative residual at the final eval")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
-    panels: dict[str, list[tuple[str, list[int], list[float]]]] = {}
-    for job, r in zip(jobs, rows, strict=True):
-        points = [(rec["step"], rec["val/loss"]) for rec in job.records
-                  if "val/loss" in rec and "step" in rec]  # fmt: skip
-        if points:
-            steps, losses = zip(*points, strict=True)
-            label = f"{_ablation(r)}, depth {r['depth']} [{r['status']}]"
-            panels.setdefault(str(r["mixer"]), []).append((label, list(steps), list(losses)))
-    n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.0 * n, 3.4), squeeze=False, sharey=True)
-    for ax, (mixer, curves) in zip(axes[0], sorted(panels.items()), strict=False):
-        for label, steps, losses in curves:
-            ax.plot(steps, losses, marker="o", ms=2, label=label)
-        ax.set_title(mixer)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    if not panels:
-        axes[0][0].text(0.5, 0.5, "no job logged val/loss", ha="center", va="center")
-    axes[0][0].set_ylabel("validation loss")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # ---- seeds as replicates: one row per configuration -------------------------------------------
 
 GROUP_STATS = (
@@ -487,6 +465,7 @@ GROUP_STATS = (
     "rank_std",
     "rank_ci_low",
     "rank_ci_high",
+    *(f"{m}_{s}" for m in OTHER_MEASURES for s in ("mean", "std", "ci_low", "ci_high")),
     "steps_per_s_mean",
     "params",
     "tokens",
@@ -512,7 +491,12 @@ COMPARISON_COLUMNS = (
     "verdict",
     "sentence",
 )
-VALUES = {"val_loss": "final_val_loss", "metric": "final_metric", "rank": "final_rank"}
+VALUES = {
+    "val_loss": "final_val_loss",
+    "metric": "final_metric",
+    "rank": "final_rank",
+    **{m: f"final_{m}" for m in OTHER_MEASURES},
+}
 
 
 def _axis_name(key: str) -> str:
@@ -537,8 +521,8 @@ class Group:
         return [r for _, r in self.members if r["status"] == "completed"]
 
     def values(self, which: str) -> dict[Any, float]:
-        """{seed: final value} over the completed jobs with a finite value (which: val_loss,
-        metric or rank)."""
+        """{seed: final value} over the completed jobs with a finite value (which: a key of
+        VALUES: val_loss, metric, rank or another collapse measure)."""
         out: dict[Any, float] = {}
         for r in self.completed:
             v = r[VALUES[which]]
@@ -915,35 +899,6 @@ def write_selection(selected: list[dict[str, Any]], out: Path, final_dir: str, a
 # ---- figures over seeds ----------------------------------------------------------------------
 
 
-def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path, conf: float):
-    """Mean over seeds with its interval as a whisker, per configuration and measure."""
-    panels = [("val_loss", "final validation loss"), ("metric", "final task metric"),
-              ("rank", "final relative residual")]  # fmt: skip
-    fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(groups) + 1.6), squeeze=False)
-    names = [g.name for g in groups]
-    for ax, (which, title) in zip(axes[0], panels, strict=True):
-        for y, r in enumerate(table):
-            mean, low, high = r[f"{which}_mean"], r[f"{which}_ci_low"], r[f"{which}_ci_high"]
-            if mean is None or math.isnan(mean):
-                continue
-            if math.isnan(low):
-                ax.plot([mean], [y], "o", mfc="none", color="C0")  # one seed: no whisker
-            else:
-                ax.errorbar([mean], [y], xerr=[[mean - low], [high - mean]], fmt="o",
-                            color="C0", capsize=3)  # fmt: skip
-            for seed_value in table[y]["_values"][which]:
-                ax.plot([seed_value], [y], ".", color="0.6", ms=4)
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names if which == "val_loss" else [], fontsize=7)
-        ax.set_ylim(-0.7, len(names) - 0.3)
-        ax.invert_yaxis()
-        ax.set_title(f"{title}: mean, {conf:.0%} t-interval", fontsize=9)
-        ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # What val_bands.png can be drawn against (--x): the metrics.jsonl key the trainer logs it under.
 X_AXES = {
     "steps": ("step", "step"),
@@ -996,35 +951,19 @@ def curve_band(
 def plot_bands(
     groups: list[Group], axis: str | None, path: Path, confidence: float, x: str = "steps"
 ) -> None:
-    """Validation loss against `x` (steps, tokens, wall or flops): mean over seeds with its interval as a band; one panel per
-    configuration of the other axes, one line per value of the compared axis."""
+    """Validation loss against `x` (steps, tokens, wall or flops): mean over seeds with its
+    interval as a band; one panel per configuration of the other axes, one line per value of
+    the compared axis."""
     panels = blocks(groups, axis) if axis else {"all": groups}
     attached = attached_keys(groups, axis) if axis else []
-    n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=True)
-    for ax, (title, members) in zip(axes[0], panels.items(), strict=False):
-        for i, g in enumerate(members):
-            steps, cis = curve_band(g, confidence, x)
-            if not steps:
-                continue
-            label = _config_name(g, axis, attached) if axis else g.name
-            mean = [c.mean for c in cis]
-            ax.plot(steps, mean, color=f"C{i % 10}", label=f"{label} (n={cis[-1].n})")
-            if cis[-1].n > 1:
-                ax.fill_between(steps, [c.low for c in cis], [c.high for c in cis],
-                                color=f"C{i % 10}", alpha=0.2, lw=0)  # fmt: skip
-        ax.set_title(title if title != "all" else f"by {_axis_name(axis or 'configuration')}",
-                     fontsize=9)  # fmt: skip
-        ax.set_xlabel(X_AXES[x][1])
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    if not any(ax.lines for ax in axes[0]):
-        axes[0][0].text(0.5, 0.5, "no completed job logged val/loss", ha="center", va="center")
-    axes[0][0].set_ylabel(f"validation loss (mean, {confidence:.0%} band)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    curves: dict[str, list[tuple[str, list[float], list[Interval]]]] = {}
+    for title, members in panels.items():
+        title = title if title != "all" else f"by {_axis_name(axis or 'configuration')}"
+        curves[title] = [
+            (_config_name(g, axis, attached) if axis else g.name, *curve_band(g, confidence, x))
+            for g in members
+        ]
+    draw_bands(curves, X_AXES[x][1], f"validation loss (mean, {confidence:.0%} band)", path)
 
 
 def write_groups(

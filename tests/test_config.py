@@ -55,7 +55,9 @@ def test_experiment_presets_are_global_and_compose():
     cfg = compose(["experiment=circle"])
     assert cfg.task.name == "circle" and cfg.model.share_blocks and cfg.model.heads == 1
     cfg = compose(["experiment=san_sort"])
-    assert not cfg.model.skip and not cfg.model.mlp and cfg.model.norm.value == "none"
+    assert (
+        cfg.model.residual.value == "none" and not cfg.model.mlp and cfg.model.norm.value == "none"
+    )
 
 
 def _messages(err: BaseException) -> str:

@@ -14,6 +14,7 @@ import yaml
 
 from attnzoo.flops import train_flops_per_token
 from attnzoo.stats import mean_interval, t_ppf
+from attnzoo.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -105,6 +106,7 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
         "none",
         "3",
     )
+    assert (done["residual"], rows["1"]["residual"]) == ("add", "none")  # skip=false: none
     assert done["task"] == "sort" and done["metric"] == "accuracy"
     assert float(done["final_val_loss"]) == pytest.approx(2.0)
     assert float(done["final_metric"]) == pytest.approx(0.5)
@@ -149,13 +151,15 @@ def make_run(
     lr: float = 3e-3,
     status: str = "completed",
     skip: bool = True,
+    residual: str | None = None,
 ) -> None:
     """A completed job of a seed sweep, its final validation loss `loss` (the curve ends there),
     accuracy 1 - loss / 3, with run-specific non-semantic keys (logger name, data_dir)."""
     (folder / ".hydra").mkdir(parents=True)
     cfg = {
         "mixer": {"name": mixer} | ({"window": 3} if mixer == "pooling" else {}),
-        "model": {"dim": 16, "depth": 2, "heads": 2, "skip": skip, "mlp": True, "mlp_ratio": 4.0},
+        "model": {"dim": 16, "depth": 2, "heads": 2, "skip": skip, "mlp": True, "mlp_ratio": 4.0}
+        | ({"residual": residual} if residual else {}),
         "task": {"name": "sort", "seq_len": 8},
         "train": {"max_steps": 20, "batch_size": 4, "lr": lr, "seed": seed, "progress": False},
         "logger": {"mode": "offline", "name": f"run-{folder.name}"},
@@ -374,6 +378,27 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
             assert (
                 float(g[f"{key}_ci_low"]) <= float(g[f"{key}_mean"]) <= float(g[f"{key}_ci_high"])
             )
+        for m in summarize.OTHER_MEASURES:  # the last layer's value, from each job's metrics
+            finals = []
+            for r in members:
+                logged = read_metrics(out / r["job"] / "metrics.jsonl")[-1]
+                value = logged.get(f"rank/{m}/layer_1")
+                if value is None:
+                    assert r[f"final_{m}"] == ""
+                else:
+                    assert float(r[f"final_{m}"]) == pytest.approx(value, rel=1e-6)
+                finals += [value] if value is not None else []
+            if mixer == "pooling" and m == "attention_entropy":  # no softmax attention: n/a
+                assert finals == [] and g[f"{m}_mean"] in ("", "nan")
+                continue
+            x = np.array(finals)
+            assert len(x) == 3
+            ci = mean_interval(x)
+            assert float(g[f"{m}_mean"]) == pytest.approx(x.mean(), rel=1e-3)
+            assert float(g[f"{m}_std"]) == pytest.approx(x.std(ddof=1), rel=1e-3, abs=1e-9)
+            assert float(g[f"{m}_ci_low"]) == pytest.approx(ci.low, rel=1e-3, abs=1e-6)
+            assert float(g[f"{m}_ci_high"]) == pytest.approx(ci.high, rel=1e-3, abs=1e-6)
+        assert {r["residual"] for r in members} == {"add"}
         assert g["params"] == members[0]["params"] and g["tokens"] == str(4 * 64 * 8)
         assert float(g["wall_s_mean"]) > 0
     (c,) = csv.DictReader((out / "comparisons.csv").open())
@@ -450,3 +475,20 @@ def test_wandb_offline_logs_the_groups_table(tmp_path, monkeypatch):
     assert [row[0] for row in table["data"]] == list(groups)
     n_seeds = table["columns"].index("n_seeds")
     assert [row[n_seeds] for row in table["data"]] == [2, 1]
+
+
+def test_a_residual_sweep_shows_each_variant_not_skip(tmp_path):
+    """model.residual=none,add,rezero leaves model.skip=true in every config: the residual column
+    is the variant each job ran (attnzoo.residual.resolve), a separate configuration each."""
+    sweep = tmp_path / "sweep"
+    for job, residual in enumerate(("none", "add", "rezero")):
+        make_run(sweep / str(job), "scaled_dot", 0, 2.0, residual=residual)
+    make_run(sweep / "3", "scaled_dot", 0, 2.0, skip=False)  # the older spelling of none
+    summarize.summarize(sweep, tmp_path / "report")
+    rows = list(csv.DictReader((tmp_path / "report" / "summary.csv").open()))
+    assert [(r["skip"], r["residual"]) for r in rows] == [
+        ("True", "none"),
+        ("True", "add"),
+        ("True", "rezero"),
+        ("False", "none"),
+    ]

@@ -312,6 +312,8 @@ def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
         if "rank/last" in r:  # the rank media go with every evaluation (media_budget=1)
             assert any(k.startswith("rank/table") for k in logged)
             assert any(k.startswith("rank/vs_depth") for k in logged)
+            for m in ("effective_rank", "stable_rank", "token_similarity", "attention_entropy"):
+                assert any(k.startswith(f"rank/{m}/vs_depth") for k in logged), m
             assert any(k.startswith("rank/plot") for k in logged)
             assert any(k.startswith("attention/maps") for k in logged)
 

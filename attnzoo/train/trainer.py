@@ -19,19 +19,19 @@ from omegaconf import DictConfig
 from attnzoo import distributed
 from attnzoo.checkpoint import save_checkpoint
 from attnzoo.model import Model
-from attnzoo.rank import rank_profile
-from attnzoo.tasks import Batch, Task
+from attnzoo.tasks import Task
 from attnzoo.tracking import (
     MetricsFile,
     WandbRun,
     log_attention_media,
     log_rank_media,
+    measures_figure,
     metrics_last,
-    rank_figure,
     report,
     write_json,
 )
 from attnzoo.train.budget import Budget
+from attnzoo.train.probe import by_depth, probe_batch, rank_record
 from attnzoo.train.resume import Preemption, rng_state, set_rng_state
 from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
 from attnzoo.train.system import available_cores, threads_for
@@ -73,21 +73,6 @@ def evaluate(
     return out
 
 
-def probe_batch(task: Task, cfg: DictConfig, device: torch.device) -> Batch:
-    """The fixed validation batch the rank profile is measured on."""
-    gen = torch.Generator().manual_seed(int(cfg.train.seed) + 3)
-    return task.batch("val", int(cfg.train.probe_batch_size), gen).to(device)
-
-
-def rank_record(model: torch.nn.Module, probe: Batch) -> dict[str, float]:
-    """`rank/layer_<i>` for every hidden state (0: the embedding, i: the output of block i) and
-    `rank/last`, on the fixed probe batch."""
-    profile = rank_profile(model, probe.inputs, probe.key_padding_mask)
-    out = {f"rank/layer_{i}": float(r) for i, r in enumerate(profile.mean)}
-    out["rank/last"] = float(profile.mean[-1])
-    return out
-
-
 def extras_due(
     spent_s: float, last_cost_s: float, elapsed_s: float, budget: float, last: bool
 ) -> bool:
@@ -109,7 +94,8 @@ class Progress:
 
     step: int = 0
     best: dict[str, float] = field(default_factory=dict)
-    rank_history: list[tuple[int, list[float]]] = field(default_factory=list)
+    rank_history: list[tuple[int, list[float]]] = field(default_factory=list)  # relative residual
+    measure_history: list[tuple[int, dict[str, list[float]]]] = field(default_factory=list)
     wandb_id: str | None = None
     skipped: int = 0
 
@@ -202,6 +188,8 @@ class Trainer:
             step=step,
             best=dict(state.get("best", {})),
             rank_history=[tuple(x) for x in state.get("rank_history", [])],
+            measure_history=[tuple(x) for x in state.get("measure_history", [])]
+            or [(s, {"relative_residual": list(r)}) for s, r in state.get("rank_history", [])],
             wandb_id=state.get("wandb_id"),
             skipped=int(state.get("skipped_steps", 0)),
         )
@@ -292,11 +280,13 @@ class Trainer:
         budget = float(cfg.logger.media_budget)
         extras = extras_due(self.extras_s, self.extras_cost, start - self.t_start, budget, last)
         values = evaluate(self.model, self.task, cfg, self.device, sample=extras)
-        ranks = rank_record(self.model, self.probe)
+        measures = list(cfg.train.rank_measures)
+        ranks = rank_record(self.model, self.probe, measures)
         record.update(values)
         record.update(ranks)
-        by_depth = [ranks[f"rank/layer_{i}"] for i in range(len(ranks) - 1)]
-        state.rank_history.append((state.step, by_depth))
+        depths = by_depth(ranks, measures)
+        state.rank_history.append((state.step, depths["relative_residual"]))
+        state.measure_history.append((state.step, depths))
         self._keep_best("val/loss", values, higher_is_better=False)
         self._keep_best(f"val/{self.task.metric}", values, self.task.higher_is_better)
         if extras:
@@ -320,14 +310,15 @@ class Trainer:
         state, cfg = self.state, self.cfg
         if "val/sample_text" in values:
             self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
-        fig = rank_figure(state.rank_history, title=f"{cfg.mixer.name} on {cfg.task.name}")
+        title = f"{cfg.mixer.name} on {cfg.task.name}"
+        fig = measures_figure(state.measure_history, title=title)
         try:
             image: Any = fig
             if self.main:
                 image = self.run_dir / "rank_decay.png"
                 fig.savefig(image)  # rendered once: W&B's image is this file
             if self.wb.active:
-                log_rank_media(self.wb, image, state.rank_history, state.step)
+                log_rank_media(self.wb, image, state.measure_history, state.step)
             if self.wb.active and cfg.logger.attention_maps:
                 log_attention_media(self.wb, self.model, self.probe, state.step)
         finally:
@@ -356,6 +347,7 @@ class Trainer:
                 "config": self.plain_cfg,
                 "best": state.best,
                 "rank_history": state.rank_history,
+                "measure_history": state.measure_history,
                 "wandb_id": self.wb.id or state.wandb_id,
                 "skipped_steps": state.skipped,
                 "threads": self.threads,
