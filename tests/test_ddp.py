@@ -45,6 +45,7 @@ def train(tmp_path: Path, name: str, nproc: int) -> Path:
     return run_dir
 
 
+@pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
 def test_two_cpu_ranks_train_one_model_and_only_rank_0_writes(tmp_path):
     ddp = train(tmp_path, "ddp", 2)
     single = train(tmp_path, "single", 1)

@@ -31,6 +31,7 @@ def gpu_check():
     sys.modules.pop(spec.name, None)
 
 
+@pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
 def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
     out = tmp_path / "report"
     done = subprocess.run(

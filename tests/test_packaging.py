@@ -110,14 +110,14 @@ def test_installed_wheel_composes_the_trainer_config(wheel, tmp_path):
         "import attnzoo.train as t;"
         f"assert t.__file__.startswith({str(target)!r}), t.__file__;"
         "c = t.compose(['mixer=metric', 'task=convex_hull', 'experiment=san_sort']);"
-        "print(c.mixer.name, c.task.name, c.model.skip)"
+        "print(c.mixer.name, c.task.name, c.model.residual.name)"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["metric", "convex_hull", "False"]  # the command line wins
+    assert out.stdout.split() == ["metric", "convex_hull", "none"]  # the command line wins
 
 
 def test_the_checkout_folder_imported_as_kernels_stays_empty():

@@ -29,6 +29,7 @@ def sweep(tmp_path: Path, launcher: str, *overrides: str) -> tuple[Path, list[di
     return out, list(csv.DictReader((out / "summary.csv").open()))
 
 
+@pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
 def test_submitit_local_sweep_finishes_around_a_failed_job(tmp_path):
     # model.heads=3 does not divide model.dim=16: that job fails when it builds its model
     out, rows = sweep(tmp_path, "local", "model.heads=1,3,2")
@@ -45,6 +46,7 @@ def test_submitit_local_sweep_finishes_around_a_failed_job(tmp_path):
     assert "**failed**" in (out / "summary.md").read_text()
 
 
+@pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
 def test_joblib_sweep_runs_every_mixer_in_parallel(tmp_path):
     out, rows = sweep(tmp_path, "parallel", "mixer=identity,pooling", "model.skip=false")
     assert [r["status"] for r in rows] == ["completed"] * 2
