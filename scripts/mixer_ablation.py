@@ -27,7 +27,7 @@ task tune-summary/ (summarize's job table and selected.*) and report/ (its table
 over the fresh seeds).
 
     python scripts/mixer_ablation.py --data-dir DATA_DIR --parallel 2
-    python scripts/mixer_ablation.py --smoke           # the whole pipeline at toy size, seconds
+    python scripts/mixer_ablation.py --smoke           # the whole pipeline at toy size, ~1 min
 
 Only the learning rate is tuned; every other setting is the task's preset (flags/--override
 change it for every run).
