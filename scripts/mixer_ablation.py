@@ -1,219 +1,522 @@
-"""Mixer ablation on real data (the NLP-MetaFormer experiments): the five mixers side by side.
+"""The replicated, tuned mixer study on real data (the NLP-MetaFormer experiments), one command.
 
-Trains every mixer on `shakespeare_char` (character language model) and `imdb` (sentiment
-classification) with skip and MLP on, at the same width and depth, and tabulates the final
-validation loss and metric, parameters, steps/s and the final relative residual (rank/last).
-The claim under test: on IMDB, pooling and identity match scaled-dot.
+For each task (`shakespeare_char` at nanoGPT's CPU recipe, `experiment=shakespeare_char`; `imdb`
+with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), every mixer:
 
-A task that is not registered in this checkout is skipped with a message, and a run that fails
-is kept in the table with its status.
+1. tune: a log-spaced `train.lr` grid per mixer on the tuning seeds (default 100, 101), one
+   `python -m attnzoo.train -m` sweep;
+2. select: per mixer, the learning rate with the lowest mean validation loss over the tuning
+   seeds (scripts/summarize.py's selection, which flags a choice at the edge of the grid);
+3. rerun: fresh seeds (default 0-4) at each mixer's chosen learning rate, one sweep per chosen
+   value (the mixers that chose it);
+4. report: the groups over the fresh seeds with Student-t intervals, each mixer against the best
+   (summarize's paired comparisons), and the published claims tested against scaled-dot:
+   on IMDB "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing
+   accuracy", on Shakespeare "metric trains with not much difference from a transformer". Each
+   verdict is a resolved difference, within the equivalence margin (TOST; --margin-accuracy,
+   --margin-loss, stated at the top of the report before any number), or not resolved with n seeds.
 
-Outputs (in --out): mixer_ablation.csv, mixer_ablation.md, mixer_ablation.png (final metric and
-loss per mixer and task), and runs/<task>/<mixer>/ (the training runs, one run folder each).
+Every run goes through `python -m attnzoo.train -m` (what a user runs; --parallel N uses
+`hydra/launcher=parallel`), in <out>/<task>/tune and <out>/<task>/final/lr_<value>. Running the
+same command again skips the sweeps whose jobs all completed and resumes the others
+(`train.resume=true`). A task whose corpus is not in --data-dir is skipped with a message.
 
-    python scripts/mixer_ablation.py                                  # 2-core CPU: minutes
-    python scripts/mixer_ablation.py --dim 256 --depth 6 --heads 8 --steps 5000 \\
-        --batch-size 64 --seq-len 256 --full-data --device auto        # full size (GPU)
+Outputs (in --out): mixer_ablation.md (the report: command, machine, wall time, seeds, budget,
+grid and selection, groups, comparisons, claims), mixer_ablation.json (the same numbers), and per
+task tune-summary/ (summarize's job table and selected.*) and report/ (its tables and figures
+over the fresh seeds).
 
-Model and training settings default to conf/experiment/mixer_ablation.yaml; flags override them.
+    python scripts/mixer_ablation.py --data-dir DATA_DIR --parallel 2
+    python scripts/mixer_ablation.py --smoke           # the whole pipeline at toy size, ~1 min
+
+Only the learning rate is tuned; every other setting is the task's preset (flags/--override
+change it for every run).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import contextlib
+import hashlib
 import json
-import shutil
+import math
+import os
+import platform
+import random
+import shlex
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import summarize as S  # this folder's: grouping, intervals, comparisons, selection
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from attnzoo import MIXERS
+from attnzoo.stats import compare
 
-from attnzoo import MIXERS  # noqa: E402
-from attnzoo.tasks import TASKS, task_options  # noqa: E402
-
-# CPU-minutes defaults per task (only the options a task has are passed; flags override them).
-TASK_DEFAULTS = {
-    "shakespeare_char": {"seq_len": 64},
-    "imdb": {"seq_len": 128, "max_examples": 2000},  # 2,000 reviews per split, first 128 tokens
+# What each task runs: its preset, and what the claim under test needs on top of it.
+TASKS = {
+    "shakespeare_char": ["experiment=shakespeare_char"],  # nanoGPT's CPU recipe
+    "imdb": ["experiment=imdb", "model.depth=1"],  # NLP-MetaFormer's IMDB claim is for one block
 }
+# The files (under the data folder) whose presence means the corpus is there.
+CORPUS = {
+    "shakespeare_char": ["tinyshakespeare/input.txt"],
+    "imdb": ["imdb/aclImdb", "imdb/aclImdb_v1.tar.gz", "imdb/aclImdb_labeled.tar.gz"],
+}
+# The published claims: (task, sentence, mixers compared with the reference, reference, on).
+CLAIMS = [
+    (
+        "imdb",
+        "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
+        "accuracy (NLP-MetaFormer, IMDB, one block)",
+        ["quadratic", "pooling", "identity"],
+        "scaled_dot",
+        "metric",
+    ),
+    (
+        "shakespeare_char",
+        "metric trains with not much difference from a transformer (NLP-MetaFormer, "
+        "character-level language model)",
+        ["metric"],
+        "scaled_dot",
+        "val_loss",
+    ),
+]
+# The toy size of --smoke: the whole pipeline in seconds.
+SMOKE = [
+    "train.rank_measures=[relative_residual]",
+    "train.probe_batch_size=4",
+    "model.dim=16",
+    "model.depth=1",
+    "model.heads=2",
+    "train.max_steps=3",
+    "train.batch_size=4",
+    "train.warmup_steps=1",
+    "train.eval_every=3",
+    "train.eval_batches=1",
+    "train.log_every=1",
+    "task.seq_len=16",
+]
+SMOKE_TASK = {"imdb": ["task.tokenizer=bpe", "task.bpe_vocab_size=300"]}
+VERDICT_FORMS = ("resolved difference", "within margin", "not resolved with")
 
-COLUMNS = (
-    "task",
-    "mixer",
-    "status",
-    "final_val_loss",
-    "metric",
-    "final_metric",
-    "params",
-    "steps_per_s",
-    "final_rank",
-    "wall_s",
-)
+
+# ---- the machine and the data ------------------------------------------------------------------
 
 
-def final_value(run_dir: Path, summary: dict, key: str):
-    """summary.json's final value of `key`, else the last one in metrics.jsonl."""
-    final = summary.get("final") or {}
-    if key in final:
-        return final[key]
-    value = None
-    path = run_dir / "metrics.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                value = json.loads(line).get(key, value)
-            except json.JSONDecodeError:
-                continue
-    return value
+def machine() -> str:
+    """CPU model, cores and torch version, from this process."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{cpu}, {cores} cores available, {gpu}; torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {platform.system()}"
+    )
 
 
-def overrides_for(task: str, mixer: str, args: argparse.Namespace) -> list[str]:
-    """The experiment=mixer_ablation preset, the cell of the grid, and the command line's changes."""
-    out = ["experiment=mixer_ablation", f"task={task}", f"mixer={mixer}", "logger.mode=disabled"]
-    for key, value in (
-        ("model.dim", args.dim),
-        ("model.depth", args.depth),
-        ("model.heads", args.heads),
-        ("train.max_steps", args.steps),
-        ("train.batch_size", args.batch_size),
-        ("train.seed", args.seed),
-        ("train.device", args.device),
-        ("data_dir", args.data_dir),
-    ):
-        if value is not None:
-            out.append(f"{key}={value}")
-    task_opts = dict(TASK_DEFAULTS.get(task, {}))
-    if args.seq_len is not None:
-        task_opts["seq_len"] = args.seq_len
-    if args.full_data:
-        task_opts.pop("max_examples", None)
-    allowed = task_options(task)
-    out += [f"task.{k}={v}" for k, v in task_opts.items() if k in allowed]
+def data_dir_of(args: argparse.Namespace) -> Path:
+    from attnzoo.config import default_data_dir
+
+    return Path(args.data_dir) if args.data_dir else default_data_dir()
+
+
+def has_corpus(task: str, data_dir: Path) -> bool:
+    return any((data_dir / p).exists() for p in CORPUS.get(task, []))
+
+
+def write_smoke_data(folder: Path) -> dict[str, str]:
+    """Tiny synthetic corpora in the real layouts (the smoke run needs no download); returns the
+    environment that makes the loaders accept them."""
+    rng = random.Random(0)
+    words = ["thou", "art", "the", "king", "and", "i", "shall", "speak", "of", "love", "night"]
+    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(600)]
+    text = "\n".join(f"{rng.choice(['KING', 'QUEEN'])}:\n{line}\n" for line in lines)
+    path = folder / "tinyshakespeare" / "input.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    good, bad = ["great", "wonderful", "moving", "superb"], ["dull", "awful", "boring", "bad"]
+    for split in ("train", "test"):
+        for label, vocab in (("pos", good), ("neg", bad)):
+            d = folder / "imdb" / "aclImdb" / split / label
+            d.mkdir(parents=True, exist_ok=True)
+            for i in range(12):
+                review = " ".join(rng.choice(vocab + words) for _ in range(20))
+                (d / f"{i}_{7 if label == 'pos' else 2}.txt").write_text(review)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"ATTNZOO_TINYSHAKESPEARE_SHA256": sha, "ATTNZOO_OFFLINE": "1"}
+
+
+# ---- the sweeps --------------------------------------------------------------------------------
+
+
+def _lr_text(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def completed(sweep: Path, expected: int) -> bool:
+    """Every job of the sweep has a summary.json with status completed."""
+    done = 0
+    for summary in sweep.glob("*/summary.json"):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            done += json.loads(summary.read_text()).get("status") == "completed"
+    return done >= expected
+
+
+def sweep(overrides: list[str], folder: Path, expected: int, env: dict[str, str], log: Path):
+    """One `python -m attnzoo.train -m` sweep into `folder` (skipped when it already completed;
+    interrupted jobs resume). A failed job is left to the summary, which reports its status."""
+    cmd = [sys.executable, "-m", "attnzoo.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
+    if completed(folder, expected):
+        print(f"  done already: {folder}")
+        return
+    print("  $ " + " ".join(shlex.quote(c) for c in cmd[1:]), flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        print(f"  the sweep exited with {proc.returncode} (see {log}); the summary keeps the jobs")
+
+
+def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[str]:
+    out = [*TASKS[task], "logger.mode=disabled", "train.progress=false", "train.resume=true"]
+    out += [f"data_dir={data_dir}", f"train.device={args.device}"]
+    if args.smoke:
+        out += SMOKE + SMOKE_TASK.get(task, [])
+    if args.parallel:
+        out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
     return out + list(args.override)
 
 
-def train_one(task: str, mixer: str, args: argparse.Namespace, run_dir: Path) -> dict:
-    """One cell of the grid: train, and read back what the table needs (a failure is a row)."""
-    from attnzoo.train import compose, run
+def select_lr(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """summarize's selection on the tuning sweep (per mixer, the LR with the lowest mean
+    validation loss): tune-summary/summary.{md,csv} and selected.{json,md,sh}. Its figures are
+    left out (`python scripts/summarize.py <out>/<task>/tune` draws them)."""
+    out = root / "tune-summary"
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = S.find_jobs(root / "tune")
+    rows = [S.row(j) for j in jobs]
+    S.write_tables(rows, out, root / "tune")
+    groups, _ = S.group_jobs(jobs, rows)
+    axes = S.varying_axes(groups)
+    if "train.lr" not in axes:
+        return []
+    final_dir = str(root / "final")
+    fresh = ",".join(map(str, args.seeds))
+    selected = S.select(groups, "train.lr", "val_loss", fresh, final_dir)
+    S.write_selection(
+        selected, out, final_dir, S.default_axis([a for a in axes if a != "train.lr"])
+    )
+    return selected
 
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    start = time.perf_counter()
-    try:
-        summary = run(compose(overrides_for(task, mixer, args)), run_dir=run_dir)
-    except Exception as err:  # noqa: BLE001 - a failed run is a row of the table, not the end
-        summary = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
-    wall = time.perf_counter() - start
-    metric = getattr(TASKS[task], "metric", "accuracy")
+
+def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str, str]) -> dict:
+    """Tune, select, rerun at fresh seeds and summarise one task; the numbers for the report."""
+    root = args.out / task
+    base = base_overrides(task, args, data_dir)
+    mixers = ",".join(args.mixers)
+    lrs = ",".join(_lr_text(lr) for lr in args.lrs)
+    tune_seeds = ",".join(map(str, args.tune_seeds))
+    print(f"{task}: tuning train.lr over {lrs} on seeds {tune_seeds}")
+    n_tune = len(args.mixers) * len(args.lrs) * len(args.tune_seeds)
+    tune = [*base, f"mixer={mixers}", f"train.lr={lrs}", f"train.seed={tune_seeds}"]
+    sweep(tune, root / "tune", n_tune, env, root / "tune.log")
+    selected = select_lr(root, args)
+    chosen: dict[str, float] = {}
+    for s in selected:
+        mixer = s["axes"].get("mixer")
+        if mixer in args.mixers and s["value"] is not None:
+            chosen[mixer] = float(s["value"])
+    by_lr: dict[float, list[str]] = {}
+    for mixer in args.mixers:
+        if mixer in chosen:
+            by_lr.setdefault(chosen[mixer], []).append(mixer)
+    seeds = ",".join(map(str, args.seeds))
+    finals = []
+    for lr, group in sorted(by_lr.items()):
+        print(f"{task}: fresh seeds {seeds} at train.lr={_lr_text(lr)} for {', '.join(group)}")
+        folder = root / "final" / f"lr_{_lr_text(lr)}"
+        final = [
+            *base,
+            f"mixer={','.join(group)}",
+            f"train.lr={_lr_text(lr)}",
+            f"train.seed={seeds}",
+        ]
+        sweep(final, folder, len(group) * len(args.seeds), env, root / "final.log")
+        finals.append(folder)
+    if not finals:
+        return {"task": task, "selected": selected, "groups": [], "error": "no LR was selected"}
+    S.summarize(
+        finals,
+        root / "report",
+        compare_axis="mixer" if len(args.mixers) > 1 else None,
+        margin=margin_for(task, args),
+        confidence=args.confidence,
+        wandb_mode="disabled",
+    )
+    jobs = [j for folder in finals for j in S.find_jobs(folder)]
+    rows = [S.row(j) for j in jobs]
+    groups, _ = S.group_jobs(jobs, rows)
     return {
         "task": task,
-        "mixer": mixer,
-        "status": summary.get("status"),
-        "final_val_loss": final_value(run_dir, summary, "val/loss"),
-        "metric": metric,
-        "final_metric": final_value(run_dir, summary, f"val/{metric}"),
-        "params": summary.get("params"),
-        "steps_per_s": summary.get("steps_per_s"),
-        "final_rank": final_value(run_dir, summary, "rank/last"),
-        "wall_s": wall,
-        "error": summary.get("error"),
+        "selected": selected,
+        "chosen": chosen,
+        "groups": groups,
+        "table": [S.group_row(g, args.confidence) for g in groups],
+        "vs_best": {
+            on: S.comparisons(groups, "mixer.name", on, args.confidence, margin_on(on, args))
+            for on in (("val_loss", "metric") if task == "imdb" else ("val_loss",))
+        },
+        "tune_overrides": tune,
+        "jobs": len(jobs),
     }
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+def margin_on(on: str, args: argparse.Namespace) -> float:
+    return args.margin_loss if on == "val_loss" else args.margin_accuracy
+
+
+def margin_for(task: str, args: argparse.Namespace) -> float:
+    """The margin summarize's own comparisons (on the validation loss) use."""
+    return args.margin_loss
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+
+def verdict(a: str, b: str, on: str, c: Any, margin: float) -> str:
+    """One of the three forms: a resolved difference, within the margin, not resolved with n."""
+    name = "accuracy" if on == "metric" else "val loss"
+    n = min(c.n_a, c.n_b)
+    if math.isnan(c.p_value):
+        return f"{a} vs {b}: not resolved with {n} seeds (2 seeds each are needed to test)"
+    stats = (
+        f"Δ{name} = {c.diff:+.3g}, {c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], "
+        f"{c.method}, p = {c.p_value:.2g}"
+        + (f", TOST ±{margin:g}: p = {c.p_tost:.2g}" if c.p_tost is not None else "")
+    )
+    if c.within_margin:
+        extra = " (also a resolved difference, smaller than the margin)" if c.resolved else ""
+        return f"{a} vs {b}: within margin ±{margin:g} {name}{extra} ({stats})"
+    if c.resolved:
+        better = c.diff > 0 if on == "metric" else c.diff < 0
+        side = f"{a} {'better' if better else 'worse'} than {b}"
+        return f"{a} vs {b}: resolved difference, {side} ({stats})"
+    return (
+        f"{a} vs {b}: not resolved with {n} seeds (neither a difference nor equivalence within "
+        f"±{margin:g}; {stats})"
+    )
+
+
+def claim_lines(result: dict, args: argparse.Namespace) -> list[str]:
+    lines = []
+    by_mixer = {g.config.get("mixer.name"): g for g in result["groups"]}
+    for task, sentence, mixers, ref, on in CLAIMS:
+        if task != result["task"]:
+            continue
+        lines.append(f'- Claim: "{sentence}" (on {"accuracy" if on == "metric" else "val loss"})')
+        for m in mixers:
+            if m not in by_mixer or ref not in by_mixer:
+                lines.append(f"  - {m} vs {ref}: not resolved with 0 seeds (not run)")
+                continue
+            a, b = by_mixer[m].values(on), by_mixer[ref].values(on)
+            c = compare(a, b, args.confidence, margin_on(on, args))
+            lines.append("  - " + verdict(m, ref, on, c, margin_on(on, args)))
+    return lines
+
+
+def task_section(result: dict, args: argparse.Namespace) -> list[str]:
+    task = result["task"]
+    lines = [f"## {task}", ""]
+    if "skipped" in result:
+        return lines + [result["skipped"], ""]
+    cfg = result["groups"][0].config if result["groups"] else {}
+    steps, batch, ctx = (
+        cfg.get(k) for k in ("train.max_steps", "train.batch_size", "task.seq_len")
+    )
+    lines += [
+        f"Preset and overrides (every run): `{' '.join(TASKS[task])}`"
+        + (" + the --smoke toy size" if args.smoke else "")
+        + (f" + `{' '.join(args.override)}`" if args.override else "")
+        + ".",
+        f"Budget per run: {steps} steps of batch {batch}, context {ctx}; width "
+        f"{cfg.get('model.dim')}, depth {cfg.get('model.depth')}, {cfg.get('model.heads')} heads. "
+        f"{result.get('jobs', 0)} fresh-seed runs.",
+        "",
+        "### Learning rate: grid and selection",
+        "",
+        f"Grid `train.lr` = {', '.join(_lr_text(x) for x in args.lrs)} on tuning seeds "
+        f"{', '.join(map(str, args.tune_seeds))}; per mixer the value with the lowest mean "
+        "validation loss over the tuning seeds (scripts/summarize.py --select-by val_loss "
+        "--tune-axis train.lr).",
+        "",
+        "| mixer | chosen train.lr | mean val loss (tuning) | candidates (lr: mean) | note |",
+        "|---|---|---|---|---|",
+    ]
+    for s in result["selected"]:
+        cands = ", ".join(f"{S._fmt(c['value'])}: {S._fmt(c['mean'])}" for c in s["candidates"])
+        lines.append(
+            f"| {s['axes'].get('mixer')} | {S._fmt(s['value'])} | {S._fmt(s['mean'])} | "
+            f"{cands} | {s['note']} |"
+        )
+    lines += [
+        "",
+        f"### Fresh seeds {', '.join(map(str, args.seeds))} at the chosen learning rates",
+        "",
+        f"Mean over the completed seeds [{args.confidence:.0%} Student-t interval].",
+        "",
+        "| mixer | train.lr | n_seeds | seeds | val loss | metric | final rank | params | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r, g in zip(result["table"], result["groups"], strict=True):
+        metric = (f"{r['metric']} " if r["metric"] else "") + S._ci_text(
+            r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]
+        )
+        lines.append(
+            f"| {g.config.get('mixer.name')} | {S._fmt(g.config.get('train.lr'))} | "
+            f"{r['n_seeds']} | {r['seeds']} | "
+            f"{S._ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
+            f"{metric} | {S._ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{S._fmt(r['params'])} | {r['note']} |"
+        )
+    lines += ["", "### Against the best mixer", ""]
+    for on, rows in result["vs_best"].items():
+        name = "validation loss" if on == "val_loss" else "accuracy"
+        lines.append(f"On {name} (TOST margin ±{margin_on(on, args):g}):")
+        lines += [f"- {c['sentence']}" for c in rows] or ["- nothing to compare"]
+        lines.append("")
+    lines += ["### Published claims", ""] + claim_lines(result, args) + [""]
+    return lines
+
+
+def write_report(results: list[dict], args: argparse.Namespace, header: dict) -> Path:
+    lines = [
+        "# Mixer ablation: replicated, tuned",
+        "",
+        f"Command: `{header['command']}`",
+        f"Machine: {header['machine']}",
+        f"Wall time: {header['wall_s']:.0f} s (started {header['started']} UTC)",
+        "",
+        f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} validation loss "
+        f"(nats), ±{args.margin_accuracy:g} accuracy. Every verdict is one of: a resolved "
+        f"difference ({args.confidence:.0%} interval of the difference excludes 0), within "
+        "margin (two one-sided tests put the difference inside ±margin), or not resolved with n "
+        "seeds (neither; not the same as equal).",
+        f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
+        f"{', '.join(map(str, args.seeds))} (fresh: the numbers below are not the ones the "
+        f"learning rate was chosen on). Mixers: {', '.join(args.mixers)}.",
+        "",
+    ]
+    if args.smoke:
+        lines += ["**Smoke run**: toy sizes and synthetic data; the numbers mean nothing.", ""]
+    for result in results:
+        lines += task_section(result, args)
+    path = args.out / "mixer_ablation.md"
+    path.write_text("\n".join(lines) + "\n")
+    plain = [
+        {
+            "task": r["task"],
+            **({"skipped": r["skipped"]} if "skipped" in r else {}),
+            "chosen_lr": r.get("chosen", {}),
+            "groups": r.get("table", []),
+        }
+        for r in results
+    ]
+    (args.out / "mixer_ablation.json").write_text(
+        json.dumps({**header, "tasks": plain}, indent=2, default=str) + "\n"
+    )
+    return path
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
-    parser.add_argument("--tasks", nargs="+", default=["shakespeare_char", "imdb"])
-    parser.add_argument("--dim", type=int, default=None)
-    parser.add_argument("--depth", type=int, default=None)
-    parser.add_argument("--heads", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--seq-len", type=int, default=None, help="task.seq_len, where it has one")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--full-data", action="store_true", help="every example (no max_examples)")
+    parser.add_argument("--lrs", type=_floats, default=[5e-4, 1e-3, 2e-3, 4e-3],
+                        help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)")  # fmt: skip
+    parser.add_argument("--tune-seeds", type=_ints, default=[100, 101], help="default 100,101")
+    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2, 3, 4],
+                        help="fresh seeds at the chosen LR (default 0,1,2,3,4)")  # fmt: skip
+    parser.add_argument("--margin-loss", type=float, default=0.05,
+                        help="equivalence margin on the validation loss, nats (default 0.05)")  # fmt: skip
+    parser.add_argument("--margin-accuracy", type=float, default=0.02,
+                        help="equivalence margin on accuracy (default 0.02: 2 points)")  # fmt: skip
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--parallel", type=int, default=0, metavar="N",
+                        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
     parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
     parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
     parser.add_argument("--out", type=Path, default=Path("scripts/results/mixer_ablation"))
+    parser.add_argument("--smoke", action="store_true",
+                        help="the whole pipeline at toy size: 3 steps, 2 LRs, tuning seeds "
+                             "100,101, fresh seeds 0,1, synthetic data unless --data-dir")  # fmt: skip
     args = parser.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    start = time.perf_counter()
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    env = dict(os.environ)
+    if args.smoke:
+        if args.lrs == parser.get_default("lrs"):
+            args.lrs = [1e-3, 3e-3]
+        if args.seeds == parser.get_default("seeds"):
+            args.seeds = [0, 1]
+        args.tune_seeds = args.tune_seeds[:2]
+        if args.data_dir is None:
+            args.data_dir = str(args.out / "smoke_data")
+            env |= write_smoke_data(Path(args.data_dir))
+            env["ATTNZOO_CACHE_DIR"] = str(args.out / "smoke_cache")  # its tokenizer, not yours
+    if len(args.lrs) < 2 or len(args.seeds) < 2 or not args.tune_seeds:
+        parser.error("the study needs ≥ 2 learning rates, ≥ 2 fresh seeds and a tuning seed")
+    if set(args.seeds) & set(args.tune_seeds):
+        parser.error("--seeds must be fresh: they overlap --tune-seeds")
     args.out.mkdir(parents=True, exist_ok=True)
-
-    rows, skipped = [], []
+    data_dir = data_dir_of(args)
+    results = []
     for task in args.tasks:
-        if task not in TASKS:
-            msg = f"skipping task {task!r}: it is not registered yet (registered: {sorted(TASKS)})"
-            print(msg)
-            skipped.append(msg)
-            continue
-        for mixer in args.mixers:
-            r = train_one(task, mixer, args, args.out / "runs" / task / mixer)
-            rows.append(r)
-            print(
-                f"{task} {mixer}: {r['status']} loss={_fmt(r['final_val_loss'])} "
-                f"{r['metric']}={_fmt(r['final_metric'])} rank={_fmt(r['final_rank'])} "
-                f"{_fmt(r['steps_per_s'])} steps/s"
+        if not has_corpus(task, data_dir):
+            msg = (
+                f"skipping task {task!r}: its corpus is not in {data_dir} (looked for "
+                f"{', '.join(CORPUS[task])}); pass --data-dir"
             )
-
-    with open(args.out / "mixer_ablation.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    from attnzoo.train import compose
-
-    try:
-        c = compose(overrides_for(rows[0]["task"], rows[0]["mixer"], args)) if rows else None
-    except Exception:  # noqa: BLE001 - the failures are in the table already
-        c = None
-    shape = (
-        f"width {c.model.dim}, depth {c.model.depth}, {c.model.heads} heads, "
-        f"{c.train.max_steps} steps of batch {c.train.batch_size} (seed {c.train.seed})"
-        if c is not None
-        else "settings unknown (no run composed)"
-    )
-    lines = [
-        f"Skip + MLP + LayerNorm blocks, {shape}; the same for every mixer.",
-        "",
-        "| task | mixer | status | val loss | metric | params | steps/s | final rank |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        metric = f"{r['metric']} {_fmt(r['final_metric'])}"
-        lines.append(
-            f"| {r['task']} | {r['mixer']} | {r['status']} | {_fmt(r['final_val_loss'])} | "
-            f"{metric} | {_fmt(r['params'])} | {_fmt(r['steps_per_s'])} | "
-            f"{_fmt(r['final_rank'])} |"
-        )
-    lines += (
-        [""] + skipped + [f"{r['task']} {r['mixer']}: {r['error']}" for r in rows if r["error"]]
-    )
-    (args.out / "mixer_ablation.md").write_text("\n".join(lines) + "\n")
-
-    tasks = sorted({r["task"] for r in rows}, key=args.tasks.index)
-    fig, axes = plt.subplots(2, max(len(tasks), 1), figsize=(4.2 * max(len(tasks), 1), 5.6),
-                             squeeze=False)  # fmt: skip
-    for col, task in enumerate(tasks):
-        done = [r for r in rows if r["task"] == task]
-        names = [r["mixer"] for r in done]
-        for row_i, key in enumerate(("final_val_loss", "final_metric")):
-            ax = axes[row_i][col]
-            ax.bar(names, [r[key] if r[key] is not None else 0.0 for r in done])
-            ax.set_title(f"{task}: {'val loss' if row_i == 0 else done[0]['metric']}")
-            ax.tick_params(axis="x", rotation=30, labelsize=8)
-            ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(args.out / "mixer_ablation.png", dpi=120)
-    print((args.out / "mixer_ablation.md").read_text())
+            print(msg)
+            results.append({"task": task, "skipped": msg})
+            continue
+        results.append(run_task(task, args, data_dir, env))
+    header = {
+        "command": command,
+        "machine": machine(),
+        "started": started,
+        "wall_s": time.perf_counter() - start,
+        "lrs": args.lrs,
+        "tune_seeds": args.tune_seeds,
+        "seeds": args.seeds,
+        "margin_loss": args.margin_loss,
+        "margin_accuracy": args.margin_accuracy,
+    }
+    path = write_report(results, args, header)
+    print(path.read_text())
 
 
 if __name__ == "__main__":
