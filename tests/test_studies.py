@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow  # a subprocess per study script: the slow tier, except the smoke run below
+@pytest.mark.slow  # a subprocess per study script: the slow tier
 def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(tmp_path):
     out = tmp_path / "rc"
     cmd = [
@@ -190,6 +190,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
         assert VERDICT.search(line), line
 
 
+@pytest.mark.slow  # ~30 s: the default tier keeps the quick check that a missing corpus is skipped
 def test_mixer_ablation_smoke_tunes_selects_reruns_fresh_seeds_and_tests_the_claim(tmp_path):
     """The replicated, tuned study end to end at toy size on IMDB (synthetic reviews): two LRs
     on tuning seeds 100-101, the chosen LR per mixer, fresh seeds 0-1, groups with intervals and
