@@ -21,7 +21,7 @@ architectures.png (each measure against depth, one column per model, one line pe
 dashed: random init beside trained weights; below, the path-length distribution). With --wandb
 offline|online, also a W&B run.
 
-    python scripts/architectures.py --data-dir ../shared/data            # base sizes, random init
+    python scripts/architectures.py --data-dir DATA_DIR                  # base sizes, random init
     python scripts/architectures.py --tiny --out /tmp/arch                # 4-layer models, seconds
     python scripts/architectures.py --models bert --pretrained DIR        # weights on disk, offline
     python scripts/architectures.py --pretrained --models bert,gpt2       # Hub weights (network)

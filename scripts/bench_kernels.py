@@ -28,7 +28,7 @@ Two numbers per call, so that neither hides the other:
   takes them all, so the host never waits for the device).
 A training step pays max(device, host) per op when nothing else keeps the GPU busy.
 
-Targets (issue 12), judged on device time, printed as a verdict table at the end:
+Targets, judged on device time, printed as a verdict table at the end:
 - scaled_dot fwd+bwd >= 1.0x flash SDPA at N = 4096, causal and bidirectional (goal 1.6x: cuDNN);
 - at the training shape, scaled_dot fwd+bwd <= 1.2x flash's time;
 - metric fwd+bwd >= 1.0x the best SDPA formulation at N = 4096 (goal 1.3x);

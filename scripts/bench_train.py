@@ -3,7 +3,7 @@ as a reference, trained by the trainer's own code on the same batches.
 
 A recipe is the trainer's experiment config, composed by `attnzoo.train.compose`, with the
 command line's flags as overrides: `--tasks shakespeare` is `experiment=shakespeare_char`
-(nanoGPT's CPU recipe for Tiny Shakespeare, the reference figure of ../shared/data/README.md),
+(nanoGPT's CPU recipe for Tiny Shakespeare),
 `imdb` is `experiment=imdb`, `shakespeare_gpu` is `experiment=shakespeare_char_gpu` (nanoGPT's
 GPU recipe). Models are built by `attnzoo.train.build_model` and trained by
 `attnzoo.train.TrainStep`: the AdamW, schedule, clipping, non-finite checks, bf16 autocast on

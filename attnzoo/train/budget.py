@@ -116,7 +116,7 @@ class Budget:
         return None if self.flops_per_token is None else self.flops_per_token * self.tokens
 
     def start(self) -> None:
-        """Start this session's clock (the loop begins)."""
+        """Start the clock of this process's part of the run (the loop begins; a resume starts another)."""
         now = clock()
         self._session = {"t0": now, "paused": 0.0, "train_s": self.train_s, "wall_s": self.wall_s}
 
