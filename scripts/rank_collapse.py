@@ -43,7 +43,8 @@ import torch  # noqa: E402
 
 from attnzoo import MIXERS, Model, ModelConfig, RankProfile, rank_profile  # noqa: E402
 from attnzoo.attention_maps import ATTENTION_MIXERS  # noqa: E402
-from attnzoo.rank import MEASURES, seed_interval  # noqa: E402
+from attnzoo.rank import MEASURES  # noqa: E402
+from attnzoo.stats import mean_interval  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
     "pure": (False, False),
@@ -130,7 +131,8 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
             for seed in range(args.rate_seeds)
         ]
         slopes = [fit_rate(c) for c in curves]
-        mean, half = seed_interval(slopes)
+        fit = mean_interval([k for k in slopes if not math.isnan(k)])  # seeds too short to fit: out
+        mean, half = fit.mean, fit.half_width
         out[mixer] = {"curves": curves, "slopes": slopes, "mean": mean, "half": half,
                       "used": sum(not math.isnan(k) for k in slopes)}  # fmt: skip
     return out
