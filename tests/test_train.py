@@ -580,6 +580,22 @@ def test_busy_cores_are_sampled_now_not_from_the_lagging_load_average(monkeypatc
     assert busy_cores(0.0, Path("/no/such/proc/stat")) == 2
 
 
+def test_auto_threads_never_exceed_the_environments_limit(monkeypatch):
+    # jobs started together by the parallel launcher all see an idle machine; joblib's workers
+    # carry OMP_NUM_THREADS = cores // n_jobs, and auto must not give them more
+    from attnzoo.train import system
+
+    monkeypatch.setattr(system.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(system.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(system, "busy_cores", lambda: 0)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert system.available_cores() == 4
+    for value, cores in (("1", 1), ("2", 2), ("8", 4), ("2,1", 2), ("", 4), ("0", 4), ("x", 4)):
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        assert system.available_cores() == cores, value
+
+
 def test_threads_must_be_auto_or_a_positive_int(tmp_path):
     for bad in ("0", "many", "1.5"):
         with pytest.raises(ValueError, match="train.threads.*auto or a positive int"):

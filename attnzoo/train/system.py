@@ -1,5 +1,6 @@
 """How many threads a run uses: torch's intra-op threads from the work per step and the cores this
-process may use and nobody else is using (its affinity mask, less what /proc/stat shows busy)."""
+process may use and nobody else is using (its affinity mask, less what /proc/stat shows busy,
+capped by OMP_NUM_THREADS where the environment sets it)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,22 @@ def available_cores() -> int:
     outside = (os.cpu_count() or cores) - cores  # cores this process may not use anyway
     busy = max(0, busy_cores() - outside)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    return max(1, (cores - busy) // max(1, local))
+    free = max(1, (cores - busy) // max(1, local))
+    limit = env_thread_limit()
+    return free if limit is None else min(free, limit)
+
+
+def env_thread_limit() -> int | None:
+    """The thread count the environment asks for in OMP_NUM_THREADS (a positive int), or None.
+    Launchers that run several jobs on one machine set it per job: joblib's workers, and so the
+    parallel Hydra launcher, get cores // n_jobs; SLURM users often set it to their allocation.
+    Sampling busy cores cannot see this, because jobs started together all see an idle machine."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    try:
+        limit = int(value.split(",")[0])  # OpenMP allows a nesting list: the outer level
+    except ValueError:
+        return None
+    return limit if limit >= 1 else None
 
 
 def _cpu_times(stat: Path) -> tuple[int, int, int]:
