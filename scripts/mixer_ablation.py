@@ -36,21 +36,17 @@ change it for every run).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
 import math
 import os
-import platform
-import random
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import summarize as S  # this folder's: grouping, intervals, comparisons, selection
+from _study import machine, sweep, write_smoke_data
 
 from attnzoo import MIXERS
 from attnzoo.stats import compare
@@ -106,26 +102,6 @@ VERDICT_FORMS = ("resolved difference", "within margin", "not resolved with")
 # ---- the machine and the data ------------------------------------------------------------------
 
 
-def machine() -> str:
-    """CPU model, cores and torch version, from this process."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (
-        f"{cpu}, {cores} cores available, {gpu}; torch {torch.__version__}, "
-        f"Python {platform.python_version()}, {platform.system()}"
-    )
-
-
 def data_dir_of(args: argparse.Namespace) -> Path:
     from attnzoo.config import default_data_dir
 
@@ -136,57 +112,11 @@ def has_corpus(task: str, data_dir: Path) -> bool:
     return any((data_dir / p).exists() for p in CORPUS.get(task, []))
 
 
-def write_smoke_data(folder: Path) -> dict[str, str]:
-    """Tiny synthetic corpora in the real layouts (the smoke run needs no download); returns the
-    environment that makes the loaders accept them."""
-    rng = random.Random(0)
-    words = ["thou", "art", "the", "king", "and", "i", "shall", "speak", "of", "love", "night"]
-    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(600)]
-    text = "\n".join(f"{rng.choice(['KING', 'QUEEN'])}:\n{line}\n" for line in lines)
-    path = folder / "tinyshakespeare" / "input.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    good, bad = ["great", "wonderful", "moving", "superb"], ["dull", "awful", "boring", "bad"]
-    for split in ("train", "test"):
-        for label, vocab in (("pos", good), ("neg", bad)):
-            d = folder / "imdb" / "aclImdb" / split / label
-            d.mkdir(parents=True, exist_ok=True)
-            for i in range(12):
-                review = " ".join(rng.choice(vocab + words) for _ in range(20))
-                (d / f"{i}_{7 if label == 'pos' else 2}.txt").write_text(review)
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    return {"ATTNZOO_TINYSHAKESPEARE_SHA256": sha, "ATTNZOO_OFFLINE": "1"}
-
-
 # ---- the sweeps --------------------------------------------------------------------------------
 
 
 def _lr_text(lr: float) -> str:
     return f"{lr:g}"
-
-
-def completed(sweep: Path, expected: int) -> bool:
-    """Every job of the sweep has a summary.json with status completed."""
-    done = 0
-    for summary in sweep.glob("*/summary.json"):
-        with contextlib.suppress(OSError, json.JSONDecodeError):
-            done += json.loads(summary.read_text()).get("status") == "completed"
-    return done >= expected
-
-
-def sweep(overrides: list[str], folder: Path, expected: int, env: dict[str, str], log: Path):
-    """One `python -m attnzoo.train -m` sweep into `folder` (skipped when it already completed;
-    interrupted jobs resume). A failed job is left to the summary, which reports its status."""
-    cmd = [sys.executable, "-m", "attnzoo.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
-    if completed(folder, expected):
-        print(f"  done already: {folder}")
-        return
-    print("  $ " + " ".join(shlex.quote(c) for c in cmd[1:]), flush=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
-        print(f"  the sweep exited with {proc.returncode} (see {log}); the summary keeps the jobs")
 
 
 def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[str]:

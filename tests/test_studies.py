@@ -227,3 +227,71 @@ def test_mixer_ablation_skips_a_task_without_its_corpus(tmp_path):
     assert "skipping task 'imdb'" in proc.stdout
     md = (out / "mixer_ablation.md").read_text()
     assert "## imdb\n\nskipping task 'imdb'" in md and not (out / "imdb").exists()
+
+
+def _rank_ablation():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import rank_ablation
+
+    return rank_ablation
+
+
+def test_rank_ablation_share_of_spread_and_verdicts():
+    ra = _rank_ablation()
+    from attnzoo.stats import mean_interval
+
+    assert ra.kept_share("relative_residual", [1.0, 0.5, 0.25]) == 0.25
+    assert ra.kept_share("effective_rank", [40.0, 20.0]) == 0.5
+    # token similarity: collapse is cos -> 1, so the spread is 1 - cos
+    assert ra.kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
+    assert ra.kept_share("token_similarity", [0.0, 1.0]) == 0.0
+    assert math.isnan(ra.kept_share("stable_rank", [math.nan, 1.0]))
+    assert ra.verdict(mean_interval([0.9, 0.95, 0.92])) == "kept"
+    assert ra.verdict(mean_interval([1e-4, 2e-4, 3e-4])) == "collapsed"
+    assert ra.verdict(mean_interval([0.1, 0.9, 0.5])) == "partial"  # the interval spans both
+    assert ra.verdict(mean_interval([0.6, 0.4])) == "partial"  # mean 0.5 but low < 0.5
+    assert ra.verdict(mean_interval([0.9])) == "kept (1 seed)"
+    assert ra.verdict(mean_interval([])) == "n/a"
+
+
+def test_rank_ablation_reads_init_and_trained_profiles_from_the_records():
+    ra = _rank_ablation()
+    import summarize
+
+    job = summarize.Job("0", None)
+    job.records = [
+        {"step": 0, "rank/stable_rank/layer_0": 8.0, "rank/stable_rank/layer_1": 4.0},
+        {"step": 10, "train/loss": 1.0},
+        {"step": 100, "rank/stable_rank/layer_0": 6.0, "rank/stable_rank/layer_1": 1.5},
+    ]
+    assert ra.profile(job, "stable_rank", "init") == [8.0, 4.0]
+    assert ra.profile(job, "stable_rank", "trained") == [6.0, 1.5]
+    assert ra.profile(job, "token_similarity", "trained") is None
+    job.records = job.records[1:]  # resumed or truncated: no step-0 record, so no init profile
+    assert ra.profile(job, "stable_rank", "init") is None
+
+
+@pytest.mark.slow  # ~1 min: 24 toy runs in three sweeps
+def test_rank_ablation_smoke_writes_the_report_and_pure_attention_collapses(tmp_path):
+    out = tmp_path / "ra"
+    proc = run_script("rank_ablation.py", "--smoke", "--out", str(out))
+    md = (out / "rank_ablation.md").read_text()
+    assert md.strip() in proc.stdout
+    assert re.search(r"^Command: `python .*rank_ablation\.py --smoke --out ", md, re.M)
+    for name in ("relative_residual", "effective_rank", "stable_rank", "token_similarity"):
+        assert (out / f"rank_ablation_{name}.png").stat().st_size > 0
+    rows = list(csv.DictReader((out / "rank_ablation.csv").read_text().splitlines()))
+    # 2 mixers x (3 grid residuals + deepnorm + none/add without norm), MLP on
+    assert len(rows) == 2 * 6
+    assert all(r["n_seeds"] == "2" for r in rows)
+    by = {(r["mixer"], r["residual"], r["norm"]): r for r in rows}
+    for mixer in ("scaled_dot", "pooling"):
+        pure = by[mixer, "none", "none"]  # no skip, no norm: Dong et al.'s collapse, at init too
+        assert pure["init_relative_residual_verdict"] == "collapsed"
+        skip = by[mixer, "add", "layernorm"]
+        assert float(skip["trained_relative_residual_kept_mean"]) > float(
+            pure["trained_relative_residual_kept_mean"]
+        )
+    assert "| none, no norm | " in md and "## At init, MLP on" in md
+    again = run_script("rank_ablation.py", "--smoke", "--out", str(out))
+    assert again.stdout.count("done already") == 3
