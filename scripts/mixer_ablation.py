@@ -295,9 +295,9 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for s in result["selected"]:
-        cands = ", ".join(f"{S._fmt(c['value'])}: {S._fmt(c['mean'])}" for c in s["candidates"])
+        cands = ", ".join(f"{S.fmt(c['value'])}: {S.fmt(c['mean'])}" for c in s["candidates"])
         lines.append(
-            f"| {s['axes'].get('mixer')} | {S._fmt(s['value'])} | {S._fmt(s['mean'])} | "
+            f"| {s['axes'].get('mixer')} | {S.fmt(s['value'])} | {S.fmt(s['mean'])} | "
             f"{cands} | {s['note']} |"
         )
     lines += [
@@ -310,15 +310,15 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r, g in zip(result["table"], result["groups"], strict=True):
-        metric = (f"{r['metric']} " if r["metric"] else "") + S._ci_text(
+        metric = (f"{r['metric']} " if r["metric"] else "") + S.ci_text(
             r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]
         )
         lines.append(
-            f"| {g.config.get('mixer.name')} | {S._fmt(g.config.get('train.lr'))} | "
+            f"| {g.config.get('mixer.name')} | {S.fmt(g.config.get('train.lr'))} | "
             f"{r['n_seeds']} | {r['seeds']} | "
-            f"{S._ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
-            f"{metric} | {S._ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
-            f"{S._fmt(r['params'])} | {r['note']} |"
+            f"{S.ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
+            f"{metric} | {S.ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{S.fmt(r['params'])} | {r['note']} |"
         )
     lines += ["", "### Against the best mixer", ""]
     for on, rows in result["vs_best"].items():

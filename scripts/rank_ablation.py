@@ -234,7 +234,7 @@ def _loss_cell(c: Config | None) -> str:
     if c is None:
         return "not run"
     r = c.row
-    return S._ci_text(r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"])
+    return S.ci_text(r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"])
 
 
 def full_rows(cs: list[Config]) -> list[dict[str, Any]]:
@@ -277,7 +277,7 @@ def full_rows(cs: list[Config]) -> list[dict[str, Any]]:
 def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, Any]) -> Path:
     out: Path = args.out
     first = cs[0].jobs[0].config if cs and cs[0].jobs else {}
-    get = lambda k: S._get(first, k)  # noqa: E731
+    get = lambda k: S.get(first, k)  # noqa: E731
     n_jobs = sum(len(c.jobs) for c in cs)
     lines = [
         "# Rank collapse ablation: residual variants × mixers, at init and trained",
@@ -286,7 +286,7 @@ def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, A
         f"Machine: {header['machine']}",
         f"Wall time: {header['wall_s']:.0f} s (started {header['started']} UTC)",
         "",
-        f"Task: {S._group_name(first, 'task', [])}, context {get('task.seq_len')}; width "
+        f"Task: {S.group_choice(first, 'task', [])}, context {get('task.seq_len')}; width "
         f"{get('model.dim')}, depth {get('model.depth')}, {get('model.heads')} heads; "
         f"{get('train.max_steps')} steps of batch {get('train.batch_size')} at train.lr "
         f"{get('train.lr')} (one learning rate for every configuration, not tuned); seeds "
@@ -339,13 +339,13 @@ def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, A
         cells = []
         for name in SPREAD:
             t, i = c.shares["trained", name], c.shares["init", name]
-            cells.append(f"{S._ci_text(t.mean, t.low, t.high)} ({S._fmt(i.mean, 3)})")
+            cells.append(f"{S.ci_text(t.mean, t.low, t.high)} ({S.fmt(i.mean, 3)})")
         ent = c.last["trained", "attention_entropy"]
         lines.append(
             f"| {c.mixer} | {c.residual} | {'on' if c.mlp else 'off'} | {c.norm} | "
             f"{c.row['n_seeds']} | {_loss_cell(c)} | "
             + " | ".join(cells)
-            + f" | {S._ci_text(ent.mean, ent.low, ent.high) or 'n/a'} |"
+            + f" | {S.ci_text(ent.mean, ent.low, ent.high) or 'n/a'} |"
         )
     lines += [
         "",
@@ -359,7 +359,7 @@ def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, A
         with open(out / "rank_ablation.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows({k: S._fmt(v, S.CSV_DIGITS) for k, v in r.items()} for r in rows)
+            writer.writerows({k: S.fmt(v, S.CSV_DIGITS) for k, v in r.items()} for r in rows)
     (out / "rank_ablation.json").write_text(
         json.dumps({**header, "configurations": rows}, indent=2, default=str) + "\n"
     )

@@ -174,7 +174,7 @@ class Job:
         return None
 
 
-def _get(cfg: dict[str, Any], dotted: str) -> Any:
+def get(cfg: dict[str, Any], dotted: str) -> Any:
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -197,7 +197,7 @@ def residual_kind(cfg: dict[str, Any]) -> str | None:
         return None
 
 
-def _group_name(cfg: dict[str, Any], group: str, overrides: list[str]) -> Any:
+def group_choice(cfg: dict[str, Any], group: str, overrides: list[str]) -> Any:
     """A config group's choice: its `name` key, a plain string, or the `group=` override."""
     node = cfg.get(group)
     if isinstance(node, dict) and node.get("name") is not None:
@@ -272,9 +272,9 @@ def _expected_jobs(sweep: Path) -> int | None:
     try:
         cfg = yaml.safe_load((sweep / "multirun.yaml").read_text()) or {}
         # as Hydra's basic sweeper builds the grid: hydra.sweeper.params, then the command line
-        params = _get(cfg, "hydra.sweeper.params") or {}
+        params = get(cfg, "hydra.sweeper.params") or {}
         overrides = [f"{k}={v}" for k, v in params.items()]
-        overrides += _get(cfg, "hydra.overrides.task") or []
+        overrides += get(cfg, "hydra.overrides.task") or []
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -308,7 +308,7 @@ def find_jobs(sweep: Path) -> list[Job]:
     )
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
+def fmt(value: Any, digits: int = 4) -> str:
     """A table cell: 4 significant digits for reading (markdown), more for csv files."""
     if value is None:
         return ""
@@ -323,7 +323,7 @@ CSV_DIGITS = 10
 def _context(cfg: dict[str, Any]) -> int | None:
     """Tokens per sequence from the resolved config (the task's seq_len or num_points)."""
     for key in ("task.seq_len", "task.num_points", "task.block_size"):
-        value = _get(cfg, key)
+        value = get(cfg, key)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
@@ -357,7 +357,7 @@ def reconstructed_budget(job: Job) -> dict[str, Any]:
     steps = summary.get("step")
     if steps is None:
         steps = next((r["step"] for r in reversed(job.records) if "step" in r), None)
-    batch, context = _get(cfg, "train.batch_size"), _context(cfg)
+    batch, context = get(cfg, "train.batch_size"), _context(cfg)
     tokens = steps * batch * context if None not in (steps, batch, context) else None
     wall = (
         (summary.get("time") or {}).get("total_s")
@@ -365,11 +365,11 @@ def reconstructed_budget(job: Job) -> dict[str, Any]:
         else None
     )
     flops = None
-    mixer = _group_name(cfg, "mixer", cfg.get("_overrides", []))
+    mixer = group_choice(cfg, "mixer", cfg.get("_overrides", []))
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     if tokens is not None and mixer in MIXER_NAMES and context is not None:
         try:
-            task = _group_name(cfg, "task", cfg.get("_overrides", []))
+            task = group_choice(cfg, "task", cfg.get("_overrides", []))
             per_token = train_flops_per_token(
                 mixer,
                 dim=int(model["dim"]),
@@ -393,14 +393,14 @@ def row(job: Job) -> dict[str, Any]:
     rank = job.value("rank/last")
     return {
         "job": job.name,
-        "mixer": _group_name(cfg, "mixer", overrides),
-        "skip": _get(cfg, "model.skip"),
+        "mixer": group_choice(cfg, "mixer", overrides),
+        "skip": get(cfg, "model.skip"),
         "residual": residual_kind(cfg),
-        "mlp": _get(cfg, "model.mlp"),
-        "norm": _get(cfg, "model.norm"),
-        "depth": _get(cfg, "model.depth"),
-        "task": _group_name(cfg, "task", overrides),
-        "seed": _get(cfg, REPLICATE_KEY),
+        "mlp": get(cfg, "model.mlp"),
+        "norm": get(cfg, "model.norm"),
+        "depth": get(cfg, "model.depth"),
+        "task": group_choice(cfg, "task", overrides),
+        "seed": get(cfg, REPLICATE_KEY),
         "final_val_loss": job.value("val/loss"),
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,
@@ -419,7 +419,7 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
     with open(out / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: _fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
+        writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -439,7 +439,7 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
         "|" + "---|" * len(COLUMNS),
     ]
     for r in rows:
-        cells = [_fmt(r[c]).replace("|", "/") for c in COLUMNS]
+        cells = [fmt(r[c]).replace("|", "/") for c in COLUMNS]
         if r["status"] != "completed":
             cells[COLUMNS.index("status")] = f"**{r['status']}**"
         lines.append("| " + " | ".join(cells) + " |")
@@ -514,7 +514,7 @@ class Group:
 
     @property
     def name(self) -> str:
-        return ", ".join(f"{_axis_name(k)}={_fmt(v)}" for k, v in self.label.items()) or "all"
+        return ", ".join(f"{_axis_name(k)}={fmt(v)}" for k, v in self.label.items()) or "all"
 
     @property
     def completed(self) -> list[dict[str, Any]]:
@@ -612,7 +612,7 @@ def group_row(group: Group, confidence: float) -> dict[str, Any]:
     notes = []
     for job, r in group.members:
         if r["status"] != "completed":
-            notes.append(f"seed {_fmt(r['seed'])} {r['status']} (job {job.name}), left out")
+            notes.append(f"seed {fmt(r['seed'])} {r['status']} (job {job.name}), left out")
     cells: dict[str, Any] = {}
     for which in VALUES:
         ci = mean_interval(list(group.values(which).values()), confidence)
@@ -625,7 +625,7 @@ def group_row(group: Group, confidence: float) -> dict[str, Any]:
         **{_axis_name(k): v for k, v in group.label.items()},
         "n_seeds": len(group.values("val_loss")),
         "n_jobs": len(group.members),
-        "seeds": " ".join(_fmt(r["seed"]) for r in done),
+        "seeds": " ".join(fmt(r["seed"]) for r in done),
         **cells,
         "metric": ", ".join(sorted(metrics)) or None,
         "steps_per_s_mean": _mean([r["steps_per_s"] for r in done]),
@@ -642,17 +642,17 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> No
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({k: _fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
+        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
 
 
 def _md_table(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
-        lines.append("| " + " | ".join(_fmt(r.get(c)).replace("|", "/") for c in columns) + " |")
+        lines.append("| " + " | ".join(fmt(r.get(c)).replace("|", "/") for c in columns) + " |")
     return lines
 
 
-def _ci_text(mean: Any, low: Any, high: Any) -> str:
+def ci_text(mean: Any, low: Any, high: Any) -> str:
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return ""
     if isinstance(low, float) and math.isnan(low):
@@ -723,15 +723,15 @@ def blocks(groups: list[Group], axis: str, attach: bool = True) -> dict[str, lis
     out: dict[str, list[Group]] = {}
     for g in groups:
         rest = {k: v for k, v in g.label.items() if not _in_scope(k, axis) and k not in skip}
-        name = ", ".join(f"{_axis_name(k)}={_fmt(v)}" for k, v in rest.items()) or "all"
+        name = ", ".join(f"{_axis_name(k)}={fmt(v)}" for k, v in rest.items()) or "all"
         out.setdefault(name, []).append(g)
     return out
 
 
 def _config_name(g: Group, axis: str, attached: list[str]) -> str:
     """The value of `axis`, with the attached keys' values: `pooling (train.lr=0.01)`."""
-    extra = ", ".join(f"{_axis_name(k)}={_fmt(g.label.get(k))}" for k in attached)
-    return _fmt(g.label.get(axis)) + (f" ({extra})" if extra else "")
+    extra = ", ".join(f"{_axis_name(k)}={fmt(g.label.get(k))}" for k in attached)
+    return fmt(g.label.get(axis)) + (f" ({extra})" if extra else "")
 
 
 def _sentence(a: str, best: str, c: Comparison, on: str) -> str:
@@ -888,8 +888,8 @@ def write_selection(selected: list[dict[str, Any]], out: Path, final_dir: str, a
     md += ["| config | value | mean | n_seeds | candidates (value: mean) | note |",
            "|---|---|---|---|---|---|"]  # fmt: skip
     for s in selected:
-        cands = ", ".join(f"{_fmt(c['value'])}: {_fmt(c['mean'])}" for c in s["candidates"])
-        md.append(f"| {s['config']} | {_fmt(s['value'])} | {_fmt(s['mean'])} | {s['n_seeds']} "
+        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
+        md.append(f"| {s['config']} | {fmt(s['value'])} | {fmt(s['mean'])} | {s['n_seeds']} "
                   f"| {cands} | {s['note']} |")  # fmt: skip
     md += ["", "Rerun with fresh seeds (`bash selected.sh` does all of it):", "", "```"]
     md += [s["command"] for s in selected] + [report, "```"]
@@ -997,12 +997,12 @@ def write_groups(
         cells.append(
             {
                 **r,
-                "val_loss": _ci_text(
+                "val_loss": ci_text(
                     r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"]
                 ),
                 "metric": (f"{r['metric']} " if r["metric"] else "")
-                + _ci_text(r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]),
-                "rank": _ci_text(r["rank_mean"], r["rank_ci_low"], r["rank_ci_high"]),
+                + ci_text(r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]),
+                "rank": ci_text(r["rank_mean"], r["rank_ci_low"], r["rank_ci_high"]),
             }
         )
     lines += _md_table(short, cells)
