@@ -74,17 +74,18 @@ SMOKE = [
 ]
 
 
+def mlp_values(args: argparse.Namespace) -> list[bool]:
+    return [True] if args.smoke else [True, False]
+
+
 def sweeps(args: argparse.Namespace) -> dict[str, tuple[list[str], int]]:
-    """Each sweep's overrides (beyond the shared ones) and its number of jobs."""
-    m, s = len(args.mixers), len(args.seeds)
-    mlp = [True, False] if not args.smoke else [True]
-    mlp_text = ",".join(str(x).lower() for x in mlp)
-    residuals = args.residuals
+    """Each sweep's own overrides and its number of jobs."""
+    per_variant = len(args.mixers) * len(mlp_values(args)) * len(args.seeds)
     return {
-        "grid": ([f"model.residual={','.join(residuals)}"], m * len(residuals) * len(mlp) * s),
-        "deepnorm": (["model=deepnorm", "model.residual=deepnorm"], m * len(mlp) * s),
-        "no_norm": (["model.residual=none,add", "model.norm=none"], m * 2 * len(mlp) * s),
-    } | {"_common": ([f"model.mlp={mlp_text}"], 0)}
+        "grid": ([f"model.residual={','.join(args.residuals)}"], per_variant * len(args.residuals)),
+        "deepnorm": (["model=deepnorm", "model.residual=deepnorm"], per_variant),
+        "no_norm": (["model.residual=none,add", "model.norm=none"], per_variant * 2),
+    }
 
 
 # ---- per job: the measures through depth ----------------------------------------------------
@@ -459,7 +460,7 @@ def main() -> None:
         "experiment=rank_ablation",
         f"mixer={','.join(args.mixers)}",
         f"train.seed={','.join(map(str, args.seeds))}",
-        *plan.pop("_common")[0],
+        f"model.mlp={','.join(str(v).lower() for v in mlp_values(args))}",
         "logger.mode=disabled",
         "train.progress=false",
         "train.resume=true",
