@@ -4,6 +4,7 @@ all completed and resumes otherwise, and the tiny synthetic corpora of their --s
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
@@ -80,3 +81,35 @@ def write_smoke_data(folder: Path) -> dict[str, str]:
                 (d / f"{i}_{7 if label == 'pos' else 2}.txt").write_text(review)
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"ATTNZOO_TINYSHAKESPEARE_SHA256": sha, "ATTNZOO_OFFLINE": "1"}
+
+
+# ---- the options and trainer overrides every study run shares ---------------------------------
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of ints (`0,1,2`)."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def float_list(text: str) -> list[float]:
+    """A comma-separated list of floats (`5e-4,1e-3`)."""
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """--parallel, --device, --data-dir and --override, as every study driver takes them."""
+    parser.add_argument("--parallel", type=int, default=0, metavar="N",
+                        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
+    parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
+    parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
+
+
+def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list[str]:
+    """What every run of a study sets: no W&B, no progress bar, resume where a run left off, the
+    device, the corpora folder (when given) and the parallel launcher (with --parallel)."""
+    out = ["logger.mode=disabled", "train.progress=false", "train.resume=true"]
+    out += [f"train.device={args.device}"] + ([f"data_dir={data_dir}"] if data_dir else [])
+    if args.parallel:
+        out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
+    return out

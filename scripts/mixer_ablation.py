@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Any
 
 import summarize as S  # this folder's: grouping, intervals, comparisons, selection
-from _study import machine, sweep, write_smoke_data
+from _study import (
+    add_run_options,
+    float_list,
+    int_list,
+    machine,
+    run_overrides,
+    sweep,
+    write_smoke_data,
+)
 
 from attnzoo import MIXERS
 from attnzoo.stats import compare
@@ -120,13 +128,8 @@ def _lr_text(lr: float) -> str:
 
 
 def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[str]:
-    out = [*TASKS[task], "logger.mode=disabled", "train.progress=false", "train.resume=true"]
-    out += [f"data_dir={data_dir}", f"train.device={args.device}"]
-    if args.smoke:
-        out += SMOKE + SMOKE_TASK.get(task, [])
-    if args.parallel:
-        out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
-    return out + list(args.override)
+    smoke = SMOKE + SMOKE_TASK.get(task, []) if args.smoke else []
+    return [*TASKS[task], *run_overrides(args, data_dir), *smoke, *args.override]
 
 
 def select_lr(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -369,35 +372,23 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
     return path
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
-    parser.add_argument("--lrs", type=_floats, default=[5e-4, 1e-3, 2e-3, 4e-3],
+    parser.add_argument("--lrs", type=float_list, default=[5e-4, 1e-3, 2e-3, 4e-3],
                         help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)")  # fmt: skip
-    parser.add_argument("--tune-seeds", type=_ints, default=[100, 101], help="default 100,101")
-    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2, 3, 4],
+    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101], help="default 100,101")
+    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2, 3, 4],
                         help="fresh seeds at the chosen LR (default 0,1,2,3,4)")  # fmt: skip
     parser.add_argument("--margin-loss", type=float, default=0.05,
                         help="equivalence margin on the validation loss, nats (default 0.05)")  # fmt: skip
     parser.add_argument("--margin-accuracy", type=float, default=0.02,
                         help="equivalence margin on accuracy (default 0.02: 2 points)")  # fmt: skip
     parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--parallel", type=int, default=0, metavar="N",
-                        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
-    parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
-    parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
+    add_run_options(parser)
     parser.add_argument("--out", type=Path, default=Path("scripts/results/mixer_ablation"))
     parser.add_argument("--smoke", action="store_true",
                         help="the whole pipeline at toy size: 3 steps, 2 LRs, tuning seeds "

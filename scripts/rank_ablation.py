@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import summarize as S  # this folder's: jobs, grouping, intervals
-from _study import machine, sweep, write_smoke_data
+from _study import add_run_options, int_list, machine, run_overrides, sweep, write_smoke_data
 
 from attnzoo import MIXERS
 from attnzoo.stats import Interval, mean_interval
@@ -411,10 +411,6 @@ def plot(cs: list[Config], out: Path) -> None:
         plt.close(fig)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -424,13 +420,9 @@ def main() -> None:
                         help="the grid's model.residual values (deepnorm is its own sweep)")  # fmt: skip
     parser.add_argument("--sweeps", nargs="+", default=["grid", "deepnorm", "no_norm"],
                         choices=["grid", "deepnorm", "no_norm"])  # fmt: skip
-    parser.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="default 0,1,2")
+    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2], help="default 0,1,2")
     parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--parallel", type=int, default=0, metavar="N",
-                        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
-    parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
-    parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
+    add_run_options(parser)
     parser.add_argument("--out", type=Path, default=Path("scripts/results/rank_ablation"))
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the sweeps already in --out; run nothing")  # fmt: skip
@@ -440,6 +432,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0.0 < args.confidence < 1.0:
         parser.error(f"--confidence must be in (0, 1), got {args.confidence}")
+    if not args.seeds:
+        parser.error("--seeds needs at least one seed (e.g. 0,1,2)")
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     start = time.perf_counter()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
@@ -461,17 +455,8 @@ def main() -> None:
         f"mixer={','.join(args.mixers)}",
         f"train.seed={','.join(map(str, args.seeds))}",
         f"model.mlp={','.join(str(v).lower() for v in mlp_values(args))}",
-        "logger.mode=disabled",
-        "train.progress=false",
-        "train.resume=true",
-        f"train.device={args.device}",
-        *([f"data_dir={args.data_dir}"] if args.data_dir else []),
+        *run_overrides(args, args.data_dir),
         *(SMOKE if args.smoke else []),
-        *(
-            ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
-            if args.parallel
-            else []
-        ),
         *args.override,
     ]
     folders = [args.out / name for name in args.sweeps]
