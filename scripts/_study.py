@@ -113,3 +113,18 @@ def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list
     if args.parallel:
         out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
     return out
+
+
+# The toy size of a driver's --smoke (each adds its own depth and measures): seconds per run.
+SMOKE_SIZE = [
+    "model.dim=16",
+    "model.heads=2",
+    "task.seq_len=16",
+    "train.max_steps=3",
+    "train.batch_size=4",
+    "train.warmup_steps=1",
+    "train.eval_every=3",
+    "train.eval_batches=1",
+    "train.log_every=1",
+    "train.probe_batch_size=4",
+]

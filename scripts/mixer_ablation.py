@@ -47,6 +47,7 @@ from typing import Any
 
 import summarize as S  # this folder's: grouping, intervals, comparisons, selection
 from _study import (
+    SMOKE_SIZE,
     add_run_options,
     float_list,
     int_list,
@@ -89,20 +90,7 @@ CLAIMS = [
     ),
 ]
 # The toy size of --smoke: the whole pipeline in seconds.
-SMOKE = [
-    "train.rank_measures=[relative_residual]",
-    "train.probe_batch_size=4",
-    "model.dim=16",
-    "model.depth=1",
-    "model.heads=2",
-    "train.max_steps=3",
-    "train.batch_size=4",
-    "train.warmup_steps=1",
-    "train.eval_every=3",
-    "train.eval_batches=1",
-    "train.log_every=1",
-    "task.seq_len=16",
-]
+SMOKE = [*SMOKE_SIZE, "model.depth=1", "train.rank_measures=[relative_residual]"]
 SMOKE_TASK = {"imdb": ["task.tokenizer=bpe", "task.bpe_vocab_size=300"]}
 VERDICT_FORMS = ("resolved difference", "within margin", "not resolved with")
 

@@ -45,7 +45,15 @@ from pathlib import Path
 from typing import Any
 
 import summarize as S  # this folder's: jobs, grouping, intervals
-from _study import add_run_options, int_list, machine, run_overrides, sweep, write_smoke_data
+from _study import (
+    SMOKE_SIZE,
+    add_run_options,
+    int_list,
+    machine,
+    run_overrides,
+    sweep,
+    write_smoke_data,
+)
 
 from attnzoo import MIXERS
 from attnzoo.stats import Interval, mean_interval
@@ -59,19 +67,7 @@ SPREAD = {
     "token_similarity": "sim",
 }
 KEPT, COLLAPSED = 0.5, 0.2  # the verdict thresholds on the share of spread kept
-SMOKE = [
-    "model.dim=16",
-    "model.depth=2",
-    "model.heads=2",
-    "train.max_steps=3",
-    "train.batch_size=4",
-    "train.warmup_steps=1",
-    "train.eval_every=3",
-    "train.eval_batches=1",
-    "train.log_every=1",
-    "train.probe_batch_size=4",
-    "task.seq_len=16",
-]
+SMOKE = [*SMOKE_SIZE, "model.depth=2"]  # every measure, at a toy size
 
 
 def mlp_values(args: argparse.Namespace) -> list[bool]:
