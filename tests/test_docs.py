@@ -140,11 +140,22 @@ def missing_names(page: Path) -> list[str]:
         if not (ROOT / "conf" / group / f"{value}.yaml").is_file():
             missing.append(f"{group}={value}: no conf/{group}/{value}.yaml")
     for script, flag in script_flags(text):
-        source = (ROOT / script).read_text() if (ROOT / script).is_file() else ""
+        source = script_source(ROOT / script)
         positive = "--" + flag[len("--no-") :] if flag.startswith("--no-") else flag
         if f'"{flag}"' not in source and f'"{positive}"' not in source:
             missing.append(f"python {script} {flag}: {script} has no option {flag}")
     return missing
+
+
+def script_source(path: Path) -> str:
+    """A script's text with that of the helper modules beside it that it imports
+    (`from _study import ...`), where options shared by several scripts are declared."""
+    if not path.is_file():
+        return ""
+    text = path.read_text()
+    helpers = re.findall(r"^(?:from|import) (_\w+)", text, re.M)
+    return "\n".join([text] + [(path.parent / f"{h}.py").read_text() for h in helpers
+                                if (path.parent / f"{h}.py").is_file()])  # fmt: skip
 
 
 def script_flags(text: str) -> Iterator[tuple[str, str]]:
