@@ -247,6 +247,9 @@ def test_every_mixer_compiles_with_fullgraph(mixer: str, impl: str) -> None:
             assert rel_err(g, eager_grads[name]) <= 1e-2, name
 
 
+# Slow tier: Inductor compiles a model through the Triton ops (~30 s on 2 CPU cores). CI runs it on
+# the newest torch (the slow tier) and on the oldest that pyproject.toml admits (.ci/run names it).
+@pytest.mark.slow
 def test_inductor_compiles_a_model_on_the_triton_ops() -> None:
     """The default backend (Inductor, generating C++ on CPU) around the opaque Triton ops."""
     torch._dynamo.reset()

@@ -23,11 +23,6 @@ PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
 
 # README.md is the front page; everything longer goes to docs/.
 README_MAX_LINES = 250
-# The install and test commands that .ci/run runs (it adds -q to pip).
-CI_COMMANDS = {
-    'python -m pip install -e ".[dev]"': 'python -m pip install -q -e ".[dev]"',
-    "python -m pytest -q": "python -m pytest -q",
-}
 # A user's document names no development machine and no tracker entry.
 FORBIDDEN = {
     r"/work/": "a development machine's path",
@@ -298,11 +293,27 @@ def test_readme_is_a_short_front_page() -> None:
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to docs/"
 
 
-def test_readme_shows_the_install_and_test_commands_that_ci_runs() -> None:
-    readme, ci = text_of(README), (ROOT / ".ci" / "run").read_text()
-    for shown, run in CI_COMMANDS.items():
-        assert shown in readme
-        assert run in ci
+def quick_start_commands(readme: str) -> list[str]:
+    """The command lines of the README's quick start (its first code block), comments dropped."""
+    section = readme.partition("## Quick start")[2]
+    block = FENCE.search(section)
+    assert block, "README.md's Quick start has no code block"
+    lines = [line.partition("#")[0].strip() for line in block.group(0).splitlines()[1:-1]]
+    return [line for line in lines if line]
+
+
+def test_ci_runs_the_readmes_quick_start_as_written() -> None:
+    """Each quick-start line runs in .ci/run as the README writes it, pip's -q aside, and in the
+    venv with the newest torch (before the floor's venv is made): what a newcomer installs is
+    what CI tests. The quick start is two commands: install and the default job, then the tests."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    newest = ci.partition("FLOOR=")[0]
+    commands = quick_start_commands(text_of(README))
+    assert len(commands) == 2 and "pytest" in commands[1], commands
+    for command in commands:
+        as_run = command.replace("pip install ", "pip install -q ")
+        assert re.search(rf"^{re.escape(as_run)}(?: \|\| exit 1)?$", newest, re.M), command
+    assert "torch==" not in newest, "the newest-torch venv installs what the README installs"
 
 
 def test_every_docs_page_is_linked_from_the_readme() -> None:

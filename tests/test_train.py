@@ -603,6 +603,9 @@ def test_threads_must_be_auto_or_a_positive_int(tmp_path):
         assert not (tmp_path / bad / "metrics.jsonl").exists()
 
 
+# Slow tier: Inductor compiles the whole model (~30 s on 2 CPU cores). CI runs it on the newest
+# torch (the slow tier) and on the oldest that pyproject.toml admits (.ci/run names it).
+@pytest.mark.slow
 def test_compiled_run_trains_and_checkpoints_eager_keys(tmp_path):
     """train.compile=true (torch.compile, impl=torch on CPU): same records as an eager run, close
     numbers, and a checkpoint an eager model loads (no `_orig_mod.` prefix)."""
