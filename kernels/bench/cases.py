@@ -43,6 +43,9 @@ POOL_LARGE = (8, 8192, 1024)  # (batch, tokens, D): ~134 MB per bf16 tensor, wel
 
 @dataclass(frozen=True)
 class Shape:
+    """One benchmarked shape: (batch, heads, N, head dim) of the attention ops; for pool_mix,
+    heads 1 and head_dim the width D of x."""
+
     name: str
     batch: int
     heads: int
@@ -63,6 +66,8 @@ TRAIN = Shape("train", 64, 6, 256, 64, True)
 def attention_shapes(
     ns: list[int], modes: list[str], batch: int, heads: int, head_dim: int, train: bool
 ) -> list[Shape]:
+    """The training shape (if `train`), then one shape per N and mode ("causal" or
+    "bidirectional"), named N<n>-<mode>."""
     shapes = [TRAIN] if train else []
     for n in ns:
         for mode in modes:

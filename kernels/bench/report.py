@@ -10,7 +10,7 @@ from pathlib import Path
 from .cases import PARTS, Shape, cost
 from .timing import Result
 from .validate import Check
-from .verdicts import Verdict, _lookup
+from .verdicts import Verdict, lookup
 
 
 def print_model(shapes: list[Shape], pools: list[Shape], window: int) -> None:
@@ -31,7 +31,7 @@ def results_table(results: list[Result]) -> str:
         "| part | shape | candidate | mode | device ms | host µs | TFLOP/s or GB/s | time vs attnzoo | note |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    get = _lookup(results)
+    get = lookup(results)
     for r in results:
         ours = get(r.part, r.shape, "attnzoo", r.mode)
         vs = (

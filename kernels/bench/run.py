@@ -14,7 +14,7 @@ import torch
 
 from .cases import BACKENDS, PARTS, attention_shapes, pool_shapes
 from .report import print_model, results_table, verdict_table, write_out
-from .timing import PartTimeout, Result, Timer, _first_line, time_limit, time_part, wall_timer
+from .timing import PartTimeout, Result, Timer, first_line, time_limit, time_part, wall_timer
 from .validate import Check, validate
 from .verdicts import dispatch_rows, verdicts
 
@@ -113,8 +113,8 @@ def run(opts: Options) -> int:
                 notes.append(f"{err}; its results so far are kept")
                 print(err, flush=True)
             except Exception as err:  # noqa: BLE001 - report and go on with the next part
-                notes.append(f"part {part} failed: {_first_line(err)}")
-                print(f"part {part} failed: {_first_line(err)}", flush=True)
+                notes.append(f"part {part} failed: {first_line(err)}")
+                print(f"part {part} failed: {first_line(err)}", flush=True)
     else:
         print_model(shapes, pools, opts.window)
         print()

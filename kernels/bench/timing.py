@@ -130,7 +130,7 @@ class Result:
     note: str = ""
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:160]}"
 
 
@@ -159,7 +159,7 @@ def time_part(
                     grad = torch.randn_like(out)
                 except (RuntimeError, ValueError, NotImplementedError) as err:  # shape refused
                     reasons = "; ".join(str(w.message).splitlines()[0][:120] for w in caught[:2])
-                    note = f"unavailable: {_first_line(err)}" + (f" ({reasons})" if reasons else "")
+                    note = f"unavailable: {first_line(err)}" + (f" ({reasons})" if reasons else "")
                     emit(Result(part, s.name, cand.name, "fwd+bwd", note=note))
                     continue
                 del out
@@ -176,7 +176,7 @@ def time_part(
                     try:
                         took = timer(forward if mode == "fwd" else forward_backward)
                     except RuntimeError as err:
-                        emit(Result(part, s.name, cand.name, mode, note=_first_line(err)))
+                        emit(Result(part, s.name, cand.name, mode, note=first_line(err)))
                         continue
                     if part == "pool" or cand.reference:
                         rate = (

@@ -32,7 +32,7 @@ class Verdict:
     verdict: str  # "met", "MISSED", "not measured"
 
 
-def _lookup(results: list[Result]) -> Callable[..., Result | None]:
+def lookup(results: list[Result]) -> Callable[..., Result | None]:
     table = {(r.part, r.shape, r.candidate, r.mode): r for r in results if r.device_ms}
 
     def get(part: str, shape: str, cand: str, mode: str = "fwd+bwd") -> Result | None:
@@ -56,7 +56,7 @@ def _best_sdpa(
 
 
 def verdicts(results: list[Result], n_target: int = 4096) -> list[Verdict]:
-    get = _lookup(results)
+    get = lookup(results)
     out: list[Verdict] = []
 
     def judge(target: str, ratio: float | None, need: float, goal: str, detail: str = "") -> None:
