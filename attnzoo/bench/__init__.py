@@ -6,5 +6,5 @@ commands in scripts/: the kernel benchmark, which needs the kernels alone, is
   (`scripts/bench_train.py`);
 - `plain_gpt`: that plain PyTorch GPT, the reference outside attnzoo's model;
 - `gpu_check`: everything a GPU can tell about attnzoo, stage by stage, each in a subprocess
-  (`scripts/gpu_check.py`).
+  (`scripts/gpu_check.py`), and `gpu_report`: its report.
 """
