@@ -1,5 +1,6 @@
-"""scripts/bench_kernels.py without a GPU: the comparisons it times compute the ops it compares
-them with, its verdicts read the ratios the right way round, and a part stops at its time limit.
+"""scripts/bench_kernels.py and attnzoo.kernels.bench without a GPU: the comparisons it times
+compute the ops it compares them with, its verdicts read the ratios the right way round, its FLOP
+figures are the shared op formula's, and a part stops at its time limit.
 
 conftest sets TRITON_INTERPRET=1, so the validation runs the Triton kernels in the interpreter.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -21,21 +21,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def bench():
+def script():
     spec = importlib.util.spec_from_file_location(
         "bench_kernels", ROOT / "scripts/bench_kernels.py"
     )
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    return module
 
 
-def test_dry_run_proves_every_formulation_equal_to_its_triton_op(bench, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def bench():
+    from attnzoo.kernels import bench
+
+    return bench
+
+
+def test_dry_run_proves_every_formulation_equal_to_its_triton_op(script, tmp_path, capsys):
     """Every comparison (each op against its SDPA / avg_pool1d formulation, causal and
     bidirectional) agrees in outputs and gradients with the Triton kernels, and nothing is timed."""
-    assert bench.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert script.main(["--dry-run", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "timings need a GPU" in printed
     saved = json.loads((tmp_path / "bench_kernels.json").read_text())
@@ -57,14 +62,15 @@ def test_dry_run_proves_every_formulation_equal_to_its_triton_op(bench, tmp_path
     assert "| pool | bidirectional | avg_pool1d - x | triton |" in md
 
 
-def test_a_formulation_that_differs_from_the_op_fails_validation(bench, monkeypatch, tmp_path):
+def test_a_formulation_that_differs_from_the_op_fails_validation(script, monkeypatch, tmp_path):
     """avg_pool1d counting the zero padding at the sequence ends is not pool_mix: caught, exit 1."""
+    from attnzoo.kernels.bench import cases
 
     def counts_padding(x, window):
         return torch.nn.functional.avg_pool1d(x.mT, window, 1, window // 2).mT - x
 
-    monkeypatch.setattr(bench, "avg_pool_mix", counts_padding)
-    assert bench.main(["--dry-run", "--only", "pool", "--out", str(tmp_path)]) == 1
+    monkeypatch.setattr(cases, "avg_pool_mix", counts_padding)
+    assert script.main(["--dry-run", "--only", "pool", "--out", str(tmp_path)]) == 1
     (check,) = json.loads((tmp_path / "bench_kernels.json").read_text())["validation"]
     assert not check["ok"] and check["err_out"] > 1e-2
 
@@ -150,6 +156,54 @@ def test_cost_model_reads_fewer_bytes_for_metric_and_a_copy_for_pool(bench):
     assert bench.cost("scaled_dot", causal)["fwd_flop"] == scaled["fwd_flop"] / 2
 
 
+def _flops_before(op, b, h, n, d, causal):
+    """The benchmark's FLOP formulas as they were written inline in scripts/bench_kernels.py
+    before attnzoo.kernels.flops held them: the figures it prints must not move."""
+    bh, frac, width = b * h, 0.5 if causal else 1.0, h * d
+    if op == "scaled_dot":
+        attn = 2 * bh * n * n * (d + d) * frac
+        return attn, 2.5 * attn
+    if op == "quadratic":
+        proj, attn = 2 * bh * n * width * width, 2 * bh * n * n * (width + d) * frac
+    else:  # metric
+        proj, attn = 2 * bh * n * d * d, 2 * bh * n * n * (d + d) * frac
+    return proj + attn, 2.5 * attn + 2 * proj
+
+
+@pytest.mark.parametrize("op", ["scaled_dot", "metric", "quadratic"])
+@pytest.mark.parametrize(
+    "shape", [(64, 6, 256, 64, True), (2, 8, 4096, 64, False), (2, 8, 8192, 64, True),
+              (1, 2, 37, 16, False), (3, 5, 1000, 128, True)],
+)  # fmt: skip
+def test_benchmark_flops_are_the_shared_op_formula_and_unchanged(bench, op, shape):
+    from attnzoo.kernels.flops import op_flops
+
+    b, h, n, d, causal = shape
+    fwd, bwd = _flops_before(op, b, h, n, d, causal)
+    c = bench.cost(op, bench.Shape("s", b, h, n, d, causal))
+    assert (c["fwd_flop"], c["bwd_flop"]) == (fwd, bwd)  # to the bit
+    assert op_flops(op, b, h, n, d, causal) == fwd
+    assert op_flops(op, b, h, n, d, causal, backward=True) == bwd
+
+
+def test_attention_flops_follow_the_documented_convention():
+    """2 FLOPs per multiply-add of q kᵀ and of the weights times v; causal half; the backward
+    2.5x with the scores recomputed (a flash kernel), 2x without (the model's work)."""
+    from attnzoo.kernels.flops import attention_flops, op_flops
+
+    b, h, n, dk, dv = 2, 3, 10, 4, 6
+    forward = 2 * b * h * n * n * dk + 2 * b * h * n * n * dv
+    assert attention_flops(b, h, n, dk, False, dv=dv) == forward
+    assert attention_flops(b, h, n, dk, True, dv=dv) == forward / 2
+    assert attention_flops(b, h, n, dk, False, True, dv=dv) == 2.5 * forward
+    assert attention_flops(b, h, n, dk, False, True, dv=dv, recompute=False) == 2 * forward
+    assert op_flops("metric", 1, 1, n, dk, False, True, recompute=False) == 2 * op_flops(
+        "metric", 1, 1, n, dk, False
+    )
+    with pytest.raises(ValueError, match="no FLOP formula for op 'pool'"):
+        op_flops("pool", b, h, n, dk, False)
+
+
 def test_shapes_include_the_training_shape_and_a_large_pool(bench):
     shapes = bench.attention_shapes([1024, 4096], ["causal", "bidirectional"], 2, 8, 64, True)
     assert [s.name for s in shapes] == [
@@ -179,9 +233,9 @@ def test_shapes_include_the_training_shape_and_a_large_pool(bench):
 @pytest.mark.parametrize(
     "args", [["--window", "4"], ["--head-dim", "8"], ["--reps", "0"], ["--only", "nope"]]
 )
-def test_bad_options_exit_with_a_usage_error(bench, args, capsys):
+def test_bad_options_exit_with_a_usage_error(script, args, capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.main(["--dry-run", *args])
+        script.main(["--dry-run", *args])
     assert exc.value.code == 2
     assert args[0].lstrip("-").split("-")[0] in capsys.readouterr().err
 

@@ -1,5 +1,6 @@
-"""scripts/bench_train.py at a tiny size: the plain GPT baseline has exactly the shape of attnzoo's
-scaled_dot model, the schedule is the recipe's, and a short run prints both tables."""
+"""scripts/bench_train.py (attnzoo.bench.train) at a tiny size: the plain GPT baseline has exactly
+the shape of attnzoo's scaled_dot model, the schedule is the recipe's, and a short run prints both
+tables."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 
 def load_bench():
-    """scripts/bench_train.py as a module (its dataclasses need it in sys.modules)."""
+    """scripts/bench_train.py as a module: its command line (`_parser`, `DEFAULT_DATA`)."""
     if "bench_train" not in sys.modules:
         spec = importlib.util.spec_from_file_location(
             "bench_train", ROOT / "scripts/bench_train.py"
@@ -33,10 +34,11 @@ def load_bench():
 
 @pytest.mark.parametrize("head", ["lm", "classify"])
 def test_plain_gpt_has_the_shape_of_scaled_dot_model(head: str) -> None:
-    bench = load_bench()
+    from attnzoo.bench.plain_gpt import PlainGPT
+
     causal = head == "lm"
     out = 65 if causal else 2
-    plain = bench.PlainGPT(65, out, 64, dim=32, depth=2, heads=4, head=head)
+    plain = PlainGPT(65, out, 64, dim=32, depth=2, heads=4, head=head)
     ours = Model(
         ModelConfig(dim=32, depth=2, heads=4, causal=causal), out, 64, vocab_size=65, head=head
     )
@@ -86,10 +88,10 @@ def test_recipes_are_the_experiment_configs_with_the_flags_as_overrides() -> Non
 def test_bench_trains_bit_for_bit_like_the_trainer(tmp_path: Path) -> None:
     """The benchmark's figures are the trainer's: one config and seed give the same losses, to
     the bit, through the benchmark's step and through `attnzoo.train.run`."""
+    from attnzoo.bench import train as bench
     from attnzoo.tracking import read_metrics
     from attnzoo.train import compose, run
 
-    bench = load_bench()
     overrides = [
         "model.dim=16",
         "model.depth=2",

@@ -1,6 +1,6 @@
-"""scripts/gpu_check.py on CPU: `--dry-run` runs every stage at tiny sizes and writes the report,
-its JSON twin and a dispatch table that `impl="auto"` can read; without a GPU and without
-`--dry-run` it refuses at once."""
+"""scripts/gpu_check.py (attnzoo.bench.gpu_check) on CPU: `--dry-run` runs every stage at tiny
+sizes and writes the report, its JSON twin and a dispatch table that `impl="auto"` can read;
+without a GPU and without `--dry-run` it refuses at once."""
 
 from __future__ import annotations
 
@@ -25,10 +25,8 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 def gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    return module
 
 
 @pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
@@ -95,7 +93,9 @@ def test_without_a_gpu_it_refuses_at_once(gpu_check, monkeypatch, capsys, tmp_pa
     assert not list(tmp_path.iterdir())
 
 
-def test_a_stage_that_hangs_is_stopped_and_reported(gpu_check, tmp_path):
+def test_a_stage_that_hangs_is_stopped_and_reported(tmp_path):
+    from attnzoo.bench import gpu_check
+
     start = time.perf_counter()
     code, output = gpu_check.run(
         [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"],

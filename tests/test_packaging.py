@@ -153,3 +153,28 @@ def test_the_dispatch_tables_are_package_data():
     assert "dispatch/*.json" in config["package-data"]["attnzoo.kernels"]
     assert config["package-dir"]["attnzoo.kernels"] == "kernels"
     assert (ROOT / "kernels" / "dispatch").is_dir()
+
+
+def test_the_kernels_import_nothing_from_the_rest_of_attnzoo():
+    """attnzoo.kernels (its ops, references, dispatch, benchmark) stands alone: no module under
+    kernels/ imports an attnzoo module outside attnzoo.kernels, so the kernels can be used,
+    tested and benchmarked without the model, the trainer or their dependencies."""
+    import ast
+
+    outside = []
+    for path in sorted((ROOT / "kernels").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+                if node.module == "attnzoo":
+                    names = [f"attnzoo.{alias.name}" for alias in node.names]
+            else:
+                continue
+            outside += [
+                f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] == "attnzoo" and not name.startswith("attnzoo.kernels")
+            ]
+    assert outside == []

@@ -1,0 +1,465 @@
+"""Everything a GPU can tell us about attnzoo, stage by stage: the GPU check behind
+`scripts/gpu_check.py` (docs/gpu.md describes the stages, their limits and the report).
+
+Each stage is a subprocess with its own time limit, so that a hang or a crash in one loses only
+that one (what it printed is kept in `<out>/logs/<stage>.log`): the environment probe, the `cuda`
+test tier, the kernel benchmark (`scripts/bench_kernels.py`), the training benchmark
+(`scripts/bench_train.py`), the default training job, and the dispatch table of `impl="auto"`
+made from the kernel benchmark's timings (`attnzoo.kernels.dispatch.make_table`). The stages run
+the checkout's tests and scripts (`root`), from a scratch folder outside it. `--dry-run` runs the
+same stages on CPU at tiny sizes (the Triton kernels in the interpreter, a synthetic corpus
+unless the data folder holds Tiny Shakespeare) and writes its table into `<out>/dispatch/`.
+
+The report itself (the Markdown and JSON files and the verdict table) is
+`attnzoo.bench.gpu_report`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnzoo.bench.gpu_report import slug, stage_table_md, verdict_table_md, write_report
+
+MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
+PLAIN = "gpt"  # bench_train's plain PyTorch GPT
+CORPUS = "tinyshakespeare/input.txt"
+
+# Seconds per stage on a GPU (a total of 9 minutes); --dry-run uses its own, --scale multiplies.
+LIMITS = {
+    "env": 25,
+    "cuda-tests": 120,
+    "bench-kernels": 200,
+    "bench-train": 140,
+    "default-job": 50,
+    "dispatch-table": 5,
+}
+DRY_LIMITS = {
+    "env": 60,
+    "cuda-tests": 120,
+    "bench-kernels": 180,
+    "bench-train": 120,
+    "default-job": 120,
+    "dispatch-table": 30,
+}
+
+ENV_PROBE = r"""
+import json, platform, subprocess, sys
+import torch
+info = {"python": platform.python_version(), "torch": torch.__version__,
+        "cuda": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+try:
+    import triton
+    info["triton"] = triton.__version__
+except ImportError as err:
+    info["triton"] = f"not importable: {err}"
+if torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(0)
+    info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
+                memory_gib=round(props.total_memory / 2**30, 1),
+                sms=props.multi_processor_count, gpus=torch.cuda.device_count())
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        info["driver"] = out.stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError) as err:
+        info["driver"] = f"unknown ({type(err).__name__})"
+    smoke = torch.ones(4, device="cuda") * 2
+    info["smoke"] = float(smoke.sum())
+else:
+    info.update(gpu="cpu", capability=None, driver=None)
+print("ENV " + json.dumps(info))
+"""
+
+
+@dataclass
+class Stage:
+    name: str
+    status: str = "not run"  # ok | failed | timeout | skipped | not run
+    seconds: float = 0.0
+    limit_s: float = 0.0
+    summary: str = ""
+    error: str = ""
+    commands: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Check:
+    """What the check found, filled stage by stage."""
+
+    out: Path
+    dry_run: bool
+    deadline: float
+    scale: float
+    root: Path  # the checkout: its tests/ and scripts/ are what the stages run
+    env: dict = field(default_factory=dict)
+    stages: list[Stage] = field(default_factory=list)
+    tests: list[dict] = field(default_factory=list)
+    bench: dict = field(default_factory=dict)
+    train: list[dict] = field(default_factory=list)
+    default_job: dict = field(default_factory=dict)
+    table: dict = field(default_factory=dict)
+
+    def limit(self, stage: str) -> float:
+        own = (DRY_LIMITS if self.dry_run else LIMITS)[stage] * self.scale
+        return max(1.0, min(own, self.deadline - time.monotonic()))
+
+
+# ------------------------------------------------------------------------------------ subprocesses
+
+
+def run(
+    cmd: list[str], limit: float, log: Path, env: dict[str, str], cwd: Path
+) -> tuple[int | None, str]:
+    """Run `cmd` in its own process group; (exit status or None on timeout, its output). On
+    timeout the whole group is killed (pytest workers, compile workers), and what it printed so
+    far is returned. The output is also written to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as sink:
+        sink.write("$ " + " ".join(cmd) + "\n")
+        sink.flush()
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    return code, log.read_text(errors="replace")
+
+
+def last_error(output: str) -> str:
+    """The line that says what went wrong: the last exception line, else the last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^([A-Za-z_.]+(Error|Exception|Interrupt)|AssertionError|E\s)", ln):
+            return ln[:400]
+    return lines[-1][:400] if lines else "(no output)"
+
+
+def md_table(text: str, first_header: str) -> list[dict[str, str]]:
+    """The rows of the markdown table in `text` whose first column is headed `first_header`."""
+    rows, header = [], None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if "|" in line else None
+        if cells is None:
+            header = None
+            continue
+        if cells[0] == first_header:
+            header = cells
+        elif header and not set(cells[0]) <= set("-: ") and len(cells) == len(header):
+            rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ stages
+
+
+def stage_env(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
+    cmd = [sys.executable, "-c", ENV_PROBE]
+    stage.commands.append("python -c <environment probe>")
+    code, output = run(cmd, stage.limit_s, check.out / "logs" / "env.log", env, scratch)
+    found = [ln for ln in output.splitlines() if ln.startswith("ENV ")]
+    if code != 0 or not found:
+        stage.status = "timeout" if code is None else "failed"
+        stage.error = last_error(output)
+        return
+    check.env = json.loads(found[-1][4:])
+    e = check.env
+    stage.summary = (
+        f"{e['gpu']} (sm {e.get('capability')}), driver {e.get('driver')}, CUDA {e['cuda']}, "
+        f"torch {e['torch']}, triton {e['triton']}, Python {e['python']}"
+    )
+    stage.status = "ok"
+
+
+def stage_tests(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
+    files = [str(check.root / "tests" / f) for f in ("test_cuda_ops.py", "test_cuda_train.py")]
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-rfE", "-p", "no:cacheprovider"]
+    cmd += ["--rootdir", str(check.root), "-c", str(check.root / "pyproject.toml"), *files]
+    stage.commands.append("TRITON_INTERPRET=0 python -m pytest -m cuda " + " ".join(files))
+    test_env = {**env, "TRITON_INTERPRET": "1" if check.dry_run else "0"}
+    code, output = run(cmd, stage.limit_s, check.out / "logs" / "cuda-tests.log", test_env, scratch)
+    results: dict[str, dict] = {}
+    for m in re.finditer(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", output, re.M):
+        results[m.group(1)] = {"test": m.group(1).split("tests/")[-1], "outcome": m.group(2)}
+    for m in re.finditer(r"^(FAILED|ERROR) (\S+::\S+)(?: - (.*))?$", output, re.M):
+        key = next((k for k in results if k.endswith(m.group(2).split("tests/")[-1])), None)
+        if key:
+            results[key]["error"] = (m.group(3) or "")[:300]
+    check.tests = list(results.values())
+    counts: dict[str, int] = {}
+    for r in check.tests:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    stage.summary = ", ".join(f"{n} {k.lower()}" for k, n in sorted(counts.items())) or "no tests"
+    if code is None:
+        stage.status = "timeout"
+        stage.summary += " (the rest not reached)"
+        stage.error = f"stopped at {stage.limit_s:.0f} s"
+    elif code == 0:
+        stage.status = "ok"
+    else:
+        stage.status = "failed"
+        failed = [r for r in check.tests if r["outcome"] in ("FAILED", "ERROR")]
+        stage.error = (
+            f"{failed[0]['test']}: {failed[0].get('error', '')}" if failed else last_error(output)
+        )
+
+
+def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
+    out = check.out / "bench_kernels"
+    cmd = [sys.executable, str(check.root / "scripts" / "bench_kernels.py"), "--out", str(out)]
+    if check.dry_run:
+        cmd += ["--smoke", "--n", "32", "--batch", "1", "--heads", "2", "--head-dim", "16"]
+        cmd += ["--only", "scaled_dot", "pool"]  # the other two take the same path, slower
+        cmd += ["--no-train-shape", "--no-pool-large", "--reps", "1"]
+    else:  # four parts within the stage's limit, each under its own
+        cmd += ["--reps", "20", "--timeout", f"{max(10.0, stage.limit_s / 4 - 5):.0f}"]
+    stage.commands.append(" ".join(["python", *cmd[1:]]))
+    bench_env = {**env, "TRITON_INTERPRET": "1" if check.dry_run else "0"}
+    code, output = run(
+        cmd, stage.limit_s, check.out / "logs" / "bench-kernels.log", bench_env, scratch
+    )
+    saved = out / "bench_kernels.json"
+    if saved.exists():
+        check.bench = json.loads(saved.read_text())
+    rows = check.bench.get("dispatch", [])
+    verdicts = check.bench.get("verdicts", [])
+    met = sum(v["verdict"] == "met" for v in verdicts)
+    missed = sum(v["verdict"] == "MISSED" for v in verdicts)
+    stage.summary = f"{len(rows)} timed keys; targets: {met} met, {missed} missed"
+    notes = check.bench.get("notes", [])
+    if code is None:
+        stage.status, stage.error = "timeout", f"stopped at {stage.limit_s:.0f} s"
+    elif code != 0 or not saved.exists():
+        stage.status, stage.error = "failed", last_error(output)
+    elif not rows:
+        stage.status, stage.error = "failed", "nothing was timed: " + "; ".join(notes)[:300]
+    else:
+        stage.status = "ok"
+        failed_parts = [n for n in notes if "failed" in n or "time limit" in n]
+        if failed_parts:
+            stage.error = "; ".join(failed_parts)[:400]
+
+
+def _synthetic_corpus(folder: Path) -> str:
+    """A small stand-in for Tiny Shakespeare (dry runs without the corpus); its sha256."""
+    lines = [
+        f"{who}:\nThe {what} of {where} is {how}, and {how} the {what} shall be.\n"
+        for who in ("FIRST CITIZEN", "MENENIUS", "CORIOLANUS", "VOLUMNIA")
+        for what in ("crown", "storm", "night", "word")
+        for where in ("Rome", "Verona", "Denmark")
+        for how in ("fair", "foul", "quiet")
+    ]
+    path = folder / CORPUS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines * 3))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], scratch: Path, data: Path):
+    if not (data / CORPUS).exists():
+        stage.status = "skipped"
+        stage.error = f"no Tiny Shakespeare at {data / CORPUS} (give --data-dir)"
+        return
+    script = str(check.root / "scripts" / "bench_train.py")
+    base = [sys.executable, script, "--data-dir", str(data)]
+    if check.dry_run:  # one process, every mixer, eager: the compiled path needs a C++ toolchain
+        jobs = [("all, eager", [*MIXERS, PLAIN], False)]
+        base += ["--tasks", "shakespeare", "--sequential", "--device", "cpu", "--steps", "2"]
+        base += ["--eval-batches", "1", "--dim", "32", "--depth", "1", "--heads", "2"]
+        base += ["--seq-len", "16", "--batch", "2", "--eval-every", "2"]
+    else:  # one process per model and mode, what finishes is kept; the comparisons that say
+        # most first (attnzoo's attention against the plain GPT, eager and compiled)
+        order = ("scaled_dot", PLAIN, "metric", "quadratic", "pooling", "identity")
+        jobs = [
+            (f"{name}, {'compiled' if compiled else 'eager'}", [name], compiled)
+            for name in order
+            for compiled in (False, True)
+        ]
+        base += ["--tasks", "shakespeare_gpu", "--steps", "300", "--eval-batches", "20"]
+        base += ["--eval-every", "300"]
+    stop = time.monotonic() + stage.limit_s
+    failures, done = [], 0
+    for i, (label, names, compiled) in enumerate(jobs):
+        left = stop - time.monotonic()
+        if left < 5:
+            check.train.append({"job": label, "status": "not run (stage time spent)"})
+            continue
+        cmd = [*base, "--mixers", ",".join(names), "--compile" if compiled else "--no-compile"]
+        stage.commands.append(" ".join(["python", *cmd[1:]]))
+        log = check.out / "logs" / f"bench-train-{i:02d}.log"
+        code, output = run(cmd, left, log, env, scratch)
+        rows = md_table(output, "mixer")
+        for row in rows:
+            check.train.append({"job": label, "status": "ok", **row})
+        if code != 0 or not rows:
+            status = "timeout" if code is None else "failed"
+            failures.append(f"{label}: {status}: {last_error(output)}")
+            check.train.append({"job": label, "status": status, "error": last_error(output)})
+        else:
+            done += 1
+    not_run = sum(r["status"].startswith("not run") for r in check.train)
+    stage.summary = f"{done}/{len(jobs)} runs finished" + (
+        f", {not_run} not run" if not_run else ""
+    )
+    if failures:
+        stage.status, stage.error = "failed", "; ".join(failures)[:600]
+    elif not_run:
+        stage.status, stage.error = (
+            "timeout",
+            f"{not_run} run(s) did not fit in {stage.limit_s:.0f} s",
+        )
+    else:
+        stage.status = "ok"
+
+
+def stage_default_job(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
+    run_dir = check.out / "default_job"
+    cmd = [sys.executable, "-m", "attnzoo.train", "logger.mode=disabled", "train.progress=false"]
+    cmd.append(f"hydra.run.dir={run_dir}")
+    if check.dry_run:
+        cmd += ["train.device=cpu", "train.max_steps=4", "train.eval_every=2", "train.log_every=2"]
+        cmd += ["train.eval_batches=1", "train.batch_size=8", "train.probe_batch_size=2"]
+        cmd += ["train.ckpt_every=4", "model.dim=32", "model.depth=1"]
+    else:
+        cmd += ["train.device=cuda"]
+    stage.commands.append(" ".join(["python", *cmd[1:]]))
+    started = time.monotonic()
+    code, output = run(cmd, stage.limit_s, check.out / "logs" / "default-job.log", env, scratch)
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    final = summary.get("final") or {}
+    check.default_job = {
+        "status": summary.get("status", "no summary.json"),
+        "step": summary.get("step"),
+        "wall_s": round(time.monotonic() - started, 1),
+        "final": {k: v for k, v in final.items() if isinstance(v, int | float)},
+    }
+    shown = {k: final[k] for k in ("val/loss", "val/accuracy") if isinstance(final.get(k), float)}
+    stage.summary = (
+        f"{check.default_job['status']} at step {summary.get('step')} in "
+        f"{check.default_job['wall_s']} s" + "".join(f", {k} {v:.4f}" for k, v in shown.items())
+    )
+    if code is None:
+        stage.status, stage.error = "timeout", f"stopped at {stage.limit_s:.0f} s"
+    elif code != 0 or summary.get("status") != "completed":
+        stage.status = "failed"
+        stage.error = summary.get("error") or last_error(output)
+    else:
+        stage.status = "ok"
+
+
+def stage_table(check: Check, stage: Stage, table_dir: Path) -> None:
+    """The dispatch table from bench_kernels' rows; under --dry-run into <out>/dispatch/."""
+    rows = check.bench.get("dispatch", [])
+    if not rows:
+        stage.status, stage.error = "skipped", "no kernel timings (see bench-kernels)"
+        return
+    from attnzoo.kernels import dispatch
+
+    meta = check.bench.get("meta", {})
+    capability = "cpu" if check.dry_run else meta.get("capability") or check.env.get("capability")
+    if check.dry_run:
+        table_dir = check.out / "dispatch"
+    table = dispatch.make_table(
+        rows,
+        {
+            "capability": capability,
+            "device": meta.get("device", check.env.get("gpu")),
+            "torch": meta.get("torch"),
+            "triton": meta.get("triton"),
+            "measured_utc": meta.get("time_utc"),
+            "command": "python scripts/gpu_check.py" + (" --dry-run" if check.dry_run else ""),
+        },
+    )
+    table_dir.mkdir(parents=True, exist_ok=True)
+    path = table_dir / f"{capability}.json"
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    entries = dispatch.load_table(path)  # what impl="auto" will read, checked
+    check.table = {"path": str(path), **table}
+    triton = sum(e.impl == "triton" for e in entries)
+    stage.summary = f"{path.name}: {len(entries)} entries, Triton chosen in {triton}"
+    stage.status = "ok"
+
+
+# ------------------------------------------------------------------------------------ the check
+
+
+def run_check(
+    root: Path,
+    out: Path,
+    dry_run: bool,
+    table_dir: Path,
+    data: Path,
+    budget: float = 540,
+    scale: float = 1.0,
+    only: Sequence[str] = tuple(LIMITS),
+) -> int:
+    """Run the stages named in `only` (the others are reported skipped) within `budget` x
+    `scale` seconds, write `<out>/<date>-<gpu>.md` and `.json`, print the stage and verdict
+    tables; the exit status: 0 when every stage passed, else 1 (a dry run also fails on a
+    skipped stage it was asked to run)."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    check = Check(out, dry_run, time.monotonic() + budget * scale, scale, root)
+
+    # the subprocesses run outside the checkout, whose attnzoo/ folder (without kernels/) would
+    # shadow the installed package; no downloads, no W&B
+    scratch = Path(tempfile.mkdtemp(prefix="gpu_check-cwd-"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ATTNZOO_OFFLINE": "1"}
+    env.setdefault("WANDB_MODE", "disabled")
+    if dry_run and not (data / CORPUS).exists():
+        data = out / "data"
+        env["ATTNZOO_TINYSHAKESPEARE_SHA256"] = _synthetic_corpus(data)
+
+    print(f"gpu_check{' --dry-run' if dry_run else ''}: report in {out}", flush=True)
+    for name in LIMITS:
+        stage = Stage(name)
+        check.stages.append(stage)
+        if name not in only:
+            stage.status = "skipped"
+            continue
+        stage.limit_s = check.limit(name)
+        start = time.monotonic()
+        print(f"== {name} (limit {stage.limit_s:.0f} s)", flush=True)
+        try:
+            if name == "env":
+                stage_env(check, stage, env, scratch)
+            elif name == "cuda-tests":
+                stage_tests(check, stage, env, scratch)
+            elif name == "bench-kernels":
+                stage_bench_kernels(check, stage, env, scratch)
+            elif name == "bench-train":
+                stage_bench_train(check, stage, env, scratch, data)
+            elif name == "default-job":
+                stage_default_job(check, stage, env, scratch)
+            else:
+                stage_table(check, stage, table_dir)
+        except Exception as err:  # noqa: BLE001 - the report says so, the next stage runs
+            stage.status, stage.error = "failed", f"{type(err).__name__}: {err}"[:400]
+        stage.seconds = time.monotonic() - start
+        print(f"   {stage.status}: {stage.summary} {stage.error}".rstrip(), flush=True)
+
+    gpu = "cpu-dry-run" if dry_run else slug(check.env.get("gpu") or torch.cuda.get_device_name())
+    stem = f"{time.strftime('%Y-%m-%d', time.gmtime())}-{gpu}"
+    write_report(check, stem)
+    print(f"\nwrote {out / stem}.md and .json\n\n{stage_table_md(check)}\n")
+    print(verdict_table_md(check), flush=True)
+    bad = [s for s in check.stages if s.status in ("failed", "timeout")]
+    if dry_run:  # a dry run proves every stage: a skipped one is a failure too
+        bad += [s for s in check.stages if s.status == "skipped" and s.name in only]
+    return 1 if bad else 0

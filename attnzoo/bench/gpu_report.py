@@ -1,0 +1,103 @@
+"""The GPU check's report: the stage table, the verdict table (what impl="auto" now does per
+key, then the kernel benchmark's targets), and the `<date>-<gpu>.md` and `.json` files."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # gpu_check runs the stages and calls this module
+    from attnzoo.bench.gpu_check import Check
+
+
+def verdict_rows(check: Check) -> list[dict[str, str]]:
+    """The verdict table: what impl="auto" now does per op and key, then bench_kernels' targets."""
+    rows = []
+    for e in check.table.get("entries", []):
+        rows.append(
+            {
+                "what": f"impl=auto {e['op']} {e['dtype']} "
+                f"{'causal' if e['causal'] else 'bidirectional'} dim {e['dim']} "
+                f"N {e['measured_n']} (covers {e['n_min']}..{e['n_max']}) "
+                f"{'fwd+bwd' if e['grad'] else 'fwd'}",
+                "measured": f"{e['ratio']:.2f}× (triton {e['triton_ms']:.3f} ms, "
+                f"{e['torch_path']} {e['torch_ms']:.3f} ms)",
+                "verdict": e["impl"],
+            }
+        )
+    for v in check.bench.get("verdicts", []):
+        rows.append({"what": v["target"], "measured": v["measured"], "verdict": v["verdict"]})
+    return rows
+
+
+def stage_table_md(check: Check) -> str:
+    lines = ["| stage | status | seconds (limit) | result | error |", "|---|---|---|---|---|"]
+    for s in check.stages:
+        lines.append(
+            f"| {s.name} | {s.status} | {s.seconds:.0f} ({s.limit_s:.0f}) | {s.summary} | "
+            f"{s.error.replace('|', '/')} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict_table_md(check: Check) -> str:
+    lines = ["| what | measured (speed-up of Triton) | verdict |", "|---|---|---|"]
+    lines += [f"| {r['what']} | {r['measured']} | {r['verdict']} |" for r in verdict_rows(check)]
+    return "\n".join(lines)
+
+
+def report_md(check: Check, title: str) -> str:
+    e = check.env
+    md = [f"# {title}", ""]
+    if check.dry_run:
+        md += ["**Dry run** on CPU at tiny sizes: proves the script, measures nothing.", ""]
+    md += ["## Environment", ""]
+    md += [
+        f"- {k}: {e.get(k)}"
+        for k in ("gpu", "capability", "driver", "cuda", "torch", "triton", "python")
+    ]
+    md += ["", "## Stages", "", stage_table_md(check), ""]
+    failed = [t for t in check.tests if t["outcome"] in ("FAILED", "ERROR")]
+    md += ["## cuda test tier", "", f"{len(check.tests)} tests reported; {len(failed)} failed.", ""]
+    md += [f"- `{t['test']}`: {t.get('error', '')}" for t in failed] + [""]
+    if check.train:
+        keys = ["job", "status"] + [k for k in check.train[0] if k not in ("job", "status")]
+        keys += sorted({k for r in check.train for k in r} - set(keys))
+        md += ["## Training benchmark", "", "| " + " | ".join(keys) + " |"]
+        md += ["|" + "---|" * len(keys)]
+        md += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in check.train]
+        md += [""]
+    if check.default_job:
+        md += ["## Default job", "", "```", json.dumps(check.default_job, indent=1), "```", ""]
+    md += ["## Verdicts", ""]
+    if check.table:
+        md += [f"Dispatch table written: `{Path(check.table['path']).name}`.", ""]
+    md += [verdict_table_md(check), ""]
+    return "\n".join(md)
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+
+
+def write_report(check: Check, stem: str) -> None:
+    """`<out>/<stem>.md` (tables, verdicts, what failed with its error) and `<out>/<stem>.json`."""
+    title = f"gpu_check {stem}" + (" (dry run)" if check.dry_run else "")
+    (check.out / f"{stem}.md").write_text(report_md(check, title))
+    payload = {
+        "dry_run": check.dry_run,
+        "time_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "env": check.env,
+        "stages": [asdict(s) for s in check.stages],
+        "tests": check.tests,
+        "bench_kernels": {k: check.bench.get(k) for k in ("meta", "verdicts", "dispatch", "notes")},
+        "bench_train": check.train,
+        "default_job": check.default_job,
+        "dispatch_table": check.table,
+        "verdicts": verdict_rows(check),
+    }
+    (check.out / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")

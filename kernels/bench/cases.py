@@ -1,0 +1,244 @@
+"""The kernel benchmark's cases: shapes, the cost model, and what each op is compared with.
+
+Each op runs through the public API (`impl="triton"`) and is compared with what a user would
+write instead:
+
+| part | attnzoo op | what a user would write instead |
+|---|---|---|
+| scaled_dot | `scaled_dot_attention(q, k, v)` | `sdpa(q, k, v)` |
+| metric | `metric_attention(p, M)` | `sdpa(p @ M, p, p)` |
+| quadratic | `quadratic_attention(x, U, v)` | `sdpa(x @ U[h], x, v)`, x expanded over the heads |
+| pool | `pool_mix(x, window)` (centred) | `avg_pool1d(x, window, count_include_pad=False) - x` |
+
+`sdpa` is `torch.nn.functional.scaled_dot_product_attention`, pinned to one backend at a time
+(`backend_only`). Shapes: the training shape of nanoGPT's GPU recipe (`TRAIN`: batch 64, 6 heads,
+N = 256, head dim 64, causal) and (batch, heads, N, head dim) grids, causal and bidirectional;
+quadratic's width is D = heads x head dim. pool_mix runs on x of (batch, N, D) of the same shapes,
+centred (`avg_pool1d` has no causal window that leaves padding uncounted), plus one large x
+(`POOL_LARGE`) for its bandwidth, against a copy of x as the bandwidth reference.
+
+The cost model: FLOPs by `attnzoo.kernels.flops.op_flops` (matmuls only, 2 per multiply-add,
+causal halves the N x N terms, the attention backward 2.5x its forward); the byte model counts one
+read of each input and one write of each output (compulsory traffic) plus the key/value tiles
+streamed once per `BLOCK_M`-query tile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .. import ops
+from ..flops import ATTENTION_OPS, op_flops
+
+BLOCK_M = 128  # query tile of the byte model
+PARTS = ("scaled_dot", "metric", "quadratic", "pool")
+BACKENDS = ("flash", "cudnn", "efficient")
+POOL_LARGE = (8, 8192, 1024)  # (batch, tokens, D): ~134 MB per bf16 tensor, well beyond L2
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One benchmarked shape: (batch, heads, N, head dim) of the attention ops; for pool_mix,
+    heads 1 and head_dim the width D of x."""
+
+    name: str
+    batch: int
+    heads: int
+    n: int
+    head_dim: int
+    causal: bool
+    elt: int = 2  # bytes per element (bf16)
+
+    @property
+    def width(self) -> int:
+        """Model width D = heads x head_dim: quadratic's q/k width and pool_mix's features."""
+        return self.heads * self.head_dim
+
+
+TRAIN = Shape("train", 64, 6, 256, 64, True)
+
+
+def attention_shapes(
+    ns: list[int], modes: list[str], batch: int, heads: int, head_dim: int, train: bool
+) -> list[Shape]:
+    """The training shape (if `train`), then one shape per N and mode ("causal" or
+    "bidirectional"), named N<n>-<mode>."""
+    shapes = [TRAIN] if train else []
+    for n in ns:
+        for mode in modes:
+            shapes.append(Shape(f"N{n}-{mode}", batch, heads, n, head_dim, mode == "causal"))
+    return shapes
+
+
+def pool_shapes(shapes: list[Shape], large: bool) -> list[Shape]:
+    """x of (batch, N, heads x head_dim) per attention shape, once each, centred; plus the large x."""
+    seen, out = set(), []
+    for s in shapes:
+        if (s.batch, s.n, s.width) not in seen:
+            seen.add((s.batch, s.n, s.width))
+            out.append(Shape(f"{s.name.split('-')[0]}-pool", s.batch, 1, s.n, s.width, False))
+    if large:
+        b, n, d = POOL_LARGE
+        out.append(Shape("large-pool", b, 1, n, d, False))
+    return out
+
+
+# ------------------------------------------------------------------------------------ cost model
+
+
+def cost(op: str, s: Shape, window: int = 3) -> dict[str, float]:
+    """FLOPs of forward and backward (attnzoo.kernels.flops.op_flops; pool_mix: its additions)
+    and HBM bytes of the forward, by the byte model in the module docstring."""
+    bh, n, d, e = s.batch * s.heads, s.n, s.head_dim, s.elt
+    tiles = -(-n // BLOCK_M)
+    if op in ATTENTION_OPS:
+        fwd = op_flops(op, s.batch, s.heads, n, d, s.causal)
+        bwd = op_flops(op, s.batch, s.heads, n, d, s.causal, backward=True)
+    if op == "scaled_dot":
+        compulsory = e * bh * n * (3 * d + d) + 4 * bh * n  # q, k, v in; out, lse out
+        streamed = e * bh * tiles * n * (2 * d)  # k and v tiles per query tile
+    elif op == "quadratic":
+        big_d = s.width
+        compulsory = e * (s.batch * n * big_d + s.heads * big_d**2)  # x and U
+        compulsory += e * bh * n * (2 * big_d + 2 * d) + 4 * bh * n  # q out + in, v in, o out
+        streamed = e * bh * tiles * n * (big_d + d)  # x (as k) and v tiles per query tile
+    elif op == "metric":
+        compulsory = e * (bh * n * 2 * d + s.heads * d * d) + 4 * bh * n  # p and M in; out, lse
+        streamed = e * bh * tiles * n * d  # one p tile serves as key and value
+    elif op == "pool":  # s.head_dim is the width D here, heads 1
+        elems = s.batch * n * d
+        fwd = bwd = elems * window  # additions: not what bounds it
+        compulsory, streamed = 2 * e * elems, 0  # x in, out out (the backward: g in, dx out)
+    else:
+        raise ValueError(f"unknown op {op!r}")
+    return {"fwd_flop": fwd, "bwd_flop": bwd, "fwd_bytes": compulsory + streamed}
+
+
+# ------------------------------------------------------------------------------------ the comparisons
+
+# What a user would write instead of each op. Module-level functions, so that the validation
+# checks exactly what the timing runs.
+
+
+def sdpa_scaled_dot(q, k, v, causal: bool):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def sdpa_metric(p, m, causal: bool):
+    """`sdpa(p @ M, p, p)`: p (B, H, N, dk), M (H, dk, dk); scale 1/sqrt(dk) as the op's."""
+    return F.scaled_dot_product_attention(p @ m, p, p, is_causal=causal)
+
+
+def sdpa_quadratic(x, u, v, causal: bool):
+    """`sdpa(x @ U[h], x, v)`: x (B, N, D) as the key of every head; scale 1/sqrt(D) as the op's."""
+    x_b1nd = x[:, None]
+    return F.scaled_dot_product_attention(
+        x_b1nd @ u, x_b1nd.expand(-1, u.shape[0], -1, -1), v, is_causal=causal
+    )
+
+
+def avg_pool_mix(x, window: int):
+    """`avg_pool1d(x) - x` over the tokens of x (B, N, D), padding not counted: centred pool_mix."""
+    pooled = F.avg_pool1d(x.mT, window, 1, window // 2, count_include_pad=False)
+    return pooled.mT - x
+
+
+def copy_of(x):
+    """The bandwidth reference: one read and one write of x."""
+    return x.clone()
+
+
+@dataclass
+class Candidate:
+    name: str  # "attnzoo", "sdpa flash", "avg_pool1d - x", "copy"
+    run: Callable[..., torch.Tensor]
+    backend: str | None = None  # the SDPA backend it is pinned to
+    reference: bool = False  # timed for scale (the copy), not a competitor
+
+
+def make_inputs(
+    part: str, s: Shape, device: str, dtype: torch.dtype, seed: int = 0
+) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        t = torch.randn(*shape, generator=gen) * scale
+        return t.to(device=device, dtype=dtype).requires_grad_(True)
+
+    b, h, n, d = s.batch, s.heads, s.n, s.head_dim
+    if part == "scaled_dot":
+        return randn(b, h, n, d), randn(b, h, n, d), randn(b, h, n, d)
+    if part == "metric":
+        c = torch.randn(h, d, d, generator=gen) / d**0.5
+        m = ((c + c.mT) / 2).to(device=device, dtype=dtype).requires_grad_(True)
+        return randn(b, h, n, d), m
+    if part == "quadratic":
+        return (
+            randn(b, n, s.width),
+            randn(h, s.width, s.width, scale=s.width**-0.5),
+            randn(b, h, n, d),
+        )
+    if part == "pool":
+        return (randn(b, n, d),)
+    raise ValueError(f"unknown part {part!r}")
+
+
+def candidates(
+    part: str, s: Shape, impl: str, window: int, backends: tuple[str, ...] = BACKENDS
+) -> list[Candidate]:
+    """The attnzoo op first, then what it is compared with."""
+    c = s.causal
+    if part == "scaled_dot":
+        ours = Candidate(
+            "attnzoo", lambda q, k, v: ops.scaled_dot_attention(q, k, v, causal=c, impl=impl)
+        )
+        theirs = [
+            Candidate(f"sdpa {be}", lambda q, k, v: sdpa_scaled_dot(q, k, v, c), be)
+            for be in backends
+        ]
+    elif part == "metric":
+        ours = Candidate("attnzoo", lambda p, m: ops.metric_attention(p, m, causal=c, impl=impl))
+        theirs = [
+            Candidate(f"sdpa(p@M,p,p) {be}", lambda p, m: sdpa_metric(p, m, c), be)
+            for be in backends
+        ]
+    elif part == "quadratic":
+        ours = Candidate(
+            "attnzoo", lambda x, u, v: ops.quadratic_attention(x, u, v, causal=c, impl=impl)
+        )
+        theirs = [
+            Candidate(f"sdpa(x@U,x,v) {be}", lambda x, u, v: sdpa_quadratic(x, u, v, c), be)
+            for be in backends
+        ]
+    elif part == "pool":
+        ours = Candidate("attnzoo", lambda x: ops.pool_mix(x, window, impl=impl))
+        theirs = [
+            Candidate("avg_pool1d - x", lambda x: avg_pool_mix(x, window)),
+            Candidate("copy", copy_of, reference=True),
+        ]
+    else:
+        raise ValueError(f"unknown part {part!r}")
+    return [ours, *theirs]
+
+
+@contextlib.contextmanager
+def backend_only(name: str | None) -> Iterator[None]:
+    """Pin SDPA to one backend (nothing to pin for None)."""
+    if name is None:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kind = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,  # --smoke on CPU, where the fused backends refuse
+    }[name]
+    with sdpa_kernel([kind]):
+        yield
