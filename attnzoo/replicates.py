@@ -77,9 +77,13 @@ def config_hash(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> str:
 
 
 def _choice(cfg: Mapping[str, Any], group: str) -> str | None:
+    """A group's choice: its node's `name`, else (a mixer named by its class alone) the class
+    name of its `_target_` in snake case (attnzoo.mixers.name_in_config, as the trainer)."""
     node = cfg.get(group)
     if isinstance(node, Mapping):
-        return None if node.get("name") is None else str(node["name"])
+        from attnzoo.mixers import name_in_config
+
+        return name_in_config(node)
     return None if node is None else str(node)
 
 
