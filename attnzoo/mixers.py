@@ -100,7 +100,7 @@ def _import(path: str) -> object:
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            if err.name is not None and not module_name.startswith(err.name):
+            if err.name is not None and not (module_name + ".").startswith(err.name + "."):
                 raise  # the module exists and fails to import something of its own
             continue
         for attr in parts[i:]:
@@ -159,6 +159,14 @@ def check_options(mixer: str | type[nn.Module], options: Mapping[str, object]) -
     that are not given."""
     cls = mixer_class(mixer)
     label = repr(registered_name(cls) or class_path(cls))
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        lacking = [a for a in COMMON_ARGS if a not in params]
+        if lacking:
+            raise ValueError(
+                f"mixer {label}'s constructor must take {', '.join(COMMON_ARGS)} (what the block "
+                f"gives every mixer); it does not take {lacking}"
+            )
     allowed = mixer_options(cls)
     unknown = unknown_options(cls, options)
     if unknown:

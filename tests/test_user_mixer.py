@@ -86,6 +86,17 @@ def test_a_class_by_its_import_path_builds_and_lacks_only_the_optional_features(
         build_mixer("shiftmix.Shift", dim=8, bogus=1)
     with pytest.raises(ValueError, match="cannot be imported.*PYTHONPATH"):
         mixer_class("nosuchmodule.Shift")
+    (user_code / "brokenmix.py").write_text("import nosuchdependency\n")
+    with pytest.raises(ValueError, match="No module named 'nosuchdependency'"):
+        mixer_class("brokenmix.Mixer")  # the user's module's own import error, not "no brokenmix"
+    (user_code / "narrowmix.py").write_text(
+        "from torch import nn\n\nclass Narrow(nn.Module):\n    def __init__(self, dim):\n"
+        "        super().__init__()\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"must take dim, heads, causal, impl.*\['heads', 'causal'"
+    ):
+        build_mixer("narrowmix.Narrow", dim=8)
     x = torch.randn(2, 5, 8)
     mixer = build_mixer("shiftmix.Shift", dim=8, shift=2)
     assert torch.equal(mixer(x), mixer.proj(x.roll(2, dims=1)))
