@@ -91,6 +91,16 @@ def name_in_config(node: Mapping[str, object]) -> str | None:
     return name_of_target(str(node["_target_"])) if node.get("_target_") else None
 
 
+def without_implied_target(node: Mapping[str, object]) -> dict[str, object]:
+    """A mixer's config node without its `_target_` where its `name` already says which class it
+    is (a registered mixer, whose `_target_` is that class): so that a configuration is the same
+    configuration, for a resumed run and a W&B group, as one saved before YAMLs named the class."""
+    name, target = node.get("name"), node.get("_target_")
+    if isinstance(name, str) and name in MIXERS and target == class_path(MIXERS[name]):
+        return {k: v for k, v in node.items() if k != "_target_"}
+    return dict(node)
+
+
 def _import(path: str) -> object:
     """The object at `package.module.Attr[.Attr...]`: the longest importable module prefix, then
     attributes."""

@@ -200,3 +200,25 @@ def test_a_user_mixer_sweeps(user_code, tmp_path):
         assert summary["status"] == "completed"
         groups.add(summary["config_group"])
     assert len(groups) == 2 and all(g.startswith("sort-shift-") for g in groups)
+
+
+def test_a_package_mixer_is_the_same_configuration_as_before_its_yaml_named_the_class():
+    """Configs saved before the YAMLs held `_target_` name a package mixer alone: they keep their
+    W&B group (the config hash) and their checkpoints still resume. A user's class is part of the
+    configuration."""
+    from attnzoo.replicates import config_hash
+    from attnzoo.train.resume import check_same_run
+
+    now = {
+        "mixer": {"name": "metric", "_target_": "attnzoo.mixers.MetricTensorAttention"},
+        "model": {"dim": 16},
+        "task": {"name": "sort"},
+        "train": {"seed": 0},
+    }
+    before = {**now, "mixer": {"name": "metric"}}
+    assert config_hash(now) == config_hash(before)
+    check_same_run(before, now)
+    other = {**now, "mixer": {"name": "metric", "_target_": "mine.Metric"}}
+    assert config_hash(other) != config_hash(now)
+    with pytest.raises(ConfigError, match="mixer="):
+        check_same_run(now, other)
