@@ -71,15 +71,10 @@ def planned_steps(cfg: DictConfig, task: Task, world: int) -> int:
     per_token = flops_per_token(cfg, task)
     per_step = (per_token or 0.0) * int(t.batch_size) * int(task.max_len) * world
     if per_step <= 0:
-        why = (
-            "has no FLOP formula (not available for this mixer: its class has no flops_per_token)"
-            if per_token is None
-            else "with these model.* settings has no training FLOPs to count"
-        )
         raise ConfigError(
-            f"train.max_flops={t.max_flops:g}: mixer={mixer_label(cfg.mixer)} {why} "
-            "(attnzoo.flops counts the blocks' matmuls); allowed here: train.max_steps or "
-            "train.max_seconds"
+            f"train.max_flops={t.max_flops:g}: mixer={mixer_label(cfg.mixer)} with these model.* "
+            "settings has no training FLOPs to count (attnzoo.flops counts the blocks' matmuls); "
+            "allowed here: train.max_steps or train.max_seconds"
         )
     steps = math.floor(float(t.max_flops) / per_step)
     if steps < 1:
