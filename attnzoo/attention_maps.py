@@ -1,47 +1,52 @@
 """What the attention mixers attend to, and what they learned, as pictures for W&B.
 
-Attention probabilities are read through the mixers' own ops, with the identity matrix as the
-values: softmax(scores) @ I is the probability matrix itself, so the maps are exactly what the
-mixer computes (same scale, same masks) without a second copy of any score formula. The metric
-mixer is scaled-dot attention with q = p M and k = p (see ARCHITECTURE.md), which is how its maps
-are read.
+A mixer with softmax attention says what its probabilities are, `attention_probs(x, mask)`
+(attnzoo.mixers): each of the package's reads them through its own op with the identity matrix as
+the values (softmax(scores) @ I is the probability matrix itself), so the maps are exactly what the
+mixer computes, same scale and masks, without a second copy of any score formula
+(docs/kernels.md has the identities that make quadratic and metric attention such ops). A mixer
+with matrices worth a picture gives them as `learned_matrices()`. A mixer without these methods
+has no maps: "not available for this mixer".
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from einops import rearrange  # noqa: E402
 from torch import nn  # noqa: E402
 
-from attnzoo import kernels  # noqa: E402
 
-ATTENTION_MIXERS = ("scaled_dot", "quadratic", "metric")
+def has_attention(mixer: nn.Module) -> bool:
+    """Whether the mixer gives its attention probabilities (an `attention_probs` method)."""
+    return callable(getattr(mixer, "attention_probs", None))
 
 
-def _probs(mixer: nn.Module, x_bnd: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, H, N, N) attention probabilities of `mixer` on its input `x_bnd`, or None."""
-    name = getattr(mixer, "mixer_name", None)
-    if name not in ATTENTION_MIXERS:
-        return None
-    b, n, _ = x_bnd.shape
-    eye_bhnn = torch.eye(n, dtype=x_bnd.dtype, device=x_bnd.device).expand(b, mixer.heads, n, n)
-    if name == "scaled_dot":
-        q_bhnk, k_bhnk, _ = rearrange(
-            mixer.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=mixer.heads
+def mixers_of(model: nn.Module) -> list[nn.Module]:
+    """The model's distinct mixers, in block order (a shared block's once)."""
+    return list({id(b.mixer): b.mixer for b in model.blocks}.values())
+
+
+def __getattr__(name: str) -> Any:
+    """`ATTENTION_MIXERS` is gone: a mixer has attention maps when it has `attention_probs`
+    (`has_attention`). Code that still imports it gets the registered mixers that have it, with
+    a DeprecationWarning."""
+    if name == "ATTENTION_MIXERS":
+        import warnings
+
+        from attnzoo.mixers import MIXERS
+
+        warnings.warn(
+            "attnzoo.attention_maps.ATTENTION_MIXERS is deprecated: ask has_attention(mixer)",
+            DeprecationWarning,
+            stacklevel=2,
         )
-        return kernels.scaled_dot_attention(
-            q_bhnk, k_bhnk, eye_bhnn, mixer.causal, mask, impl="torch"
-        )
-    if name == "quadratic":
-        u_hdd = mixer.u.to(x_bnd.dtype)
-        return kernels.quadratic_attention(x_bnd, u_hdd, eye_bhnn, mixer.causal, mask, impl="torch")
-    p_bhnk = rearrange(mixer.p(x_bnd), "b n (h k) -> b h n k", h=mixer.heads)
-    q_bhnk = p_bhnk @ mixer.metric().to(x_bnd.dtype)[None]
-    return kernels.scaled_dot_attention(q_bhnk, p_bhnk, eye_bhnn, mixer.causal, mask, impl="torch")
+        return tuple(n for n, cls in MIXERS.items() if hasattr(cls, "attention_probs"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @torch.no_grad()
@@ -50,18 +55,15 @@ def attention_maps(
 ) -> list[torch.Tensor]:
     """For the first example of `inputs`: one (H, N, N) probability matrix per attention layer
     application, in order (a shared block applied `depth` times gives `depth` maps). Empty for
-    mixers without attention."""
+    mixers without attention probabilities (`has_attention`)."""
     inputs = inputs[:1]
     mask = None if key_padding_mask is None else key_padding_mask[:1]
     captured: list[torch.Tensor] = []
 
     def hook(module: nn.Module, args: tuple) -> None:
-        probs = _probs(module, args[0].float(), mask)
-        if probs is not None:
-            captured.append(probs[0].cpu())
+        captured.append(module.attention_probs(args[0].float(), mask)[0].cpu())
 
-    mixers = {id(b.mixer): b.mixer for b in model.blocks}.values()
-    handles = [m.register_forward_pre_hook(hook) for m in mixers]
+    handles = [m.register_forward_pre_hook(hook) for m in mixers_of(model) if has_attention(m)]
     was_training = model.training
     model.eval()
     try:
@@ -74,19 +76,17 @@ def attention_maps(
 
 
 def learned_matrices(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The learned U (quadratic, (H, D, D)) or M (metric, (H, dk, dk)) of every distinct block."""
+    """The matrices each distinct block's mixer gives as `learned_matrices()` (quadratic's U,
+    (H, D, D); metric's M, (H, dk, dk)), as `layer_<i>/<label>`."""
     out: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
     for i, block in enumerate(model.blocks):
-        m = block.mixer
-        if id(m) in seen:
+        m: Any = block.mixer
+        if id(m) in seen or not callable(getattr(m, "learned_matrices", None)):
             continue
         seen.add(id(m))
-        name = getattr(m, "mixer_name", None)
-        if name == "quadratic":
-            out[f"layer_{i + 1}/U"] = m.u.detach().float().cpu()
-        elif name == "metric":
-            out[f"layer_{i + 1}/M"] = m.metric().detach().float().cpu()
+        for label, mat in m.learned_matrices().items():
+            out[f"layer_{i + 1}/{label}"] = mat.detach().float().cpu()
     return out
 
 

@@ -2,11 +2,19 @@
 run before any work.
 
 Hydra composes `conf/config.yaml` (installed as `attnzoo.conf`) on top of `Config`, so a typo'd key,
-a value of the wrong type or an unknown choice fails at composition with Hydra's message. Mixer and
-task schemas are derived from the registries (`mixer_options`, `task_options`): each registered
-mixer `m` gets a node `schema/mixer/m` whose fields are its constructor's options, and its YAML
-(`conf/mixer/m.yaml`) starts from it with `defaults: [/schema/mixer/m@_here_, _self_]`. A new
-mixer or task is therefore its module plus one YAML; nothing here changes.
+a value of the wrong type or an unknown choice fails at composition with Hydra's message. Task
+schemas are derived from the registry (`task_options`), and so are the typed schemas of the
+registered mixers.
+
+A mixer is named by its class: the `mixer` node holds `_target_` (the class's import path,
+`package.module.Class`), an optional `name` (how runs and tables call it; default: the class name
+in snake case) and the constructor's options. The node is open: any `mixer.<key>=` override
+composes, and `check_mixer` then checks the keys against the class's constructor (`inspect`), so
+a mixer in the user's own module, named by a YAML on `hydra.searchpath`, is checked as the
+package's are. Each registered mixer `m` also gets a typed node `schema/mixer/m` (its name and
+its constructor's options with their types and defaults), which its YAML (`conf/mixer/m.yaml`,
+which gives `_target_`) starts from with `defaults: [/schema/mixer/m@_here_, _self_]`: a value
+of the wrong type then fails at composition, and `--cfg job` prints every option.
 
 Every default is written once: the model's in `attnzoo.model.ModelConfig` (the `model` schema is
 derived from it), the training and logging ones in `TrainConfig` and `LoggerConfig` here, a
@@ -32,7 +40,15 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from attnzoo.mixers import MIXERS, mixer_class
+from attnzoo.mixers import (
+    MIXERS,
+    check_options,
+    class_path,
+    mixer_class,
+    name_in_config,
+    registered_name,
+    unknown_options,
+)
 from attnzoo.model import ModelConfig
 from attnzoo.rank import MEASURES
 from attnzoo.tasks import TASKS
@@ -93,13 +109,18 @@ def _omegaconf_type(annotation: Any, name: str = "") -> Any:
     return Any
 
 
-def _options_schema(kind: str, name: str, fn: Any, skip: tuple[str, ...]) -> type:
-    """A dataclass `name: str` + one field per keyword option of `fn` (typed, with its default)."""
+def _options_schema(
+    kind: str, name: str, fn: Any, skip: tuple[str, ...], target: bool = False
+) -> type:
+    """A dataclass `name: str` [+ `_target_: str`, which the YAML gives] + one field per keyword
+    option of `fn` (typed, with its default)."""
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable annotations: fall back to untyped options
         hints = {}
     fields: list[tuple[str, Any, Any]] = [("name", str, field(default=name))]
+    if target:
+        fields.append(("_target_", str, field(default=MISSING)))
     for key, param in inspect.signature(fn).parameters.items():
         if key == "self" or key in skip or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
             continue
@@ -189,11 +210,17 @@ class LoggerConfig:
     init_timeout: float = 90.0  # seconds wandb.init may wait for the server before going offline
 
 
+def _open_node() -> DictConfig:
+    """A node that takes any key, struct mode or not (Hydra closes every other one): the mixer's,
+    whose keys are its class's options, checked against the class by `check_mixer`."""
+    return OmegaConf.create({}, flags={"struct": False})
+
+
 @dataclass
 class Config:
     """The whole run; conf/config.yaml picks a choice of each group on top of it."""
 
-    mixer: Any = MISSING
+    mixer: Any = field(default_factory=_open_node)
     model: ModelSchema = field(default_factory=ModelSchema)
     task: Any = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -210,7 +237,7 @@ def model_config(cfg: DictConfig, causal: bool) -> ModelConfig:
     model = {k: v for k, v in options(cfg.model).items() if k != "max_len"}
     return ModelConfig(
         **model,
-        mixer=cfg.mixer.name,
+        mixer=mixer_ref(cfg.mixer),
         mixer_options=options(cfg.mixer),
         causal=causal,
         impl=enum_value(cfg.impl),
@@ -228,13 +255,12 @@ def register_configs() -> None:
 
     cs = ConfigStore.instance()
     nodes: list[tuple[str | None, str, Any]] = [(None, "config_schema", lambda: Config)]
-    for name in MIXERS:
-        init = mixer_class(name).__init__
+    for name, cls in MIXERS.items():
         nodes.append(
             (
                 "schema/mixer",
                 name,
-                lambda n=name, f=init: _options_schema("mixer", n, f, MIXER_ARGS),
+                lambda n=name, c=cls: _options_schema("mixer", n, c.__init__, MIXER_ARGS, True),
             )
         )
     for name, cls in TASKS.items():
@@ -271,10 +297,49 @@ def enum_value(v: Any) -> Any:
 
 
 def options(node: DictConfig) -> dict[str, Any]:
-    """A mixer or task node's options: every key but `name`, as plain Python values."""
+    """A mixer or task node's options: every key but `name` and `_target_`, as plain Python
+    values."""
     plain = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
     assert isinstance(plain, dict)
-    return {k: v for k, v in plain.items() if k != "name"}
+    return {k: v for k, v in plain.items() if k not in ("name", "_target_")}
+
+
+def mixer_label(node: Any) -> str:
+    """How runs, W&B groups and tables call the mixer: `mixer.name`, else its class name in
+    snake case (`_target_: shiftmix.Shift` -> `shift`; attnzoo.mixers.name_in_config)."""
+    return name_in_config(node) or "mixer"
+
+
+def mixer_ref(node: Any) -> str:
+    """The mixer a node names, as `ModelConfig.mixer` takes it: the registered name of a
+    registered class, else the class's import path."""
+    cls = check_mixer(node)
+    return registered_name(cls) or class_path(cls)
+
+
+def check_mixer(node: Any) -> type:
+    """The class the `mixer` node names (`_target_`, else a registered `name`), after checking
+    that it imports and that its constructor takes the node's options; ConfigError naming the
+    key otherwise."""
+    target, name = node.get("_target_"), node.get("name")
+    if not target and not name:
+        raise ConfigError(
+            "mixer: the mixer node names no class; allowed: mixer=<one of "
+            f"{sorted(MIXERS)}> or a YAML with _target_: package.module.Class"
+        )
+    key, value = ("mixer._target_", target) if target else ("mixer.name", name)
+    try:
+        cls = mixer_class(str(value))
+    except ValueError as err:
+        raise ConfigError(f"{key}={value!r}: {err}") from err
+    opts = options(node)
+    try:
+        check_options(cls, opts)
+    except ValueError as err:
+        unknown = unknown_options(cls, opts)
+        where = ", ".join(f"mixer.{k}={opts[k]!r}" for k in unknown) or f"mixer={mixer_label(node)}"
+        raise ConfigError(f"{where} is not allowed: {err}") from err
+    return cls
 
 
 def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -284,10 +349,10 @@ def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Check what the schemas cannot; raise ConfigError naming the key and the allowed values."""
-    for group, registry in (("mixer", MIXERS), ("task", TASKS)):
-        node = cfg.get(group)
-        name = None if node is None else node.get("name")
-        _require(name in registry, f"{group}.name", name, f"one of {sorted(registry)}")
+    check_mixer(cfg.mixer)
+    task = cfg.get("task")
+    name = None if task is None else task.get("name")
+    _require(name in TASKS, "task.name", name, f"one of {sorted(TASKS)}")
     m, t = cfg.model, cfg.train
     _require(m.dim >= 1, "model.dim", m.dim, "a positive int")
     _require(m.depth >= 1, "model.depth", m.depth, "a positive int")

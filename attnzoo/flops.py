@@ -16,7 +16,10 @@ Convention (the one of Kaplan et al. 2020 and the PaLM appendix, spelled out):
   N × N score matrix does the non-causal amount, which is what `FlopCounterMode` reports for the
   PyTorch reference path).
 
-Per token and per block, forward, with D = width, H = heads, dk = D / H, Nₑ = N or (N + 1) / 2:
+Each mixer class gives its own term as `flops_per_token(dim, heads, seq_len, causal, **options)`
+(attnzoo.mixers); a mixer without that method has no FLOP count (`train.max_flops` refuses it,
+`compute/flops` is null). The package's mixers, per token and per block, forward, with
+D = width, H = heads, dk = D / H, Nₑ = `keys_per_query(N, causal)` = N or (N + 1) / 2:
 
     scaled_dot   q, k, v, out projections  8 D²       scores q·k, weights·v   4 D Nₑ
     quadratic    v, out projections        4 D²       x U⁽ʰ⁾ per head       2 H D²
@@ -37,34 +40,45 @@ terms. tests/test_flops.py checks the formula by hand and against `torch.utils.f
 
 from __future__ import annotations
 
-MIXER_NAMES = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
-def _context(seq_len: int, causal: bool) -> float:
+def keys_per_query(seq_len: int, causal: bool) -> float:
     """Keys per query, on average: N, or (N + 1) / 2 under a causal mask."""
     return (seq_len + 1) / 2 if causal else float(seq_len)
 
 
+def flops_formula(mixer: Any) -> Callable[..., float] | None:
+    """The mixer class's `flops_per_token`, or None for a mixer without one. `mixer`: a
+    registered name, an import path or a class (attnzoo.mixers.mixer_class); ValueError for a
+    mixer that names no class."""
+    from attnzoo.mixers import mixer_class  # the mixers import this module's convention
+
+    return getattr(mixer_class(mixer), "flops_per_token", None)
+
+
 def mixer_flops_per_token(
-    mixer: str,
+    mixer: Any,
     dim: int,
     heads: int,
     seq_len: int,
     causal: bool = False,
+    **options: Any,
 ) -> float:
-    """Forward matmul FLOPs per token of one mixer (see the module docstring for the terms)."""
-    if mixer not in MIXER_NAMES:
-        raise ValueError(f"no FLOP formula for mixer {mixer!r}; known: {MIXER_NAMES}")
+    """Forward matmul FLOPs per token of one mixer, from its class's `flops_per_token` (see the
+    module docstring for the terms); `options` are the mixer's own (e.g. a pooling window)."""
+    try:
+        formula = flops_formula(mixer)
+    except ValueError as err:
+        raise ValueError(f"no FLOP formula for mixer {mixer!r}: {err}") from err
+    if formula is None:
+        raise ValueError(
+            f"no FLOP formula for mixer {mixer!r}: its class has no flops_per_token method"
+        )
     if dim % heads:
         raise ValueError(f"dim={dim} must be divisible by heads={heads}")
-    d, h, dk, n = dim, heads, dim // heads, _context(seq_len, causal)
-    if mixer == "scaled_dot":
-        return 8 * d * d + 4 * d * n
-    if mixer == "quadratic":
-        return 4 * d * d + 2 * h * d * d + 2 * h * d * n + 2 * d * n
-    if mixer == "metric":
-        return 4 * d * d + 2 * d * dk + 4 * d * n
-    return 0.0  # pooling, identity
+    return float(formula(dim=dim, heads=heads, seq_len=seq_len, causal=causal, **options))
 
 
 def mlp_flops_per_token(dim: int, mlp_ratio: float = 4.0, mlp: bool = True) -> float:
@@ -73,7 +87,7 @@ def mlp_flops_per_token(dim: int, mlp_ratio: float = 4.0, mlp: bool = True) -> f
 
 
 def forward_flops_per_token(
-    mixer: str,
+    mixer: Any,
     dim: int,
     depth: int,
     heads: int,
@@ -83,11 +97,13 @@ def forward_flops_per_token(
     mlp_ratio: float = 4.0,
     in_features: int | None = None,
     head_out: int | None = None,
+    mixer_options: Mapping[str, Any] | None = None,
 ) -> float:
     """Forward matmul FLOPs per token of the model: `depth` blocks, plus the linear input
     embedding and the output head when their sizes are given (a classification head, applied
-    once per sequence, costs 2 D · head_out / N per token: pass `head_out / seq_len` then)."""
-    block = mixer_flops_per_token(mixer, dim, heads, seq_len, causal)
+    once per sequence, costs 2 D · head_out / N per token: pass `head_out / seq_len` then).
+    `mixer_options` are the mixer's own options, as its constructor takes them."""
+    block = mixer_flops_per_token(mixer, dim, heads, seq_len, causal, **(mixer_options or {}))
     block += mlp_flops_per_token(dim, mlp_ratio, mlp)
     total = depth * block
     if in_features is not None:
@@ -98,7 +114,7 @@ def forward_flops_per_token(
 
 
 def train_flops_per_token(
-    mixer: str,
+    mixer: Any,
     dim: int,
     depth: int,
     heads: int,
@@ -108,8 +124,37 @@ def train_flops_per_token(
     mlp_ratio: float = 4.0,
     in_features: int | None = None,
     head_out: int | None = None,
+    mixer_options: Mapping[str, Any] | None = None,
 ) -> float:
     """Forward + backward FLOPs per token: 3 × `forward_flops_per_token` (backward = 2 × forward)."""
     return 3.0 * forward_flops_per_token(
-        mixer, dim, depth, heads, seq_len, causal, mlp, mlp_ratio, in_features, head_out
+        mixer,
+        dim,
+        depth,
+        heads,
+        seq_len,
+        causal,
+        mlp,
+        mlp_ratio,
+        in_features,
+        head_out,
+        mixer_options,
     )
+
+
+def __getattr__(name: str) -> Any:
+    """`MIXER_NAMES` is gone: a mixer has a FLOP formula when its class has `flops_per_token`
+    (`flops_formula`). Code that still imports it gets the registered mixers that have one, with
+    a DeprecationWarning."""
+    if name == "MIXER_NAMES":
+        import warnings
+
+        from attnzoo.mixers import MIXERS
+
+        warnings.warn(
+            "attnzoo.flops.MIXER_NAMES is deprecated: ask attnzoo.flops.flops_formula(mixer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return tuple(n for n, cls in MIXERS.items() if hasattr(cls, "flops_per_token"))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

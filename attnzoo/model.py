@@ -41,7 +41,7 @@ class ModelConfig:
     dim: int = 64  # width of every token's vector
     depth: int = 4  # blocks
     heads: int = 4
-    mixer: str = "scaled_dot"  # a name in attnzoo.mixers.MIXERS
+    mixer: str = "scaled_dot"  # a name in attnzoo.mixers.MIXERS, or a class's path (pkg.mod.Class)
     mixer_options: dict = field(default_factory=dict)  # the mixer's own keyword arguments
     residual: Residual = "add"  # the skip connection's variant (attnzoo.residual, docs/block.md)
     residual_alpha: float | None = None  # scaled: α (null: 1/√(2·depth)); layerscale: initial λ

@@ -16,9 +16,9 @@ computed in float64.
     attention_entropy  mean over queries of −Σₖ Pₕ,q,ₖ log Pₕ,q,ₖ (nats)      log N      0 (one-hot)
 
 "n/a" is NaN throughout: attention_entropy of a state no softmax attention produced (the
-embedding, a pooling or identity mixer), or a measure of a sample too small for it (token
-similarity of one token). `measure` computes a chosen list of measures for one hidden state;
-`rank_profile` measures every hidden state of an attnzoo model.
+embedding; a pooling or identity mixer, or any mixer without `attention_probs`), or a measure of
+a sample too small for it (token similarity of one token). `measure` computes a chosen list of
+measures for one hidden state; `rank_profile` measures every hidden state of an attnzoo model.
 """
 
 from __future__ import annotations
@@ -310,18 +310,17 @@ class RankProfile:
 @contextlib.contextmanager
 def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | None]]:
     """Within the block, every mixer call of an attnzoo model appends its (batch, heads, N, N)
-    attention probabilities to the returned list, or None for a mixer without softmax attention
-    (pooling, identity), in call order: entry k belongs to block k + 1. The probabilities are
-    recomputed from the mixer's input by attnzoo.attention_maps (the mixer's own ops, same scale
-    and masks)."""
-    from attnzoo.attention_maps import _probs
-
+    attention probabilities to the returned list, or None for a mixer that gives none (no
+    `attention_probs` method: pooling, identity, a mixer of the user's without it), in call order:
+    entry k belongs to block k + 1. The probabilities are recomputed from the mixer's input by its
+    `attention_probs` (the mixer's own ops, same scale and masks)."""
     captured: list[torch.Tensor | None] = []
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0]
         mask = args[1] if len(args) > 1 else kwargs.get("key_padding_mask")
-        captured.append(_probs(module, x, mask))
+        probs = getattr(module, "attention_probs", None)
+        captured.append(probs(x, mask) if callable(probs) else None)
 
     mixers = {id(b.mixer): b.mixer for b in model.blocks}.values()
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]

@@ -11,7 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from attnzoo.config import ConfigError, resolve_data_dir
-from attnzoo.mixers import MIXERS, mixer_options
+from attnzoo.mixers import MIXERS, mixer_class, mixer_options
 from attnzoo.tasks import TASKS, task_options
 from attnzoo.train import compose, run
 
@@ -37,8 +37,9 @@ def test_every_mixer_has_a_yaml_matching_its_options(name):
     path = ROOT / "conf" / "mixer" / f"{name}.yaml"
     assert path.exists(), f"registered mixer {name!r} has no conf/mixer/{name}.yaml"
     cfg = compose([f"mixer={name}"])
-    assert set(cfg.mixer) == {"name", *mixer_options(name)}
+    assert set(cfg.mixer) == {"name", "_target_", *mixer_options(name)}
     assert cfg.mixer.name == name
+    assert mixer_class(cfg.mixer._target_) is MIXERS[name]  # the YAML names the class
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -79,7 +80,6 @@ COMPOSE_ERRORS = [
     (["impl=cuda_c"], ["impl", "auto", "torch", "triton"]),
     (["logger.mode=sometimes"], ["logger.mode", "offline", "online", "disabled"]),
     (["mixer=pooling", "mixer.window=wide"], ["mixer.window", "Integer"]),
-    (["mixer=scaled_dot", "mixer.window=3"], ["mixer.window"]),
     (["train.on_nonfinite=ignore"], ["train.on_nonfinite", "stop", "skip"]),
 ]
 
@@ -99,6 +99,9 @@ SEMANTIC_ERRORS = [
     (["train.lr=0"], ["train.lr", "> 0"]),
     (["train.max_steps=0"], ["train.max_steps", ">= 1"]),
     (["mixer=pooling", "mixer.window=4"], ["mixer.window=4", "odd"]),
+    (["mixer=scaled_dot", "mixer.window=3"], ["mixer.window=3", "no option", "attn_dropout"]),
+    (["mixer._target_=attnzoo.mixers.Nope"], ["mixer._target_", "attnzoo.mixers.Nope"]),
+    (["mixer._target_=collections.OrderedDict"], ["mixer._target_", "not an nn.Module class"]),
     (["task.seq_len=16", "model.max_len=8"], ["task.seq_len", "model.max_len=8", "<="]),
     (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
     (["model.depth=0"], ["model.depth", "positive"]),
@@ -122,6 +125,7 @@ def test_bad_value_fails_before_training(overrides, words, tmp_path):
     [
         (["mixer=nope"], ["mixer", "Available options", "scaled_dot"], 1),
         (["model.dim=30", "model.heads=4"], ["model.dim", "divisible by model.heads=4"], 2),
+        (["mixer=pooling", "mixer.bogus=1"], ["mixer.bogus=1", "window"], 2),
     ],
 )
 def test_cli_exits_nonzero_naming_the_key(overrides, words, code, tmp_path):
@@ -160,7 +164,12 @@ def test_saved_config_round_trips(tmp_path):
     cfg = compose(["mixer=metric", "mixer.metric_param=psd", "model.skip=false"])
     OmegaConf.save(cfg, tmp_path / "c.yaml")
     back = yaml.safe_load((tmp_path / "c.yaml").read_text())
-    assert back["mixer"] == {"name": "metric", "metric_param": "psd", "attn_dropout": 0.0}
+    assert back["mixer"] == {
+        "name": "metric",
+        "_target_": "attnzoo.mixers.MetricTensorAttention",
+        "metric_param": "psd",
+        "attn_dropout": 0.0,
+    }
     assert back["model"]["skip"] is False and back["model"]["norm"] == "layernorm"
 
 

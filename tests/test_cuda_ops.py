@@ -18,11 +18,12 @@ import torch
 from attnzoo.kernels import attention, ops, reference
 
 from attnzoo import Model, ModelConfig
+from attnzoo.mixers import MIXERS as REGISTRY
 
 pytestmark = pytest.mark.cuda
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
+MIXERS = tuple(sorted(REGISTRY))
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -115,7 +116,7 @@ def test_dropout_matches_the_reference_given_the_kernels_mask(op, dtype) -> None
 @pytest.mark.parametrize("mixer", MIXERS)
 def test_every_mixer_trains_20_steps_under_bf16_autocast(mixer, impl, compiled) -> None:
     torch.manual_seed(0)
-    options = {"attn_dropout": 0.1} if mixer in ("scaled_dot", "quadratic", "metric") else {}
+    options = {"attn_dropout": 0.1} if hasattr(REGISTRY[mixer], "attention_probs") else {}
     cfg = ModelConfig(
         dim=128, depth=2, heads=4, mixer=mixer, causal=True, impl=impl, mixer_options=options
     )

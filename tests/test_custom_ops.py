@@ -16,9 +16,11 @@ from attnzoo.kernels import attention, library, ops, reference
 from attnzoo.kernels.attention import launch
 
 from attnzoo import Model, ModelConfig
+from attnzoo.mixers import MIXERS as REGISTRY
 
-MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
-ATTENTION = ("scaled_dot", "quadratic", "metric")
+MIXERS = tuple(sorted(REGISTRY))
+ATTENTION = tuple(n for n in MIXERS if hasattr(REGISTRY[n], "attention_probs"))
+ATTENTION_OPS = ("scaled_dot", "quadratic", "metric")  # attnzoo.kernels.<op>_attention
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -287,7 +289,7 @@ def _attention_call(op: str, impl: str, dropout_p: float, b: int, n: int = 12, d
 
 
 @pytest.mark.parametrize("impl", ["auto", "torch", "triton"])
-@pytest.mark.parametrize("op", ATTENTION)
+@pytest.mark.parametrize("op", ATTENTION_OPS)
 def test_dropout_averages_to_the_output_without_dropout(op: str, impl: str) -> None:
     """Kept probabilities are scaled by 1/(1-p): the mean over many draws is the plain output
     within four standard errors, and a single draw is not."""
@@ -299,7 +301,7 @@ def test_dropout_averages_to_the_output_without_dropout(op: str, impl: str) -> N
     assert rel_err(out.mean(0), plain) <= 4 * std_err
 
 
-@pytest.mark.parametrize("op", ATTENTION)
+@pytest.mark.parametrize("op", ATTENTION_OPS)
 def test_triton_dropout_matches_the_reference_given_its_mask_forward_and_backward(op: str) -> None:
     """The kernels draw the mask from the seed; with that mask (written out by
     `attention.dropout_keep_mask`) the reference gives the same output and gradients."""

@@ -187,9 +187,17 @@ def overrides_of(line: str) -> list[str]:
     return [w for w in words if "=" in w and not w.startswith("-")]
 
 
+def own_configs(line: str) -> bool:
+    """A command with its own `hydra.searchpath` picks configs from the user's folder, which the
+    page shows beside it and this checkout does not have (tests/test_user_mixer.py runs one)."""
+    return any(o.startswith("hydra.searchpath=") for o in overrides_of(line))
+
+
 def config_choices(text: str) -> Iterator[tuple[str, str]]:
     """(group, choice) for every `group=a,b` override of a config group in a training command."""
     for line in command_lines(text):
+        if own_configs(line):
+            continue
         for override in overrides_of(line):
             key, _, values = override.partition("=")
             if key in CONF_GROUPS:
@@ -200,7 +208,10 @@ def config_choices(text: str) -> Iterator[tuple[str, str]]:
 
 def composable_overrides(line: str) -> list[str] | None:
     """The overrides `compose` can check (no hydra.* keys, sweeps reduced to their first value,
-    placeholders filled in), or None for a command that only shows a pattern."""
+    placeholders filled in), or None for a command that only shows a pattern or uses the user's
+    own configs."""
+    if own_configs(line):
+        return None
     overrides = []
     for override in overrides_of(line):
         key, _, value = override.partition("=")

@@ -10,6 +10,7 @@ from attnzoo.flops import (
     mlp_flops_per_token,
     train_flops_per_token,
 )
+from attnzoo.mixers import MIXERS
 from attnzoo.model import Model, ModelConfig
 
 D, H, N, DEPTH, VOCAB = 16, 2, 8, 2, 10  # dk = 8
@@ -46,7 +47,7 @@ def counted(model: Model, inputs: torch.Tensor, backward: bool) -> int:
     return counter.get_total_flops()
 
 
-@pytest.mark.parametrize("mixer", ["scaled_dot", "quadratic", "metric", "pooling", "identity"])
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
 @pytest.mark.parametrize("mlp", [True, False])
 def test_formula_matches_flop_counter_on_the_model(mixer, mlp):
     """PyTorch's count of the model's matmuls (impl=torch, the path FlopCounterMode can see):

@@ -35,8 +35,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from attnzoo import distributed
-from attnzoo.config import ConfigError
-from attnzoo.flops import MIXER_NAMES, train_flops_per_token
+from attnzoo.config import ConfigError, mixer_label, mixer_ref, options
+from attnzoo.flops import flops_formula, train_flops_per_token
 from attnzoo.tasks import Task
 
 clock = time.perf_counter  # module-level, so that a test can run the budget on a fake clock
@@ -45,12 +45,12 @@ ESTIMATE_MIN_STEPS = 10
 
 def flops_per_token(cfg: DictConfig, task: Task) -> float | None:
     """Training FLOPs per token of the blocks (attnzoo.flops) at the task's context; None for a
-    mixer without a formula."""
-    name, m = str(cfg.mixer.name), cfg.model
-    if name not in MIXER_NAMES:
+    mixer without a formula (its class has no `flops_per_token`)."""
+    mixer, m = mixer_ref(cfg.mixer), cfg.model
+    if flops_formula(mixer) is None:
         return None
     return train_flops_per_token(
-        name,
+        mixer,
         dim=int(m.dim),
         depth=int(m.depth),
         heads=int(m.heads),
@@ -58,6 +58,7 @@ def flops_per_token(cfg: DictConfig, task: Task) -> float | None:
         causal=bool(task.causal),
         mlp=bool(m.mlp),
         mlp_ratio=float(m.mlp_ratio),
+        mixer_options=options(cfg.mixer),
     )
 
 
@@ -71,7 +72,7 @@ def planned_steps(cfg: DictConfig, task: Task, world: int) -> int:
     per_step = (per_token or 0.0) * int(t.batch_size) * int(task.max_len) * world
     if per_step <= 0:
         raise ConfigError(
-            f"train.max_flops={t.max_flops:g}: mixer={cfg.mixer.name} with these model.* "
+            f"train.max_flops={t.max_flops:g}: mixer={mixer_label(cfg.mixer)} with these model.* "
             "settings has no training FLOPs to count (attnzoo.flops counts the blocks' matmuls); "
             "allowed here: train.max_steps or train.max_seconds"
         )

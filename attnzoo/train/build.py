@@ -19,6 +19,7 @@ from attnzoo.checkpoint import CheckpointError
 from attnzoo.config import (
     ConfigError,
     enum_value,
+    mixer_label,
     model_config,
     options,
     resolve_data_dir,
@@ -98,7 +99,7 @@ def build_model(cfg: DictConfig, task: Task) -> Model:
         # Name the mixer option the message is about, so the user sees which key to change.
         opts = options(cfg.mixer)
         keys = [f"mixer.{k}={v!r}" for k, v in opts.items() if k in str(err)]
-        where = ", ".join(keys) if keys else f"mixer={cfg.mixer.name} with model.*"
+        where = ", ".join(keys) if keys else f"mixer={mixer_label(cfg.mixer)} with model.*"
         raise ConfigError(f"{where}: {err}") from err
 
 
@@ -147,7 +148,7 @@ def wandb_identity(cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path) ->
     tags += [str(t) for t in lg.tags if str(t) not in tags]
     return {
         "group": str(lg.group) if lg.group else config_group,
-        "job_type": str(cfg.mixer.name),
+        "job_type": mixer_label(cfg.mixer),
         "name": str(name) if name else None,
         "tags": [t[:64] for t in tags],  # W&B's limit on a tag
         "config_group": config_group,

@@ -5,7 +5,9 @@ Exit codes of a single run: 0 completed, 1 failed (an exception; see summary.jso
 configuration (nothing was trained), 3 diverged (non-finite loss or gradient with
 `train.on_nonfinite=stop`), 75 pre-empted (SIGTERM/SIGUSR1: a checkpoint was written at the next
 step boundary; run again with `train.resume=true`). In a multirun a failed job is Hydra's to
-record, and the sweep goes on.
+record, and the sweep goes on. A mixer that cannot be built as configured (its class does not
+import, or does not take an option given) is found before Hydra makes a single run's folder
+(`CheckMixer`): exit 2, and nothing is left behind.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from attnzoo.checkpoint import CheckpointError
-from attnzoo.config import ConfigError, register_configs
+from attnzoo.config import ConfigError, check_mixer, register_configs
 from attnzoo.train.build import hydra_runtime, run
 from attnzoo.train.trainer import EXIT_CODES, EXIT_CONFIG, EXIT_FAILED, EXIT_OK
 
@@ -44,6 +47,19 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
 
 
 _exit_code = EXIT_OK
+
+
+class CheckMixer(Callback):
+    """Hydra callback (conf/config.yaml's `hydra.callbacks`): before a single run's folder is
+    made, the mixer's class must import and take the options given (`check_mixer`), else the
+    command exits 2 naming the key. A job of a multirun is checked by `run` and fails as a job."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_mixer(config.mixer)
+        except ConfigError as err:
+            print(f"attnzoo.train: configuration error: {err}", file=sys.stderr)
+            sys.exit(EXIT_CONFIG)
 
 
 def task_function(cfg: DictConfig) -> dict[str, Any] | None:

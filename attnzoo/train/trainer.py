@@ -17,7 +17,9 @@ import torch
 from omegaconf import DictConfig
 
 from attnzoo import distributed
+from attnzoo.attention_maps import has_attention
 from attnzoo.checkpoint import save_checkpoint
+from attnzoo.config import mixer_label
 from attnzoo.model import Model
 from attnzoo.tasks import Task
 from attnzoo.tracking import (
@@ -164,6 +166,30 @@ class Trainer:
         self.t_start = time.perf_counter()  # reset when the loop starts
         self.bar = _progress_bar(bool(t.progress), self.max_steps, self.state.step)
         self.print = self.bar.write if self.bar is not None else _print_err
+        if self.main:
+            for note in self.not_available():
+                self.print(note)
+
+    def not_available(self) -> list[str]:
+        """What this run logs less of because its mixer lacks an optional method (attnzoo.mixers):
+        said once, when the run starts."""
+        mixer, cfg = self.model.blocks[0].mixer, self.cfg
+        who = f"mixer={mixer_label(cfg.mixer)}: {type(mixer).__name__} has no"
+        notes = []
+        if not has_attention(mixer):
+            if "attention_entropy" in cfg.train.rank_measures:
+                notes.append(
+                    f"rank/attention_entropy: not available for this mixer ({who} attention_probs): n/a"
+                )
+            if cfg.logger.attention_maps and self.wb.active:
+                notes.append(
+                    f"attention maps: not available for this mixer ({who} attention_probs): skipped"
+                )
+        if self.budget.flops_per_token is None:
+            notes.append(
+                f"compute/flops: not available for this mixer ({who} flops_per_token): null"
+            )
+        return notes
 
     def _threads(self, model: Model, loaded: tuple[dict[str, Any], Path] | None) -> int:
         """`train.threads`, with `auto` decided when the run starts and kept when it resumes (the
@@ -310,7 +336,7 @@ class Trainer:
         state, cfg = self.state, self.cfg
         if "val/sample_text" in values:
             self.print(f"[step {state.step}] sample: {values['val/sample_text']}")
-        title = f"{cfg.mixer.name} on {cfg.task.name}"
+        title = f"{mixer_label(cfg.mixer)} on {cfg.task.name}"
         fig = measures_figure(state.measure_history, title=title)
         try:
             image: Any = fig
