@@ -59,7 +59,6 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from attnzoo.paths import num_paths
 from attnzoo.rank import MEASURES, RankProfile, _names, capture_attention
 
 VARIANTS = ("full", "no_skip", "no_mlp", "pure_attention")
@@ -458,15 +457,3 @@ def rank_decay(
     states, attn = _probe(model, inputs, variant, norms, adapter, attentions=wants_attention)
     attentions = [None, *attn] if attn is not None else None
     return RankProfile.from_states(states, names, key_padding_mask, attentions)
-
-
-def path_shares(depth: int, heads: int) -> list[float]:
-    """Share of the (1 + H)^L paths of a depth-L, H-head network that go through k attention
-    heads, k = 0..L: C(L, k)·H^k / (1 + H)^L (the paths of attnzoo.paths)."""
-    total = (1 + heads) ** depth
-    return [num_paths(depth, heads, k) / total for k in range(depth + 1)]
-
-
-def mean_path_length(depth: int, heads: int) -> float:
-    """L·H / (1 + H): the mean number of heads on a path (a binomial's mean)."""
-    return depth * heads / (1 + heads)
