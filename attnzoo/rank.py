@@ -299,8 +299,10 @@ class RankProfile:
     def log_dict(self, prefix: str = "rank") -> dict[str, float]:
         """`<prefix>/<measure>/layer_<k>` for every measure and hidden state (layer_0: the
         embedding), n/a (NaN) entries left out: the trainer's one call to log them."""
+        from attnzoo.analysis.metrics import rank_key  # the one spelling of the keys
+
         return {
-            f"{prefix}/{name}/layer_{k}": v
+            rank_key(k, name, prefix): v
             for name, values in self.measures.items()
             for k, v in enumerate(values)
             if not math.isnan(v)

@@ -148,14 +148,15 @@ def missing_names(page: Path) -> list[str]:
 
 
 def script_source(path: Path) -> str:
-    """A script's text with that of the helper modules beside it that it imports
-    (`from _study import ...`), where options shared by several scripts are declared."""
+    """A script's text with that of the attnzoo modules it imports (`from attnzoo.studies import
+    ...`), where options shared by several scripts are declared."""
     if not path.is_file():
         return ""
     text = path.read_text()
-    helpers = re.findall(r"^(?:from|import) (_\w+)", text, re.M)
-    return "\n".join([text] + [(path.parent / f"{h}.py").read_text() for h in helpers
-                                if (path.parent / f"{h}.py").is_file()])  # fmt: skip
+    modules = re.findall(r"^from (attnzoo(?:\.\w+)*) import", text, re.M)
+    files = [module_path(m) for m in modules]
+    return "\n".join([text] + [f.with_suffix(".py").read_text() for f in files
+                                if f.with_suffix(".py").is_file()])  # fmt: skip
 
 
 def script_flags(text: str) -> Iterator[tuple[str, str]]:

@@ -1,0 +1,345 @@
+"""Reading a sweep: each job folder's resolved config, overrides, `metrics.jsonl` and
+`summary.json` (every problem a status or a note, never an exception), the jobs the launcher
+never reached, and one row of numbers per job (the columns of summary.csv).
+
+A job's status is the one its summary.json gives (completed, failed, diverged, preempted); a job
+with metrics but no summary is "incomplete" (still running, or killed), one with a folder but
+nothing written "missing", one whose summary does not parse "corrupt". A job number the launcher
+never reached (a gap in 0..max, or fewer folders than the sweep's grid) is "missing" too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+from attnzoo.analysis.metrics import rank_key, rank_layers, rank_values, read_records
+from attnzoo.model import ModelConfig
+from attnzoo.rank import MEASURES
+from attnzoo.replicates import REPLICATE_KEY
+from attnzoo.residual import resolve
+
+# the collapse measures besides the relative residual (whose final value is `final_rank`/`rank`):
+# each job's value at the last layer, from `rank/<measure>/layer_<k>`
+OTHER_MEASURES = tuple(m for m in MEASURES if m != "relative_residual")
+
+COLUMNS = (
+    "job",
+    "mixer",
+    "skip",
+    "residual",
+    "mlp",
+    "norm",
+    "depth",
+    "task",
+    "seed",
+    "final_val_loss",
+    "metric",
+    "final_metric",
+    "final_rank",
+    *(f"final_{m}" for m in OTHER_MEASURES),
+    "steps_per_s",
+    "params",
+    "tokens",
+    "wall_s",
+    "flops",
+    "status",
+    "overrides",
+    "note",
+)
+
+
+@dataclass
+class Job:
+    """One job of a sweep: what its folder holds (`config` is the resolved config, with the
+    job's own overrides under `_overrides`)."""
+
+    name: str
+    folder: Path | None
+    config: dict[str, Any] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    status: str = "missing"
+    notes: list[str] = field(default_factory=list)
+
+    def value(self, key: str) -> Any:
+        """The latest value of `key`: summary.json's `final` first, then metrics.jsonl."""
+        final = (self.summary or {}).get("final") or {}
+        if isinstance(final, dict) and key in final:
+            return final[key]
+        for record in reversed(self.records):
+            if key in record:
+                return record[key]
+        return None
+
+    @property
+    def metric_name(self) -> str | None:
+        """The task's validation metric besides the loss (e.g. accuracy), as logged."""
+        keys = set((self.summary or {}).get("final") or {})
+        for record in self.records:
+            keys.update(record)
+        names = sorted(k for k in keys if k.startswith("val/") and k != "val/loss")
+        return names[0] if names else None
+
+    def final_measure(self, name: str) -> Any:
+        """The latest value of collapse measure `name` at the last layer logged,
+        `rank/<name>/layer_<L>`; None when the job never logged it (n/a, or not chosen)."""
+        final = (self.summary or {}).get("final") or {}
+        keys = {*(final if isinstance(final, dict) else {}), *(k for r in self.records for k in r)}
+        layers = rank_layers(keys, name)
+        return self.value(rank_key(layers[-1], name)) if layers else None
+
+    def rank_profile(self) -> list[float] | None:
+        """rank/layer_0..L (the relative residual) from the last record that logged them."""
+        for record in reversed(self.records):
+            profile = rank_values(record)
+            if profile is not None:
+                return profile
+        return None
+
+    def profile(self, name: str, when: str) -> list[float] | None:
+        """`rank/<name>/layer_<k>` for k = 0..L from the first record that logged them, at init
+        (`when="init"`, and only if that record is step 0), or the last (`"trained"`); None when
+        the job never logged them."""
+        records = [r for r in self.records if rank_layers(r, name)]
+        if not records:
+            return None
+        record = records[0] if when == "init" else records[-1]
+        if when == "init" and record.get("step") != 0:
+            return None
+        return rank_values(record, name)
+
+
+def get(cfg: dict[str, Any], dotted: str) -> Any:
+    """`cfg["a"]["b"]` for `"a.b"`; None where a key is missing."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def residual_kind(cfg: dict[str, Any]) -> str | None:
+    """The residual variant a job ran (attnzoo.residual.resolve on its `model.*`, the older
+    `skip`/`layer_scale` spellings included, defaults from ModelConfig); None if unreadable."""
+    model = cfg.get("model")
+    if not isinstance(model, dict):
+        return None
+    keys = ("residual", "residual_alpha", "skip", "layer_scale", "depth", "norm", "norm_position")
+    fields = {k: model.get(k, getattr(ModelConfig, k)) for k in keys}
+    try:
+        return resolve(SimpleNamespace(**fields)).kind
+    except (ValueError, TypeError):
+        return None
+
+
+def group_choice(cfg: dict[str, Any], group: str, overrides: list[str]) -> Any:
+    """A config group's choice: its `name` key, a plain string, or the `group=` override."""
+    node = cfg.get(group)
+    if isinstance(node, dict) and node.get("name") is not None:
+        return node["name"]
+    if isinstance(node, str):
+        return node
+    for override in overrides:
+        if override.startswith(f"{group}="):
+            return override.split("=", 1)[1]
+    return None
+
+
+def load_job(name: str, folder: Path) -> Job:
+    """Read one job folder; every problem becomes a status or a note, never an exception."""
+    job = Job(name=name, folder=folder)
+    config_file = folder / ".hydra" / "config.yaml"
+    if config_file.exists():
+        try:
+            job.config = yaml.safe_load(config_file.read_text()) or {}
+        except yaml.YAMLError as err:
+            job.notes.append(f"config.yaml unreadable: {str(err).splitlines()[0]}")
+    else:
+        job.notes.append("no .hydra/config.yaml")
+    overrides_file = folder / ".hydra" / "overrides.yaml"
+    try:
+        job.config["_overrides"] = yaml.safe_load(overrides_file.read_text()) or []
+    except (OSError, yaml.YAMLError):
+        job.config["_overrides"] = []
+
+    metrics_file = folder / "metrics.jsonl"
+    if metrics_file.exists():
+        job.records, bad_lines = read_records(metrics_file)
+        if bad_lines:
+            job.notes.append(f"{bad_lines} unreadable line(s) in metrics.jsonl")
+
+    summary_file = folder / "summary.json"
+    if summary_file.exists():
+        try:
+            summary = json.loads(summary_file.read_text())
+            if not isinstance(summary, dict):
+                raise ValueError("not a JSON object")
+            job.summary = summary
+            job.status = str(summary.get("status") or "unknown")
+            if summary.get("error"):
+                job.notes.append(str(summary["error"]).strip().splitlines()[-1][:120])
+        except (json.JSONDecodeError, ValueError) as err:
+            job.status = "corrupt"
+            job.notes.append(f"summary.json unreadable: {err}")
+    elif job.records:
+        job.status = "incomplete"
+        job.notes.append("no summary.json (still running, or killed)")
+    else:
+        job.status = "missing"
+        job.notes.append("no metrics.jsonl and no summary.json")
+    return job
+
+
+def expected_jobs(sweep: Path) -> int | None:
+    """How many jobs the sweep's grid has, from multirun.yaml (None if unknown)."""
+    try:
+        cfg = yaml.safe_load((sweep / "multirun.yaml").read_text()) or {}
+        # as Hydra's basic sweeper builds the grid: hydra.sweeper.params, then the command line
+        params = get(cfg, "hydra.sweeper.params") or {}
+        overrides = [f"{k}={v}" for k, v in params.items()]
+        overrides += get(cfg, "hydra.overrides.task") or []
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        batches = BasicSweeper.split_arguments(parsed, None)
+        return sum(len(batch) for batch in batches)
+    except Exception:  # the count is a convenience: without it, gaps are still reported
+        return None
+
+
+def find_jobs(sweep: Path) -> list[Job]:
+    """Every job of the sweep folder `sweep`, including the ones that left no folder behind."""
+    if not sweep.is_dir():
+        raise ValueError(f"{sweep} is not a folder (give the multirun folder of a sweep)")
+    folders = {
+        p.name: p
+        for p in sweep.iterdir()
+        if p.is_dir()
+        and (p.name.isdigit() or (p / ".hydra").is_dir() or (p / "metrics.jsonl").exists())
+    }
+    numbers = [int(n) for n in folders if n.isdigit()]
+    expected = expected_jobs(sweep)
+    last = max(numbers + [(expected or 0) - 1, -1])
+    names = sorted(folders, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
+    jobs = [load_job(n, folders[n]) for n in names]
+    for number in range(last + 1):
+        if str(number) not in folders:
+            jobs.append(Job(str(number), None, notes=["the job left no folder"]))
+    return sorted(
+        jobs, key=lambda j: (not j.name.isdigit(), int(j.name) if j.name.isdigit() else 0)
+    )
+
+
+def find_sweep_jobs(sweeps: list[Path]) -> list[Job]:
+    """The jobs of several sweep folders read as one sweep: with more than one, each job's name
+    starts with its sweep folder's name (`final/00` and `final/01`: `00/0`, `01/0`, ...)."""
+    jobs = []
+    for s in sweeps:
+        found = find_jobs(s)
+        if len(sweeps) > 1:
+            for j in found:
+                j.name = f"{s.name}/{j.name}"
+        jobs += found
+    return jobs
+
+
+# ---- the per-job row -------------------------------------------------------------------------
+
+
+def context(cfg: dict[str, Any]) -> int | None:
+    """Tokens per sequence from the resolved config (the task's seq_len or num_points)."""
+    for key in ("task.seq_len", "task.num_points", "task.block_size"):
+        value = get(cfg, key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def task_attr(task: Any, attr: str, default: Any) -> Any:
+    """A class attribute of a registered task (e.g. `causal`), without building the task."""
+    try:
+        from attnzoo.tasks import TASKS
+
+        return getattr(TASKS[str(task)], attr, default)
+    except Exception:  # an unknown task, or attnzoo not importable: the default
+        return default
+
+
+def budget(job: Job) -> dict[str, Any]:
+    """Tokens seen, wall time and training FLOPs of a job: what its summary.json's `compute`
+    records (the trainer counts them), else reconstructed (`reconstructed_budget`)."""
+    compute = (job.summary or {}).get("compute")
+    if isinstance(compute, dict) and compute.get("tokens") is not None:
+        return {k: compute.get(k) for k in ("tokens", "wall_s", "flops")}
+    return reconstructed_budget(job)
+
+
+def reconstructed_budget(job: Job) -> dict[str, Any]:
+    """For a run that did not record its compute: tokens = steps × train.batch_size × context
+    (task.seq_len or task.num_points) from the resolved config, FLOPs = tokens × the trainer's
+    training FLOPs per token of the run's resolved config (attnzoo.train.budget.flops_per_token:
+    the blocks' matmuls, backward = 2 × forward, embedding and head excluded; None where it has
+    no formula or the config lacks a size), and wall time is summary.json's time.total_s."""
+    from attnzoo.train.budget import flops_per_token  # the trainer's own count
+
+    cfg, summary = job.config, job.summary or {}
+    steps = summary.get("step")
+    if steps is None:
+        steps = next((r["step"] for r in reversed(job.records) if "step" in r), None)
+    batch, ctx = get(cfg, "train.batch_size"), context(cfg)
+    tokens = steps * batch * ctx if None not in (steps, batch, ctx) else None
+    time_ = summary.get("time")
+    wall = time_.get("total_s") if isinstance(time_, dict) else None
+    flops = None
+    if tokens is not None and ctx is not None:
+        task = group_choice(cfg, "task", cfg.get("_overrides", []))
+        try:
+            per_token = flops_per_token(cfg, ctx, bool(task_attr(task, "causal", False)))
+        except (KeyError, TypeError, ValueError):  # a config without the sizes: not available
+            per_token = None
+        flops = None if per_token is None else per_token * tokens
+    return {"tokens": tokens, "wall_s": wall, "flops": flops}
+
+
+def row(job: Job) -> dict[str, Any]:
+    """The job's row of summary.csv (COLUMNS)."""
+    cfg, overrides = job.config, job.config.get("_overrides", [])
+    metric = job.metric_name
+    summary = job.summary or {}
+    return {
+        "job": job.name,
+        "mixer": group_choice(cfg, "mixer", overrides),
+        "skip": get(cfg, "model.skip"),
+        "residual": residual_kind(cfg),
+        "mlp": get(cfg, "model.mlp"),
+        "norm": get(cfg, "model.norm"),
+        "depth": get(cfg, "model.depth"),
+        "task": group_choice(cfg, "task", overrides),
+        "seed": get(cfg, REPLICATE_KEY),
+        "final_val_loss": job.value("val/loss"),
+        "metric": metric.removeprefix("val/") if metric else None,
+        "final_metric": job.value(metric) if metric else None,
+        "final_rank": job.value("rank/last"),
+        **{f"final_{m}": job.final_measure(m) for m in OTHER_MEASURES},
+        "steps_per_s": summary.get("steps_per_s"),
+        "params": summary.get("params"),
+        **budget(job),
+        "status": job.status,
+        "overrides": " ".join(str(o) for o in overrides),
+        "note": "; ".join(job.notes),
+    }
+
+
+def finite(value: Any) -> bool:
+    """A number (not a bool) that is finite."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return ok and math.isfinite(value)

@@ -1,0 +1,131 @@
+"""What the study commands (scripts/mixer_ablation.py, scripts/rank_ablation.py) share: the
+machine a report names, one `python -m attnzoo.train -m` sweep that a second run of the same
+command skips when its jobs all completed and resumes otherwise, the tiny synthetic corpora and
+toy size of their --smoke runs, and the options and trainer overrides every study run takes."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+def machine() -> str:
+    """CPU model, cores and torch version, from this process."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{cpu}, {cores} cores available, {gpu}; torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {platform.system()}"
+    )
+
+
+def completed(sweep: Path, expected: int) -> bool:
+    """Every job of the sweep has a summary.json with status completed."""
+    done = 0
+    for summary in sweep.glob("*/summary.json"):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            done += json.loads(summary.read_text()).get("status") == "completed"
+    return done >= expected
+
+
+def sweep(overrides: list[str], folder: Path, expected: int, env: dict[str, str], log: Path):
+    """One `python -m attnzoo.train -m` sweep into `folder` (skipped when it already completed;
+    interrupted jobs resume). A failed job is left to the summary, which reports its status."""
+    cmd = [sys.executable, "-m", "attnzoo.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
+    if completed(folder, expected):
+        print(f"  done already: {folder}")
+        return
+    print("  $ " + " ".join(shlex.quote(c) for c in cmd[1:]), flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        print(f"  the sweep exited with {proc.returncode} (see {log}); the summary keeps the jobs")
+
+
+def write_smoke_data(folder: Path) -> dict[str, str]:
+    """Tiny synthetic corpora in the real layouts (the smoke run needs no download); returns the
+    environment that makes the loaders accept them."""
+    rng = random.Random(0)
+    words = ["thou", "art", "the", "king", "and", "i", "shall", "speak", "of", "love", "night"]
+    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(600)]
+    text = "\n".join(f"{rng.choice(['KING', 'QUEEN'])}:\n{line}\n" for line in lines)
+    path = folder / "tinyshakespeare" / "input.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    good, bad = ["great", "wonderful", "moving", "superb"], ["dull", "awful", "boring", "bad"]
+    for split in ("train", "test"):
+        for label, vocab in (("pos", good), ("neg", bad)):
+            d = folder / "imdb" / "aclImdb" / split / label
+            d.mkdir(parents=True, exist_ok=True)
+            for i in range(12):
+                review = " ".join(rng.choice(vocab + words) for _ in range(20))
+                (d / f"{i}_{7 if label == 'pos' else 2}.txt").write_text(review)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"ATTNZOO_TINYSHAKESPEARE_SHA256": sha, "ATTNZOO_OFFLINE": "1"}
+
+
+# ---- the options and trainer overrides every study run shares ---------------------------------
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of ints (`0,1,2`)."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def float_list(text: str) -> list[float]:
+    """A comma-separated list of floats (`5e-4,1e-3`)."""
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """--parallel, --device, --data-dir and --override, as every study driver takes them."""
+    parser.add_argument("--parallel", type=int, default=0, metavar="N",
+                        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
+    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
+    parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
+    parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
+
+
+def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list[str]:
+    """What every run of a study sets: no W&B, no progress bar, resume where a run left off, the
+    device, the corpora folder (when given) and the parallel launcher (with --parallel)."""
+    out = ["logger.mode=disabled", "train.progress=false", "train.resume=true"]
+    out += [f"train.device={args.device}"] + ([f"data_dir={data_dir}"] if data_dir else [])
+    if args.parallel:
+        out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
+    return out
+
+
+# The toy size of a driver's --smoke (each adds its own depth and measures): seconds per run.
+SMOKE_SIZE = [
+    "model.dim=16",
+    "model.heads=2",
+    "task.seq_len=16",
+    "train.max_steps=3",
+    "train.batch_size=4",
+    "train.warmup_steps=1",
+    "train.eval_every=3",
+    "train.eval_batches=1",
+    "train.log_every=1",
+    "train.probe_batch_size=4",
+]
