@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnzoo.analysis.runs import OTHER_MEASURES, Job, reconstructed_budget
 from attnzoo.analysis.tables import fmt
-from attnzoo.replicates import config_key, group_name, semantic_config
+from attnzoo.replicates import config_key, group_name, run_folders, semantic_config
 from attnzoo.stats import Interval, mean_interval
 
 # What a group's values are read from: the per-job row's column of each final value.
@@ -90,13 +89,9 @@ class Group:
 
 
 def run_paths(job: Job) -> list[str]:
-    """The job's folder and its sweep's, as written and resolved: a config value that contains
-    one is a run-dir path (checkpoint or output folder), not part of the configuration."""
-    if job.folder is None:
-        return []
-    sweep = job.folder.parent
-    given = [str(p) for p in (job.folder, sweep) if os.sep in str(p)]  # not a bare "sw"
-    return given + [str(job.folder.resolve()), str(sweep.resolve())]
+    """The job's folder and its sweep's (attnzoo.replicates.run_folders, the trainer's own): a
+    config value that contains one is a run-dir path, not part of the configuration."""
+    return [] if job.folder is None else run_folders(job.folder)
 
 
 def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group], list[str]]:
