@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-# the one reader of metrics.jsonl, re-exported: a run's records are read here too
+# metrics.jsonl is read by its one reader, attnzoo.analysis.metrics; importable from here too
 from attnzoo.analysis.metrics import last_values, read_metrics  # noqa: E402, F401
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The sweep summary: the per-job table, the groups table with intervals, the comparisons, the
-selection of a tuned value and the figures, written to one folder (what scripts/summarize.py
-writes; its docstring lists the files)."""
+selection of a tuned value and the figures, written to one folder: what `python
+scripts/summarize.py` writes (docs/sweeps.md describes each file)."""
 
 from __future__ import annotations
 

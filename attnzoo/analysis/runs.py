@@ -11,7 +11,6 @@ never reached (a gap in 0..max, or fewer folders than the sweep's grid) is "miss
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -337,9 +336,3 @@ def row(job: Job) -> dict[str, Any]:
         "overrides": " ".join(str(o) for o in overrides),
         "note": "; ".join(job.notes),
     }
-
-
-def finite(value: Any) -> bool:
-    """A number (not a bool) that is finite."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return ok and math.isfinite(value)
