@@ -52,6 +52,8 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
     python scripts/summarize.py multirun/2026-11-22_12-00-00 --out reports/sweep1 --margin 0.02
     python scripts/summarize.py multirun/a multirun/b --out reports/ab     # several sweeps as one
 
+Everything here is attnzoo.analysis (docs/analysis.md), which gives the same numbers in Python.
+
 A replicated, tuned ablation (tune on seeds 100-101 over a log-spaced grid, then report on fresh
 seeds 0-4, so the reported numbers are not the ones the choice was made on):
 

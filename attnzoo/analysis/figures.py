@@ -20,6 +20,7 @@ from attnzoo.analysis.compare import attached_keys, blocks, config_name  # noqa:
 from attnzoo.analysis.fits import RATE_FLOOR, rate_pairs  # noqa: E402
 from attnzoo.analysis.groups import X_AXES, Group, axis_name, curve_band  # noqa: E402
 from attnzoo.analysis.runs import Job  # noqa: E402
+from attnzoo.analysis.verdicts import RankConfig  # noqa: E402
 from attnzoo.rank import MEASURES, RankProfile  # noqa: E402
 from attnzoo.stats import Interval  # noqa: E402
 
@@ -171,10 +172,12 @@ def plot_bands(
 # ---- the rank ablation -------------------------------------------------------------------------
 
 
-def plot_rank_ablation(cs: list[Any], mixers: list[str], variants: list[str], out: Path) -> None:
-    """rank_ablation_<measure>.png for each measure: rows init / trained, one panel per mixer,
-    one line per residual variant (MLP on; solid with the norm, dashed without), mean over
-    seeds (`cs`: attnzoo.analysis.verdicts.RankConfig, `depth` per (when, measure))."""
+def plot_rank_ablation(
+    cs: list[RankConfig], mixers: list[str], variants: list[str], out: Path
+) -> None:
+    """rank_ablation_<measure>.png for each measure: rows init / trained, one panel per mixer
+    (in the order of `mixers`), one line per residual variant (MLP on; solid with the norm,
+    dashed without; colours in the order of `variants`), mean over seeds."""
     colors = {
         v: plt.cm.tab10(i % 10)
         for i, v in enumerate(dict.fromkeys(v.split(",")[0] for v in variants))
