@@ -32,11 +32,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from attnzoo.paths import mean_path_length, path_shares  # noqa: E402
 from attnzoo.probe import ADAPTERS, rank_decay  # noqa: E402
 from attnzoo.rank import MEASURES, RankProfile  # noqa: E402
-
-# isort: split
-from attnzoo.probe import mean_path_length, path_shares  # noqa: E402
 
 
 class StudyError(Exception):

@@ -31,24 +31,6 @@ def mixers_of(model: nn.Module) -> list[nn.Module]:
     return list({id(b.mixer): b.mixer for b in model.blocks}.values())
 
 
-def __getattr__(name: str) -> Any:
-    """`ATTENTION_MIXERS` is gone: a mixer has attention maps when it has `attention_probs`
-    (`has_attention`). Code that still imports it gets the registered mixers that have it, with
-    a DeprecationWarning."""
-    if name == "ATTENTION_MIXERS":
-        import warnings
-
-        from attnzoo.mixers import MIXERS
-
-        warnings.warn(
-            "attnzoo.attention_maps.ATTENTION_MIXERS is deprecated: ask has_attention(mixer)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return tuple(n for n, cls in MIXERS.items() if hasattr(cls, "attention_probs"))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @torch.no_grad()
 def attention_maps(
     model: nn.Module, inputs: torch.Tensor, key_padding_mask: torch.Tensor | None = None

@@ -140,21 +140,3 @@ def train_flops_per_token(
         head_out,
         mixer_options,
     )
-
-
-def __getattr__(name: str) -> Any:
-    """`MIXER_NAMES` is gone: a mixer has a FLOP formula when its class has `flops_per_token`
-    (`flops_formula`). Code that still imports it gets the registered mixers that have one, with
-    a DeprecationWarning."""
-    if name == "MIXER_NAMES":
-        import warnings
-
-        from attnzoo.mixers import MIXERS
-
-        warnings.warn(
-            "attnzoo.flops.MIXER_NAMES is deprecated: ask attnzoo.flops.flops_formula(mixer)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return tuple(n for n, cls in MIXERS.items() if hasattr(cls, "flops_per_token"))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

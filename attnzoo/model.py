@@ -23,6 +23,9 @@ from attnzoo import residual as res
 from attnzoo.mixers import build_mixer
 from attnzoo.residual import Residual
 
+# The std of the normal init of token embeddings and learned positions (GPT-2's).
+EMBED_STD = 0.02
+
 Norm = Literal["layernorm", "rmsnorm", "none"]
 NormPosition = Literal["pre", "post"]
 PosEmb = Literal["learned", "sinusoidal", "none"]
@@ -238,9 +241,9 @@ class Model(nn.Module):
     @staticmethod
     def _init(module: nn.Module) -> None:
         if isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=0.02)
+            nn.init.normal_(module.weight, std=EMBED_STD)
         elif isinstance(module, Model) and isinstance(module.pos, nn.Parameter):
-            nn.init.normal_(module.pos, std=0.02)
+            nn.init.normal_(module.pos, std=EMBED_STD)
 
     def forward(
         self,

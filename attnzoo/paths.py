@@ -56,6 +56,18 @@ def num_paths(depth: int, heads: int, k: int) -> int:
     return math.comb(depth, k) * heads**k
 
 
+def path_shares(depth: int, heads: int) -> list[float]:
+    """Share of the (1 + H)^L paths of a depth-L, H-head network that go through k attention
+    heads, k = 0..L: C(L, k)·H^k / (1 + H)^L (the paths of this module)."""
+    total = (1 + heads) ** depth
+    return [num_paths(depth, heads, k) / total for k in range(depth + 1)]
+
+
+def mean_path_length(depth: int, heads: int) -> float:
+    """L·H / (1 + H): the mean number of heads on a path (a binomial's mean)."""
+    return depth * heads / (1 + heads)
+
+
 def sample_paths(depth: int, heads: int, k: int, n_paths: int, seed: int = 0) -> list[Path]:
     """`n_paths` paths of length k, each with k blocks drawn at random and one random head in each.
 

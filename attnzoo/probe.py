@@ -49,7 +49,6 @@ model is left as it was.
 from __future__ import annotations
 
 import contextlib
-import copy
 import inspect
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -59,8 +58,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from attnzoo.paths import num_paths
-from attnzoo.rank import MEASURES, RankProfile, _names, capture_attention
+from attnzoo.rank import RankProfile, capture_attention, profile_forward
 
 VARIANTS = ("full", "no_skip", "no_mlp", "pure_attention")
 
@@ -361,14 +359,6 @@ def intervene(
             handle.remove()
 
 
-def _cast(inputs: Any, dtype: torch.dtype) -> Any:
-    if isinstance(inputs, torch.Tensor):
-        return inputs.to(dtype) if inputs.is_floating_point() else inputs
-    if isinstance(inputs, Mapping):
-        return {k: _cast(v, dtype) for k, v in inputs.items()}
-    return inputs
-
-
 def _takes_output_attentions(model: nn.Module) -> bool:
     """Whether `model(..., output_attentions=True)` is understood (Hugging Face models)."""
     try:
@@ -450,23 +440,8 @@ def rank_decay(
     copy of the model is probed, which follows the residual below float32's floor (about 1e-7).
     `key_padding_mask` (batch, tokens), True at padding, leaves padded tokens out of every
     measure (the model's own attention mask goes in `inputs`)."""
-    names = _names(measures)
-    if dtype is not None and dtype != next(model.parameters()).dtype:
-        model = copy.deepcopy(model).to(dtype)
-        inputs = _cast(inputs, dtype)
-    wants_attention = any(MEASURES[n].reads == "attention" for n in names)
-    states, attn = _probe(model, inputs, variant, norms, adapter, attentions=wants_attention)
-    attentions = [None, *attn] if attn is not None else None
-    return RankProfile.from_states(states, names, key_padding_mask, attentions)
 
+    def forward(model: nn.Module, inputs: Any, attentions: bool):
+        return _probe(model, inputs, variant, norms, adapter, attentions)
 
-def path_shares(depth: int, heads: int) -> list[float]:
-    """Share of the (1 + H)^L paths of a depth-L, H-head network that go through k attention
-    heads, k = 0..L: C(L, k)·H^k / (1 + H)^L (the paths of attnzoo.paths)."""
-    total = (1 + heads) ** depth
-    return [num_paths(depth, heads, k) / total for k in range(depth + 1)]
-
-
-def mean_path_length(depth: int, heads: int) -> float:
-    """L·H / (1 + H): the mean number of heads on a path (a binomial's mean)."""
-    return depth * heads / (1 + heads)
+    return profile_forward(model, inputs, forward, measures, dtype, key_padding_mask)

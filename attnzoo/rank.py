@@ -26,9 +26,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -299,8 +299,10 @@ class RankProfile:
     def log_dict(self, prefix: str = "rank") -> dict[str, float]:
         """`<prefix>/<measure>/layer_<k>` for every measure and hidden state (layer_0: the
         embedding), n/a (NaN) entries left out: the trainer's one call to log them."""
+        from attnzoo.analysis.metrics import rank_key  # the one spelling of the keys
+
         return {
-            f"{prefix}/{name}/layer_{k}": v
+            rank_key(k, name, prefix): v
             for name, values in self.measures.items()
             for k, v in enumerate(values)
             if not math.isnan(v)
@@ -331,7 +333,44 @@ def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | None]]:
             h.remove()
 
 
+def _cast(inputs: Any, dtype: torch.dtype) -> Any:
+    """`inputs` (a tensor, or a mapping of them) with its floating-point tensors in `dtype`."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(dtype) if inputs.is_floating_point() else inputs
+    if isinstance(inputs, Mapping):
+        return {k: _cast(v, dtype) for k, v in inputs.items()}
+    return inputs
+
+
+# A probed forward: (model, inputs, whether attention is wanted) -> the hidden states in order,
+# and with attention wanted the attention weights that produced each state after the first
+# (None where no softmax attention did), else None.
+Forward = Callable[[nn.Module, Any, bool], tuple[Sequence[torch.Tensor], Sequence | None]]
+
+
 @torch.no_grad()
+def profile_forward(
+    model: nn.Module,
+    inputs: Any,
+    forward: Forward,
+    measures: str | Iterable[str] | None,
+    dtype: torch.dtype | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+) -> RankProfile:
+    """The steps every rank probe shares (`rank_profile` here, attnzoo.probe.rank_decay for
+    other architectures): with `dtype`, a copy of the model and the inputs in it; the hidden
+    states of one `forward`, with the attention weights when a measure reads them; every
+    measure of each state (`measures`: names from MEASURES, None for all)."""
+    names = _names(measures)
+    if dtype is not None and dtype != next(model.parameters()).dtype:
+        model = copy.deepcopy(model).to(dtype)
+        inputs = _cast(inputs, dtype)
+    wants_attention = any(MEASURES[n].reads == "attention" for n in names)
+    states, attn = forward(model, inputs, wants_attention)
+    attentions = [None, *attn] if attn is not None else None
+    return RankProfile.from_states(states, names, key_padding_mask, attentions)
+
+
 def rank_profile(
     model: nn.Module,
     inputs: torch.Tensor,
@@ -345,18 +384,15 @@ def rank_profile(
     evaluation; an attention measure hooks the mixers (call it on the uncompiled module).
     With `dtype=torch.float64` a float64 copy of the model is used, which sees the residual
     fall far past float32's floor (about 1e-7)."""
-    names = _names(measures)
-    if dtype is not None and dtype != next(model.parameters()).dtype:
-        model = copy.deepcopy(model).to(dtype)
-        if inputs.is_floating_point():
-            inputs = inputs.to(dtype)
-    wants_attention = any(MEASURES[n].reads == "attention" for n in names)
-    was_training = model.training
-    model.eval()
-    try:
-        with capture_attention(model) if wants_attention else contextlib.nullcontext([]) as attn:
-            _, hidden = model(inputs, key_padding_mask, return_hidden=True)
-    finally:
-        model.train(was_training)
-    attentions = [None, *attn] if wants_attention else None
-    return RankProfile.from_states(hidden, names, key_padding_mask, attentions)
+
+    def hidden(model: nn.Module, inputs: torch.Tensor, attentions: bool):
+        was_training = model.training
+        model.eval()
+        try:
+            with capture_attention(model) if attentions else contextlib.nullcontext([]) as attn:
+                _, states = model(inputs, key_padding_mask, return_hidden=True)
+        finally:
+            model.train(was_training)
+        return states, (attn if attentions else None)
+
+    return profile_forward(model, inputs, hidden, measures, dtype, key_padding_mask)

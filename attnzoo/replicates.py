@@ -1,5 +1,5 @@
 """Which runs are replicates of one configuration: the one definition the trainer (its W&B group)
-and scripts/summarize.py (its groups table) share.
+and attnzoo.analysis (its groups of a sweep) share.
 
 Two runs are replicates when their resolved configs are equal after dropping the replicate axis
 (`train.seed`) and the keys that do not change what is trained or measured (`NON_SEMANTIC`: where
@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 REPLICATE_KEY = "train.seed"
@@ -52,6 +54,13 @@ def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def is_semantic(key: str) -> bool:
     """Whether a flat config key is part of the configuration (not NON_SEMANTIC)."""
     return not any(key == k or key.startswith(f"{k}.") for k in NON_SEMANTIC)
+
+
+def run_folders(run_dir: Path) -> list[str]:
+    """The run's folder and its parent (the sweep's), as given and resolved: a config string that
+    holds one is an output path, not part of the configuration."""
+    given = [str(p) for p in (run_dir, run_dir.parent) if os.sep in str(p)]  # not a bare "sw"
+    return given + [str(run_dir.resolve()), str(run_dir.resolve().parent)]
 
 
 def semantic_config(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> dict[str, Any]:

@@ -21,6 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+# metrics.jsonl is read by its one reader, attnzoo.analysis.metrics; importable from here too
+from attnzoo.analysis.metrics import last_values, read_metrics  # noqa: E402, F401
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -69,24 +72,6 @@ class MetricsFile:
         if not self._f.closed:
             self.sync()
             self._f.close()
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every record of a `metrics.jsonl`."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-def metrics_last(path: Path) -> dict[str, Any]:
-    """The latest value of every scalar key in `metrics.jsonl` (what summary.json calls final)."""
-    final: dict[str, Any] = {}
-    if not path.exists():
-        return final
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            for k, v in json.loads(line).items():
-                if k != "step" and isinstance(v, (int, float)):
-                    final[k] = v
-    return final
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import sys
@@ -45,8 +44,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import summarize as S  # this folder's: grouping, intervals, comparisons, selection
-from _study import (
+from attnzoo import MIXERS
+from attnzoo.analysis import summarize
+from attnzoo.analysis.compare import comparisons
+from attnzoo.analysis.groups import group_jobs, group_row
+from attnzoo.analysis.report import write_tuning
+from attnzoo.analysis.runs import find_jobs, row
+from attnzoo.analysis.tables import ci_text, fmt
+from attnzoo.analysis.verdicts import claim_verdict
+from attnzoo.stats import compare
+from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
     float_list,
@@ -57,9 +64,8 @@ from _study import (
     write_smoke_data,
 )
 
-from attnzoo import MIXERS
-from attnzoo.stats import compare
-
+# How selected.sh calls the summary, from where this runs.
+SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summarize.py")))
 # What each task runs: its preset, and what the claim under test needs on top of it.
 TASKS = {
     "shakespeare_char": ["experiment=shakespeare_char"],  # nanoGPT's CPU recipe
@@ -124,22 +130,9 @@ def select_lr(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """summarize's selection on the tuning sweep (per mixer, the LR with the lowest mean
     validation loss): tune-summary/summary.{md,csv} and selected.{json,md,sh}. Its figures are
     left out (`python scripts/summarize.py <out>/<task>/tune` draws them)."""
-    out = root / "tune-summary"
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = S.find_jobs(root / "tune")
-    rows = [S.row(j) for j in jobs]
-    S.write_tables(rows, out, root / "tune")
-    groups, _ = S.group_jobs(jobs, rows)
-    axes = S.varying_axes(groups)
-    if "train.lr" not in axes:
-        return []
-    final_dir = str(root / "final")
     fresh = ",".join(map(str, args.seeds))
-    selected = S.select(groups, "train.lr", "val_loss", fresh, final_dir)
-    S.write_selection(
-        selected, out, final_dir, S.default_axis([a for a in axes if a != "train.lr"])
-    )
-    return selected
+    return write_tuning(root / "tune", root / "tune-summary", "train.lr", "val_loss", fresh,
+                        str(root / "final"), SUMMARIZE)  # fmt: skip
 
 
 def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str, str]) -> dict:
@@ -178,25 +171,25 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
         finals.append(folder)
     if not finals:
         return {"task": task, "selected": selected, "groups": [], "error": "no LR was selected"}
-    S.summarize(
+    summarize(
         finals,
         root / "report",
         compare_axis="mixer" if len(args.mixers) > 1 else None,
-        margin=margin_for(task, args),
+        margin=args.margin_loss,  # its comparisons are on the validation loss
         confidence=args.confidence,
         wandb_mode="disabled",
+        script=SUMMARIZE,
     )
-    jobs = [j for folder in finals for j in S.find_jobs(folder)]
-    rows = [S.row(j) for j in jobs]
-    groups, _ = S.group_jobs(jobs, rows)
+    jobs = [j for folder in finals for j in find_jobs(folder)]
+    groups, _ = group_jobs(jobs, [row(j) for j in jobs])
     return {
         "task": task,
         "selected": selected,
         "chosen": chosen,
         "groups": groups,
-        "table": [S.group_row(g, args.confidence) for g in groups],
+        "table": [group_row(g, args.confidence) for g in groups],
         "vs_best": {
-            on: S.comparisons(groups, "mixer.name", on, args.confidence, margin_on(on, args))
+            on: comparisons(groups, "mixer.name", on, args.confidence, margin_on(on, args))
             for on in (("val_loss", "metric") if task == "imdb" else ("val_loss",))
         },
         "tune_overrides": tune,
@@ -208,36 +201,7 @@ def margin_on(on: str, args: argparse.Namespace) -> float:
     return args.margin_loss if on == "val_loss" else args.margin_accuracy
 
 
-def margin_for(task: str, args: argparse.Namespace) -> float:
-    """The margin summarize's own comparisons (on the validation loss) use."""
-    return args.margin_loss
-
-
 # ---- the report --------------------------------------------------------------------------------
-
-
-def verdict(a: str, b: str, on: str, c: Any, margin: float) -> str:
-    """One of the three forms: a resolved difference, within the margin, not resolved with n."""
-    name = "accuracy" if on == "metric" else "val loss"
-    n = min(c.n_a, c.n_b)
-    if math.isnan(c.p_value):
-        return f"{a} vs {b}: not resolved with {n} seeds (2 seeds each are needed to test)"
-    stats = (
-        f"Δ{name} = {c.diff:+.3g}, {c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], "
-        f"{c.method}, p = {c.p_value:.2g}"
-        + (f", TOST ±{margin:g}: p = {c.p_tost:.2g}" if c.p_tost is not None else "")
-    )
-    if c.within_margin:
-        extra = " (also a resolved difference, smaller than the margin)" if c.resolved else ""
-        return f"{a} vs {b}: within margin ±{margin:g} {name}{extra} ({stats})"
-    if c.resolved:
-        better = c.diff > 0 if on == "metric" else c.diff < 0
-        side = f"{a} {'better' if better else 'worse'} than {b}"
-        return f"{a} vs {b}: resolved difference, {side} ({stats})"
-    return (
-        f"{a} vs {b}: not resolved with {n} seeds (neither a difference nor equivalence within "
-        f"±{margin:g}; {stats})"
-    )
 
 
 def claim_lines(result: dict, args: argparse.Namespace) -> list[str]:
@@ -253,7 +217,7 @@ def claim_lines(result: dict, args: argparse.Namespace) -> list[str]:
                 continue
             a, b = by_mixer[m].values(on), by_mixer[ref].values(on)
             c = compare(a, b, args.confidence, margin_on(on, args))
-            lines.append("  - " + verdict(m, ref, on, c, margin_on(on, args)))
+            lines.append("  - " + claim_verdict(m, ref, on, c, margin_on(on, args)))
     return lines
 
 
@@ -286,9 +250,9 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for s in result["selected"]:
-        cands = ", ".join(f"{S.fmt(c['value'])}: {S.fmt(c['mean'])}" for c in s["candidates"])
+        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
         lines.append(
-            f"| {s['axes'].get('mixer')} | {S.fmt(s['value'])} | {S.fmt(s['mean'])} | "
+            f"| {s['axes'].get('mixer')} | {fmt(s['value'])} | {fmt(s['mean'])} | "
             f"{cands} | {s['note']} |"
         )
     lines += [
@@ -301,15 +265,15 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r, g in zip(result["table"], result["groups"], strict=True):
-        metric = (f"{r['metric']} " if r["metric"] else "") + S.ci_text(
+        metric = (f"{r['metric']} " if r["metric"] else "") + ci_text(
             r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]
         )
         lines.append(
-            f"| {g.config.get('mixer.name')} | {S.fmt(g.config.get('train.lr'))} | "
+            f"| {g.config.get('mixer.name')} | {fmt(g.config.get('train.lr'))} | "
             f"{r['n_seeds']} | {r['seeds']} | "
-            f"{S.ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
-            f"{metric} | {S.ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
-            f"{S.fmt(r['params'])} | {r['note']} |"
+            f"{ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
+            f"{metric} | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{fmt(r['params'])} | {r['note']} |"
         )
     lines += ["", "### Against the best mixer", ""]
     for on, rows in result["vs_best"].items():

@@ -16,8 +16,9 @@ takes the share of the input's spread that the last block keeps, per seed, on th
 probe batch: last / first layer for relative residual, effective rank and stable rank (collapse
 sends each to its floor: 0, 1, 1), (1 − last) / (1 − first) for token similarity (collapse sends
 tokens' cosine to 1). Over the seeds, its mean and Student-t interval give the verdict, a rule
-fixed before any run: **kept** when the interval's lower end is ≥ KEPT, **collapsed** when its
-upper end is ≤ COLLAPSED, **partial** otherwise (with one seed the mean decides, and says so).
+fixed before any run (attnzoo.analysis.verdicts): **kept** when the interval's lower end is ≥
+KEPT, **collapsed** when its upper end is ≤ COLLAPSED, **partial** otherwise (with one seed the
+mean decides, and says so).
 Attention entropy is reported as a value (n/a for pooling and identity).
 
 Outputs (in --out): rank_ablation.md (command, machine, wall time, seeds, budget, the verdict
@@ -35,17 +36,20 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import summarize as S  # this folder's: jobs, grouping, intervals
-from _study import (
+from attnzoo import MIXERS
+from attnzoo.analysis.figures import plot_rank_ablation
+from attnzoo.analysis.groups import group_jobs
+from attnzoo.analysis.runs import find_jobs, get, group_choice, row
+from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
+from attnzoo.analysis.verdicts import COLLAPSED, KEPT, SPREAD, RankConfig, rank_config, verdict
+from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
     int_list,
@@ -55,18 +59,7 @@ from _study import (
     write_smoke_data,
 )
 
-from attnzoo import MIXERS
-from attnzoo.stats import Interval, mean_interval
-
 RESIDUALS = ["none", "add", "scaled", "rezero", "layerscale", "denseformer", "attnres"]
-# hidden-state measures with a verdict, and their short names in the matrices
-SPREAD = {
-    "relative_residual": "res",
-    "effective_rank": "erank",
-    "stable_rank": "srank",
-    "token_similarity": "sim",
-}
-KEPT, COLLAPSED = 0.5, 0.2  # the verdict thresholds on the share of spread kept
 SMOKE = [*SMOKE_SIZE, "model.depth=2"]  # every measure, at a toy size
 
 
@@ -84,125 +77,28 @@ def sweeps(args: argparse.Namespace) -> dict[str, tuple[list[str], int]]:
     }
 
 
-# ---- per job: the measures through depth ----------------------------------------------------
-
-
-def profile(job: S.Job, name: str, when: str) -> list[float] | None:
-    """`rank/<name>/layer_<k>` for k = 0..L from the first (init) or last (trained) record
-    that logged them; None when the job never did."""
-    prefix = f"rank/{name}/layer_"
-    records = [r for r in job.records if any(k.startswith(prefix) for k in r)]
-    if not records:
-        return None
-    record = records[0] if when == "init" else records[-1]
-    if when == "init" and record.get("step") != 0:
-        return None
-    layers = [int(k[len(prefix) :]) for k in record if k.startswith(prefix)]
-    return [_num(record.get(f"{prefix}{k}")) for k in range(max(layers) + 1)]
-
-
-def _num(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-
-
-def kept_share(name: str, values: list[float]) -> float:
-    """The share of the input's spread the last block keeps (see the module docstring)."""
-    first, last = values[0], values[-1]
-    if name == "token_similarity":
-        first, last = 1.0 - first, 1.0 - last
-    if not (math.isfinite(first) and math.isfinite(last)) or first <= 0:
-        return math.nan
-    return last / first
-
-
-def verdict(ci: Interval) -> str:
-    if ci.n == 0:
-        return "n/a"
-    if ci.n == 1:
-        return (
-            "kept" if ci.mean >= KEPT else "collapsed" if ci.mean <= COLLAPSED else "partial"
-        ) + " (1 seed)"
-    if ci.low >= KEPT:
-        return "kept"
-    if ci.high <= COLLAPSED:
-        return "collapsed"
-    return "partial"
-
-
-# ---- per configuration ------------------------------------------------------------------------
-
-
-@dataclass
-class Config:
-    """One configuration over its seeds."""
-
-    mixer: str
-    residual: str
-    mlp: bool
-    norm: str
-    row: dict[str, Any]  # summarize's group row: val loss, metric, n, cost
-    jobs: list[S.Job]
-    shares: dict[tuple[str, str], Interval] = field(default_factory=dict)  # (when, measure)
-    last: dict[tuple[str, str], Interval] = field(default_factory=dict)  # the last block's value
-    depth: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # mean per layer
-
-    @property
-    def variant(self) -> str:
-        return self.residual + (", no norm" if self.norm == "none" else "")
-
-
-def configs(folders: list[Path], confidence: float) -> list[Config]:
-    jobs = [j for folder in folders if folder.is_dir() for j in S.find_jobs(folder)]
-    rows = [S.row(j) for j in jobs]
-    groups, _ = S.group_jobs(jobs, rows)
-    out = []
-    for g in groups:
-        done = [j for j, r in g.members if r["status"] == "completed"]
-        first = g.members[0][1]
-        c = Config(
-            mixer=str(first["mixer"]),
-            residual=str(first["residual"]),
-            mlp=bool(first["mlp"]),
-            norm=str(first["norm"]),
-            row=S.group_row(g, confidence),
-            jobs=done,
-        )
-        for when in ("init", "trained"):
-            for name in [*SPREAD, "attention_entropy"]:
-                profiles = [p for j in done if (p := profile(j, name, when)) is not None]
-                if name in SPREAD:
-                    shares = [kept_share(name, p) for p in profiles]
-                    c.shares[when, name] = mean_interval(shares, confidence)
-                c.last[when, name] = mean_interval([p[-1] for p in profiles], confidence)
-                if profiles:
-                    n_layers = max(len(p) for p in profiles)
-                    c.depth[when, name] = [
-                        _nanmean([p[k] for p in profiles if k < len(p)]) for k in range(n_layers)
-                    ]
-        out.append(c)
-    return out
-
-
-def _nanmean(values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return sum(finite) / len(finite) if finite else math.nan
+def configs(folders: list[Path], confidence: float) -> list[RankConfig]:
+    """Every configuration of the sweeps in `folders` (those that exist), with its verdicts."""
+    jobs = [j for folder in folders if folder.is_dir() for j in find_jobs(folder)]
+    groups, _ = group_jobs(jobs, [row(j) for j in jobs])
+    return [rank_config(g, confidence) for g in groups]
 
 
 # ---- the report ---------------------------------------------------------------------------------
 
 
-def _variants(cs: list[Config]) -> list[str]:
+def _variants(cs: list[RankConfig]) -> list[str]:
     order = RESIDUALS + ["deepnorm"] + [f"{r}, no norm" for r in RESIDUALS]
     present = {c.variant for c in cs}
     return [v for v in order if v in present] + sorted(present - set(order))
 
 
-def _mixers(cs: list[Config]) -> list[str]:
+def _mixers(cs: list[RankConfig]) -> list[str]:
     present = {c.mixer for c in cs}
     return [m for m in MIXERS if m in present]
 
 
-def matrix_cell(c: Config | None, when: str) -> str:
+def matrix_cell(c: RankConfig | None, when: str) -> str:
     """`kept: res, sim · partial: erank · collapsed: srank`, or `kept by all 4`."""
     if c is None:
         return "not run"
@@ -218,7 +114,7 @@ def matrix_cell(c: Config | None, when: str) -> str:
     )
 
 
-def matrix(cs: list[Config], mlp: bool, cell) -> list[str]:
+def matrix(cs: list[RankConfig], mlp: bool, cell) -> list[str]:
     mixers = _mixers(cs)
     at = {(c.mixer, c.variant): c for c in cs if c.mlp == mlp}
     lines = ["| residual | " + " | ".join(mixers) + " |", "|---|" + "---|" * len(mixers)]
@@ -227,14 +123,14 @@ def matrix(cs: list[Config], mlp: bool, cell) -> list[str]:
     return lines
 
 
-def _loss_cell(c: Config | None) -> str:
+def _loss_cell(c: RankConfig | None) -> str:
     if c is None:
         return "not run"
     r = c.row
-    return S.ci_text(r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"])
+    return ci_text(r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"])
 
 
-def full_rows(cs: list[Config]) -> list[dict[str, Any]]:
+def full_rows(cs: list[RankConfig]) -> list[dict[str, Any]]:
     rows = []
     for c in cs:
         r = c.row
@@ -271,10 +167,10 @@ def full_rows(cs: list[Config]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, Any]) -> Path:
+def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[str, Any]) -> Path:
     out: Path = args.out
     first = cs[0].jobs[0].config if cs and cs[0].jobs else {}
-    get = lambda k: S.get(first, k)  # noqa: E731
+    at = lambda k: get(first, k)  # noqa: E731
     n_jobs = sum(len(c.jobs) for c in cs)
     lines = [
         "# Rank collapse ablation: residual variants × mixers, at init and trained",
@@ -283,10 +179,10 @@ def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, A
         f"Machine: {header['machine']}",
         f"Wall time: {header['wall_s']:.0f} s (started {header['started']} UTC)",
         "",
-        f"Task: {S.group_choice(first, 'task', [])}, context {get('task.seq_len')}; width "
-        f"{get('model.dim')}, depth {get('model.depth')}, {get('model.heads')} heads; "
-        f"{get('train.max_steps')} steps of batch {get('train.batch_size')} at train.lr "
-        f"{get('train.lr')} (one learning rate for every configuration, not tuned); seeds "
+        f"Task: {group_choice(first, 'task', [])}, context {at('task.seq_len')}; width "
+        f"{at('model.dim')}, depth {at('model.depth')}, {at('model.heads')} heads; "
+        f"{at('train.max_steps')} steps of batch {at('train.batch_size')} at train.lr "
+        f"{at('train.lr')} (one learning rate for every configuration, not tuned); seeds "
         f"{', '.join(map(str, args.seeds))}; {n_jobs} completed runs in {len(cs)} configurations. "
         f"Preset `experiment=rank_ablation`"
         + (f" + `{' '.join(args.override)}`" if args.override else "")
@@ -336,13 +232,13 @@ def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, A
         cells = []
         for name in SPREAD:
             t, i = c.shares["trained", name], c.shares["init", name]
-            cells.append(f"{S.ci_text(t.mean, t.low, t.high)} ({S.fmt(i.mean, 3)})")
+            cells.append(f"{ci_text(t.mean, t.low, t.high)} ({fmt(i.mean, 3)})")
         ent = c.last["trained", "attention_entropy"]
         lines.append(
             f"| {c.mixer} | {c.residual} | {'on' if c.mlp else 'off'} | {c.norm} | "
             f"{c.row['n_seeds']} | {_loss_cell(c)} | "
             + " | ".join(cells)
-            + f" | {S.ci_text(ent.mean, ent.low, ent.high) or 'n/a'} |"
+            + f" | {ci_text(ent.mean, ent.low, ent.high) or 'n/a'} |"
         )
     lines += [
         "",
@@ -356,55 +252,11 @@ def write_report(cs: list[Config], args: argparse.Namespace, header: dict[str, A
         with open(out / "rank_ablation.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows({k: S.fmt(v, S.CSV_DIGITS) for k, v in r.items()} for r in rows)
+            writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
     (out / "rank_ablation.json").write_text(
         json.dumps({**header, "configurations": rows}, indent=2, default=str) + "\n"
     )
     return path
-
-
-def plot(cs: list[Config], out: Path) -> None:
-    """rank_ablation_<measure>.png: rows init / trained, one panel per mixer, one line per
-    residual variant (MLP on; solid with the norm, dashed without), mean over seeds."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    mixers, variants = _mixers(cs), _variants(cs)
-    colors = {
-        v: plt.cm.tab10(i % 10)
-        for i, v in enumerate(dict.fromkeys(v.split(",")[0] for v in variants))
-    }
-    for name in [*SPREAD, "attention_entropy"]:
-        fig, axes = plt.subplots(
-            2, len(mixers), figsize=(3.2 * len(mixers), 6), squeeze=False, sharey=True
-        )
-        for row, when in enumerate(("init", "trained")):
-            for col, mixer in enumerate(mixers):
-                ax = axes[row][col]
-                for c in cs:
-                    if c.mixer != mixer or not c.mlp or (when, name) not in c.depth:
-                        continue
-                    ys = c.depth[when, name]
-                    ax.plot(range(len(ys)), ys, marker="o", ms=3,
-                            color=colors[c.residual], ls="--" if c.norm == "none" else "-",
-                            label=c.variant)  # fmt: skip
-                ax.set_title(f"{mixer}, {when}", fontsize=9)
-                if name in ("relative_residual",):
-                    ax.set_yscale("log")
-                ax.set_xlabel("layer (0: embedding)", fontsize=8)
-                ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-                ax.grid(alpha=0.3)
-            axes[row][0].set_ylabel(name)
-        handles, labels = axes[-1][0].get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8)
-        fig.suptitle(f"{name} through depth, MLP on, mean over seeds", fontsize=10)
-        fig.tight_layout(rect=(0, 0.08, 1, 0.96))
-        fig.savefig(out / f"rank_ablation_{name}.png", dpi=90)
-        plt.close(fig)
 
 
 def main() -> None:
@@ -478,7 +330,7 @@ def main() -> None:
     if not cs:
         sys.exit(f"no completed jobs under {args.out} ({', '.join(args.sweeps)})")
     path = write_report(cs, args, header)
-    plot(cs, args.out)
+    plot_rank_ablation(cs, _mixers(cs), _variants(cs), args.out)
     print(path.read_text())
 
 

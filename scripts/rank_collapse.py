@@ -42,7 +42,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from attnzoo import MIXERS, Model, ModelConfig, RankProfile, rank_profile  # noqa: E402
-from attnzoo.attention_maps import ATTENTION_MIXERS  # noqa: E402
+from attnzoo.analysis.figures import measures_figure, rate_figure, residual_figure  # noqa: E402
+from attnzoo.analysis.fits import RATE_FLOOR, RATE_START, exponent_growth, fit_rate  # noqa: E402
+from attnzoo.model import EMBED_STD  # noqa: E402
+from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import mean_interval  # noqa: E402
 
@@ -53,13 +56,6 @@ VARIANTS = {  # name -> (skip, mlp)
     "+skip+mlp": (True, True),
 }
 NORMS = ("none", "layernorm")
-# Below this the float64 probe is at its rounding floor and log-ratios stop meaning anything.
-FLOOR = 1e-13
-# The rate fit: a layer's residual enters the fit once it is below RATE_START (the first block's
-# input, the embedding, sits near 1, outside the cubic regime) and while its successor is above
-# RATE_FLOOR (about 50 times the float64 probe's floor of 2e-16).
-RATE_START, RATE_FLOOR = 0.75, 1e-14
-EMBED_STD = 0.02  # attnzoo.model's init of token embeddings and positions
 
 
 def measure(
@@ -88,35 +84,6 @@ def measure(
     return rank_profile(model, tokens, dtype=torch.float64, measures=measures)
 
 
-def fit_rate(residuals: list[float]) -> float:
-    """The least-squares slope k of log r_{l+1} = k·log r_l + log c over the pairs in the cubic
-    regime (see RATE_START, RATE_FLOOR); NaN with fewer than two pairs."""
-    pairs = rate_pairs(residuals)  # log10: the slope is the same in any base
-    if len(pairs) < 2:
-        return math.nan
-    mx = sum(x for x, _ in pairs) / len(pairs)
-    my = sum(y for _, y in pairs) / len(pairs)
-    sxx = sum((x - mx) ** 2 for x, _ in pairs)
-    return sum((x - mx) * (y - my) for x, y in pairs) / sxx
-
-
-def exponent_growth(residuals: list[float]) -> float | None:
-    """Median over layers of log r_{l+1} / log r_l, over the stretch where the residual is falling
-    and still above float64's floor. Doubly exponential decay r_l ~ c^(3^l) gives 3."""
-    ratios = [
-        math.log(b) / math.log(a)
-        for a, b in zip(residuals, residuals[1:], strict=False)
-        if a < 0.5 and FLOOR < b < a
-    ]
-    return sorted(ratios)[len(ratios) // 2] if ratios else None
-
-
-def path_counts(depth: int, heads: int) -> list[tuple[int, float]]:
-    """Share of the (1+H)^L paths of a depth-L, H-head network that go through k attention heads."""
-    total = (1 + heads) ** depth
-    return [(k, math.comb(depth, k) * heads**k / total) for k in range(depth + 1)]
-
-
 def fmt(value: float, spec: str) -> str:
     return "n/a" if math.isnan(value) else format(value, spec)
 
@@ -125,7 +92,7 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     """Pure attention (no skip, MLP or norm) of each attention mixer over --rate-seeds seeds:
     the residual curves and the fitted per-layer exponent, per seed and as mean ± t-interval."""
     out: dict[str, dict] = {}
-    for mixer in [m for m in args.mixers if m in ATTENTION_MIXERS]:
+    for mixer in [m for m in args.mixers if hasattr(MIXERS[m], "attention_probs")]:
         curves = [
             measure(mixer, False, False, "none", args, 1000 + seed, args.rate_input_std, []).mean
             for seed in range(args.rate_seeds)
@@ -136,106 +103,6 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
         out[mixer] = {"curves": curves, "slopes": slopes, "mean": mean, "half": half,
                       "used": sum(not math.isnan(k) for k in slopes)}  # fmt: skip
     return out
-
-
-def rate_pairs(curve: list[float]) -> list[tuple[float, float]]:
-    """(log10 r_l, log10 r_{l+1}) over the layers the fit uses."""
-    return [
-        (math.log10(a), math.log10(b))
-        for a, b in zip(curve, curve[1:], strict=False)
-        if a <= RATE_START and RATE_FLOOR < b < a
-    ]
-
-
-def rate_figure(rate: dict[str, dict], args: argparse.Namespace) -> plt.Figure:
-    """Left: −log10 r on a log axis (log(−log r): a rate r_{l+1} = r_l^k is a line of slope
-    log k), each seed of each mixer, beside the cubic rate r_{l+1} = c·r_l³ (dashed; c fitted
-    with the exponent held at 3) from the mixer's first layer. Right: log10 r_{l+1} against
-    log10 r_l, the pairs the fit uses, beside the line of slope 3 through the same c."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (mixer, r) in enumerate(rate.items()):
-        colour = colours[i % len(colours)]
-        label = f"{mixer}: k = {fmt(r['mean'], '.2f')} ± {fmt(r['half'], '.2f')}"
-        pairs_all = []
-        for j, curve in enumerate(r["curves"]):
-            pts = [(layer, -math.log10(v)) for layer, v in enumerate(curve) if v > RATE_FLOOR]
-            left.plot(*zip(*pts, strict=True), marker="o", markersize=3, color=colour, alpha=0.6,
-                      label=label if j == 0 else None)  # fmt: skip
-            pairs = rate_pairs(curve)
-            pairs_all += pairs
-            if pairs:
-                right.plot(*zip(*pairs, strict=True), marker="o", markersize=4, color=colour,
-                           alpha=0.6, label=label if j == 0 else None)  # fmt: skip
-        if not pairs_all:
-            continue
-        log_c = sum(y - 3 * x for x, y in pairs_all) / len(pairs_all)  # k held at 3
-        first = [math.log10(c[1]) for c in r["curves"] if c[1] > RATE_FLOOR]
-        ref = [(1, sum(first) / len(first))]
-        while ref[-1][0] < args.depth and 3 * ref[-1][1] + log_c > math.log10(RATE_FLOOR):
-            ref.append((ref[-1][0] + 1, 3 * ref[-1][1] + log_c))
-        left.plot([x for x, _ in ref], [-y for _, y in ref], color=colour, linestyle="--",
-                  linewidth=1)  # fmt: skip
-        xs = [min(x for x, _ in pairs_all) - 0.3, max(x for x, _ in pairs_all) + 0.3]
-        right.plot(xs, [3 * x + log_c for x in xs], color=colour, linestyle="--", linewidth=1)
-    for ax in (left, right):
-        ax.plot([], [], color="gray", linestyle="--", label="cubic rate r_{l+1} = c·r_l³")
-    left.set_yscale("log")
-    left.axhline(-math.log10(RATE_FLOOR), color="gray", linewidth=0.8, linestyle=":")
-    left.set_xlabel("depth l")
-    left.set_ylabel("−log10 relative residual (log axis)")
-    left.set_title("pure attention: the residual beside the cubic rate")
-    left.grid(alpha=0.3, which="both")
-    left.legend(fontsize=7)
-    right.set_xlabel("log10 r_l")
-    right.set_ylabel("log10 r_{l+1}")
-    right.set_title("per-layer exponent k: the slope")
-    right.grid(alpha=0.3)
-    right.legend(fontsize=7)
-    fig.suptitle(
-        f"Rate of rank collapse, pure attention at init, float64 probe ({args.rate_seeds} seeds, "
-        f"dim {args.dim}, {args.heads} heads, {args.tokens} tokens, input std "
-        f"{args.rate_input_std:g}); k: mean ± Student-t 95% over seeds",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    return fig
-
-
-def measures_figure(curves: dict, args: argparse.Namespace) -> plt.Figure:
-    """Rows: measures; columns: mixers; one line per variant (dashed: with LayerNorm)."""
-    names = list(MEASURES)
-    fig, axes = plt.subplots(len(names), len(args.mixers), squeeze=False, sharex=True,
-                             figsize=(2.8 * len(args.mixers) + 1.8, 2.0 * len(names)))  # fmt: skip
-    depths = range(args.depth + 1)
-    for col, mixer in enumerate(args.mixers):
-        for row, name in enumerate(names):
-            ax = axes[row][col]
-            for variant in VARIANTS:
-                for norm in NORMS:
-                    values = curves[mixer, variant, norm].measures[name]
-                    ax.plot(depths, values, marker="o", markersize=2,
-                            linestyle="-" if norm == "none" else "--",
-                            label=f"{variant}{'' if norm == 'none' else ' +LN'}")  # fmt: skip
-            if name == "relative_residual":
-                ax.set_yscale("log")
-            mine = [v for (m, _, _), p in curves.items() if m == mixer for v in p.measures[name]]
-            if all(math.isnan(v) for v in mine):
-                ax.text(0.5, 0.5, "n/a: no softmax attention", transform=ax.transAxes,
-                        ha="center", va="center", fontsize=8, color="gray")  # fmt: skip
-                ax.set_yticks([])
-            ax.grid(alpha=0.3)
-            if row == 0:
-                ax.set_title(mixer)
-            if col == 0:
-                ax.set_ylabel(name.replace("_", " "), fontsize=8)
-        axes[-1][col].set_xlabel("depth")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Every measure at init (float64 probe; attention entropy in nats, n/a without "
-                 "softmax attention)", fontsize=9)  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1 - 1.6 / (2.8 * len(args.mixers) + 1.8), 1))
-    return fig
 
 
 def main() -> None:
@@ -345,47 +212,30 @@ def main() -> None:
             for mixer, r in rate.items():
                 for seed, (curve, k) in enumerate(zip(r["curves"], r["slopes"], strict=True)):
                     writer.writerows([mixer, seed, d, v, k] for d, v in enumerate(curve))
-        fig = rate_figure(rate, args)
+        title = (
+            f"Rate of rank collapse, pure attention at init, float64 probe ({args.rate_seeds} "
+            f"seeds, dim {args.dim}, {args.heads} heads, {args.tokens} tokens, input std "
+            f"{args.rate_input_std:g}); k: mean ± Student-t 95% over seeds"
+        )
+        fig = rate_figure(rate, args.depth, title)
         fig.savefig(args.out / "cubic_rate.png", dpi=120)
         plt.close(fig)
     (args.out / "rank_collapse.md").write_text("\n".join(lines) + "\n")
 
     paths = ["| paths through k heads | share |", "|---|---|"]
-    paths += [f"| {k} | {share:.3g} |" for k, share in path_counts(args.depth, args.heads)]
+    paths += [
+        f"| {k} | {share:.3g} |" for k, share in enumerate(path_shares(args.depth, args.heads))
+    ]
     (args.out / "path_counts.md").write_text(
         f"Depth {args.depth}, {args.heads} heads: share of the (1+H)^L paths of each length.\n\n"
         + "\n".join(paths)
         + "\n"
     )
 
-    fig, axes = plt.subplots(
-        1, len(args.mixers), figsize=(3.0 * len(args.mixers) + 1.5, 3.4), sharey=True
-    )
-    axes = [axes] if len(args.mixers) == 1 else axes
-    depths = range(args.depth + 1)
-    for ax, mixer in zip(axes, args.mixers, strict=True):
-        for variant in VARIANTS:
-            for norm in NORMS:
-                mean = torch.tensor(curves[mixer, variant, norm].mean)
-                ax.semilogy(
-                    depths,
-                    mean.clamp_min(1e-17),
-                    marker="o",
-                    markersize=3,
-                    linestyle="-" if norm == "none" else "--",
-                    label=f"{variant}{'' if norm == 'none' else ' +LN'}",
-                )
-        ax.set_title(mixer)
-        ax.set_xlabel("depth")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("relative residual ‖res(H)‖ / ‖H‖")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Rank collapse at init (float64 probe; dashed: with LayerNorm)")
-    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    fig = residual_figure(curves, args.mixers, args.depth)
     fig.savefig(args.out / "rank_collapse.png", dpi=120)
     plt.close(fig)
-    fig = measures_figure(curves, args)
+    fig = measures_figure(curves, args.mixers, args.depth)
     fig.savefig(args.out / "rank_collapse_measures.png", dpi=110)
     plt.close(fig)
     print((args.out / "rank_collapse.md").read_text())

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnzoo.checkpoint import load_checkpoint
+from attnzoo.mixers import MIXERS
 from attnzoo.tracking import read_metrics
 
-MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
 TINY = [
     "model.dim=32",
     "model.depth=2",
@@ -123,7 +123,7 @@ def soak(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
     for i in range(args.jobs):
-        mixer = MIXERS[i % len(MIXERS)]
+        mixer = list(MIXERS)[i % len(MIXERS)]
         overrides = [*TINY, f"mixer={mixer}", f"train.max_steps={args.steps}", f"train.seed={i}"]
         jobs.append(Job(f"{i}-{mixer}", out / f"job{i}", overrides))
     t0 = time.monotonic()

@@ -143,14 +143,15 @@ def missing_names(page: Path) -> list[str]:
 
 
 def script_source(path: Path) -> str:
-    """A script's text with that of the helper modules beside it that it imports
-    (`from _study import ...`), where options shared by several scripts are declared."""
+    """A script's text with that of the attnzoo modules it imports (`from attnzoo.studies import
+    ...`), where options shared by several scripts are declared."""
     if not path.is_file():
         return ""
     text = path.read_text()
-    helpers = re.findall(r"^(?:from|import) (_\w+)", text, re.M)
-    return "\n".join([text] + [(path.parent / f"{h}.py").read_text() for h in helpers
-                                if (path.parent / f"{h}.py").is_file()])  # fmt: skip
+    modules = re.findall(r"^from (attnzoo(?:\.\w+)*) import", text, re.M)
+    files = [module_path(m) for m in modules]
+    return "\n".join([text] + [f.with_suffix(".py").read_text() for f in files
+                                if f.with_suffix(".py").is_file()])  # fmt: skip
 
 
 def script_flags(text: str) -> Iterator[tuple[str, str]]:
@@ -377,3 +378,20 @@ def test_a_typo_in_a_training_command_fails_to_compose() -> None:
     assert overrides == ["model.skp=false", "data_dir=some/data"]
     with pytest.raises(Exception, match="skp"):
         compose(overrides)
+
+
+def test_the_analysis_page_example_runs_on_a_sweep(tmp_path: Path, monkeypatch, capsys) -> None:
+    """docs/analysis.md's Python example, run as written on a fake learning-rate sweep in
+    multirun/tune: it prints the groups with intervals, the comparisons and the choices."""
+    from fake_sweeps import BEST_LR, make_tune_sweep
+
+    (block,) = re.findall(r"^```python\n(.*?)^```", text_of(ROOT / "docs/analysis.md"), re.M | re.S)
+    make_tune_sweep(tmp_path / "multirun" / "tune")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/analysis.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "axes: ['mixer.name', 'train.lr']" in out
+    assert re.search(r"^mixer=scaled_dot, train.lr=0.001: n=3 mean=\S+ \[\S+, \S+\]$", out, re.M)
+    assert "pooling vs scaled_dot: " in out
+    for mixer, lr in BEST_LR.items():
+        assert re.search(rf"^{mixer} {lr} ", out, re.M), mixer

@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from attnzoo import MIXERS, Model, ModelConfig, build_mixer
-from attnzoo.paths import all_paths, num_paths, path_logits, sample_paths
+from attnzoo.paths import (
+    all_paths,
+    mean_path_length,
+    num_paths,
+    path_logits,
+    path_shares,
+    sample_paths,
+)
 
 D, H, N = 16, 4, 7
 
@@ -71,3 +78,12 @@ def test_sampled_paths_have_length_k_and_enumerate_when_few():
     assert many == sample_paths(8, 4, 3, 20, seed=3)
     with pytest.raises(ValueError, match="k=9"):
         sample_paths(8, 4, 9, 20)
+
+
+def test_path_shares_are_the_binomial_counts():
+    shares = path_shares(12, 12)
+    assert sum(shares) == pytest.approx(1.0, rel=1e-12)
+    assert shares[0] == pytest.approx(13.0**-12)
+    assert shares[3] == pytest.approx(num_paths(12, 12, 3) / 13**12)
+    assert max(range(13), key=shares.__getitem__) == 11  # most paths go through 11 of 12 layers
+    assert mean_path_length(12, 12) == pytest.approx(sum(k * s for k, s in enumerate(shares)))

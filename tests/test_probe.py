@@ -11,7 +11,6 @@ import torch
 from einops import rearrange
 
 from attnzoo import Model, ModelConfig, rank_profile
-from attnzoo.paths import num_paths
 from attnzoo.probe import (
     ADAPTERS,
     VARIANTS,
@@ -20,7 +19,6 @@ from attnzoo.probe import (
     hidden_states,
     intervene,
     layers_of,
-    path_shares,
     rank_decay,
 )
 from attnzoo.rank import MEASURES, attention_entropy
@@ -282,14 +280,6 @@ def test_a_wrong_adapter_is_an_error_naming_the_missing_module_and_leaves_no_hoo
         rank_decay(model, torch.randint(0, 32, (2, 8)), adapter=absent)
     with pytest.raises(ValueError, match=r"variant='skipless' is not one of \('full'"):
         rank_decay(model, torch.randint(0, 32, (2, 8)), "skipless", adapter="attnzoo")
-
-
-def test_path_shares_are_the_binomial_counts():
-    shares = path_shares(12, 12)
-    assert sum(shares) == pytest.approx(1.0, rel=1e-12)
-    assert shares[0] == pytest.approx(13.0**-12)
-    assert shares[3] == pytest.approx(num_paths(12, 12, 3) / 13**12)
-    assert max(range(13), key=shares.__getitem__) == 11  # most paths go through 11 of 12 layers
 
 
 def test_the_readme_adapter_for_roberta_works(monkeypatch):

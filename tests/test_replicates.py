@@ -1,24 +1,18 @@
 """Replicates of one configuration share a W&B group: the trainer names it from the config without
-the seed (attnzoo.replicates, the definition scripts/summarize.py groups by), and the offline run
+the seed (attnzoo.replicates, the definition attnzoo.analysis groups by), and the offline run
 files carry it."""
 
 from __future__ import annotations
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 from wandb_files import run_record
 
-from attnzoo import replicates
+from attnzoo import analysis, replicates
 from attnzoo.train import compose, run
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import summarize  # noqa: E402
 
 TINY = [
     "model.dim=16",
@@ -64,8 +58,9 @@ def test_group_ignores_the_seed_and_where_a_run_logs_but_no_other_key():
     assert replicates.group_name(plain("model.skip=false", "model.norm=rmsnorm")).startswith(
         "sort-scaled_dot-skip_off-norm_rmsnorm-"
     )
-    # summarize groups with the very same definition
-    assert summarize.NON_SEMANTIC is replicates.NON_SEMANTIC
+    # the analysis groups with the very same definition
+    assert analysis.report.NON_SEMANTIC is replicates.NON_SEMANTIC
+    assert analysis.groups.semantic_config is replicates.semantic_config
 
 
 def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
@@ -91,7 +86,7 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
     assert list(records["0"].tags) == ["task:sort", "mixer:scaled_dot", "ablation:none", "mine"]
     assert list(records["3"].tags)[:3] == ["task:sort", "mixer:scaled_dot", "skip:off"]
     # the sweep summary names the same groups
-    summarize.summarize(sweep, tmp_path / "report")
+    analysis.summarize(sweep, tmp_path / "report")
     rows = list(csv.DictReader((tmp_path / "report" / "groups.csv").open()))
     assert sorted(r["wandb_group"] for r in rows) == sorted(set(groups.values()))
     assert {r["n_jobs"] for r in rows if r["wandb_group"] == groups["0"]} == {"2"}

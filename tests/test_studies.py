@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from attnzoo.mixers import MIXERS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -124,7 +126,6 @@ def test_path_length_study_evaluates_every_length_next_to_the_full_model(tmp_pat
     assert "mlp: false" in cfg and "norm: none" in cfg  # the preset: paths are exact
 
 
-MIXER_NAMES = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
 VERDICT = re.compile(
     r": (resolved difference, \w+ (better|worse) than scaled_dot"
     r"|within margin ±[0-9.]+ (accuracy|val loss)|not resolved with \d+ seeds) "
@@ -160,7 +161,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
         assert len(tuned) == 20 and len(finals) == 10
         assert all(json.loads(p.read_text())["status"] == "completed" for p in tuned + finals)
         chosen = next(t["chosen_lr"] for t in saved["tasks"] if t["task"] == task)
-        assert set(chosen) == set(MIXER_NAMES) and set(chosen.values()) <= {1e-3, 3e-3}
+        assert set(chosen) == set(MIXERS) and set(chosen.values()) <= {1e-3, 3e-3}
         selected = json.loads((out / task / "tune-summary" / "selected.json").read_text())
         assert {s["axes"]["mixer"]: s["value"] for s in selected} == chosen  # summarize's choice
         grid = sec.split("### Learning rate: grid and selection", 1)[1].split("### Fresh", 1)[0]
@@ -173,7 +174,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
         # groups over the fresh seeds: n_seeds 2, seeds 0 1, a Student-t interval on the loss
         rows = re.findall(r"^\| (\w+) \| ([0-9.e-]+) \| (\d+) \| ([\d ]+) \| (\S+) \[(\S+), (\S+)\] \|",
                           sec, re.M)  # fmt: skip
-        assert {r[0] for r in rows} == set(MIXER_NAMES)
+        assert {r[0] for r in rows} == set(MIXERS)
         for mixer, lr, n, seeds, mean, low, high in rows:
             assert int(n) == 2 and seeds == "0 1" and float(lr) == chosen[mixer]
             assert float(low) <= float(mean) <= float(high)
@@ -229,46 +230,38 @@ def test_mixer_ablation_skips_a_task_without_its_corpus(tmp_path):
     assert "## imdb\n\nskipping task 'imdb'" in md and not (out / "imdb").exists()
 
 
-def _rank_ablation():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import rank_ablation
-
-    return rank_ablation
-
-
 def test_rank_ablation_share_of_spread_and_verdicts():
-    ra = _rank_ablation()
+    from attnzoo.analysis.verdicts import kept_share, verdict
     from attnzoo.stats import mean_interval
 
-    assert ra.kept_share("relative_residual", [1.0, 0.5, 0.25]) == 0.25
-    assert ra.kept_share("effective_rank", [40.0, 20.0]) == 0.5
+    assert kept_share("relative_residual", [1.0, 0.5, 0.25]) == 0.25
+    assert kept_share("effective_rank", [40.0, 20.0]) == 0.5
     # token similarity: collapse is cos -> 1, so the spread is 1 - cos
-    assert ra.kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
-    assert ra.kept_share("token_similarity", [0.0, 1.0]) == 0.0
-    assert math.isnan(ra.kept_share("stable_rank", [math.nan, 1.0]))
-    assert ra.verdict(mean_interval([0.9, 0.95, 0.92])) == "kept"
-    assert ra.verdict(mean_interval([1e-4, 2e-4, 3e-4])) == "collapsed"
-    assert ra.verdict(mean_interval([0.1, 0.9, 0.5])) == "partial"  # the interval spans both
-    assert ra.verdict(mean_interval([0.6, 0.4])) == "partial"  # mean 0.5 but low < 0.5
-    assert ra.verdict(mean_interval([0.9])) == "kept (1 seed)"
-    assert ra.verdict(mean_interval([])) == "n/a"
+    assert kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
+    assert kept_share("token_similarity", [0.0, 1.0]) == 0.0
+    assert math.isnan(kept_share("stable_rank", [math.nan, 1.0]))
+    assert verdict(mean_interval([0.9, 0.95, 0.92])) == "kept"
+    assert verdict(mean_interval([1e-4, 2e-4, 3e-4])) == "collapsed"
+    assert verdict(mean_interval([0.1, 0.9, 0.5])) == "partial"  # the interval spans both
+    assert verdict(mean_interval([0.6, 0.4])) == "partial"  # mean 0.5 but low < 0.5
+    assert verdict(mean_interval([0.9])) == "kept (1 seed)"
+    assert verdict(mean_interval([])) == "n/a"
 
 
 def test_rank_ablation_reads_init_and_trained_profiles_from_the_records():
-    ra = _rank_ablation()
-    import summarize
+    from attnzoo.analysis import Job
 
-    job = summarize.Job("0", None)
+    job = Job("0", None)
     job.records = [
         {"step": 0, "rank/stable_rank/layer_0": 8.0, "rank/stable_rank/layer_1": 4.0},
         {"step": 10, "train/loss": 1.0},
         {"step": 100, "rank/stable_rank/layer_0": 6.0, "rank/stable_rank/layer_1": 1.5},
     ]
-    assert ra.profile(job, "stable_rank", "init") == [8.0, 4.0]
-    assert ra.profile(job, "stable_rank", "trained") == [6.0, 1.5]
-    assert ra.profile(job, "token_similarity", "trained") is None
+    assert job.profile("stable_rank", "init") == [8.0, 4.0]
+    assert job.profile("stable_rank", "trained") == [6.0, 1.5]
+    assert job.profile("token_similarity", "trained") is None
     job.records = job.records[1:]  # resumed or truncated: no step-0 record, so no init profile
-    assert ra.profile(job, "stable_rank", "init") is None
+    assert job.profile("stable_rank", "init") is None
 
 
 @pytest.mark.slow  # ~1 min: 24 toy runs in three sweeps

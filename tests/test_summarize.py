@@ -1,4 +1,5 @@
-"""scripts/summarize.py on a synthetic sweep folder with every kind of broken job."""
+"""scripts/summarize.py and attnzoo.analysis on synthetic sweep folders with every kind of broken
+job."""
 
 import csv
 import json
@@ -12,13 +13,16 @@ import numpy as np
 import pytest
 import yaml
 
+from attnzoo import analysis
+from attnzoo.analysis.groups import curve_band
+from attnzoo.analysis.runs import OTHER_MEASURES
 from attnzoo.flops import train_flops_per_token
 from attnzoo.stats import mean_interval, t_ppf
 from attnzoo.tracking import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import summarize  # noqa: E402
+import summarize  # noqa: E402 - the command: its main()
 
 
 def make_job(folder: Path, mixer: str, skip: bool, steps: int, status: str | None, **extra):
@@ -123,11 +127,11 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
 
 
 def test_summary_defaults_to_the_sweep_folder_and_plots_rank_profiles(sweep):
-    jobs = summarize.find_jobs(sweep)
+    jobs = analysis.find_jobs(sweep)
     profiles = {j.name: j.rank_profile() for j in jobs}
     assert profiles["1"] == pytest.approx([1.0, 0.01, 1e-4, 1e-6])
     assert profiles["4"] is None
-    summarize.summarize(sweep)
+    analysis.summarize(sweep)
     assert (sweep / "summary.csv").exists() and (sweep / "rank_vs_depth.png").stat().st_size > 0
 
 
@@ -200,7 +204,7 @@ def test_groups_average_seeds_and_compare_against_the_best(tmp_path):
             job += 1
     make_run(sweep / str(job), "identity", 0, 2.5)  # one seed only
     out = tmp_path / "report"
-    summarize.summarize(sweep, out, margin=0.1)
+    analysis.summarize(sweep, out, margin=0.1)
 
     groups = read_groups(out)
     assert list(groups) == ["mixer=scaled_dot", "mixer=pooling", "mixer=identity"]
@@ -241,13 +245,13 @@ def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(
         make_run(sweep / str(i), "scaled_dot", seed, 2.0 + seed_effect[seed])
         make_run(sweep / str(8 + i), "metric", seed, 2.001 + seed_effect[seed])
     out = tmp_path / "report"
-    summarize.summarize(sweep, out, compare_axis="mixer", margin=0.01)
+    analysis.summarize(sweep, out, compare_axis="mixer", margin=0.01)
     (row_,) = csv.DictReader((out / "comparisons.csv").open())
     assert row_["method"] == "paired t" and row_["n"] == "8"
     assert row_["verdict"] == "resolved, within margin"  # real (exactly 0.001) but negligible
     assert float(row_["diff"]) == pytest.approx(0.001, abs=1e-9)
     with pytest.raises(ValueError, match="not an axis this sweep varied"):
-        summarize.summarize(sweep, out, compare_axis="model.skip")
+        analysis.summarize(sweep, out, compare_axis="model.skip")
 
 
 def test_interval_contains_the_mean_and_shrinks_as_seeds_are_added(tmp_path):
@@ -258,7 +262,7 @@ def test_interval_contains_the_mean_and_shrinks_as_seeds_are_added(tmp_path):
         sweep = tmp_path / f"n{n}"
         for seed, v in enumerate(values):
             make_run(sweep / str(seed), "scaled_dot", seed, float(v))
-        summarize.summarize(sweep)
+        analysis.summarize(sweep)
         (r,) = read_groups(sweep).values()
         low, mean, high = (
             float(r[k]) for k in ("val_loss_ci_low", "val_loss_mean", "val_loss_ci_high")
@@ -281,7 +285,7 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
                 make_run(sweep / str(job), mixer, seed, loss, lr=lr)
                 job += 1
     out = tmp_path / "report"
-    summarize.summarize(sweep, out, select_by="val_loss", tune_axis="train.lr",
+    analysis.summarize(sweep, out, select_by="val_loss", tune_axis="train.lr",
                         final_dir="multirun/final")  # fmt: skip
     selected = json.loads((out / "selected.json").read_text())
     chosen = {s["axes"]["mixer"]: s for s in selected}
@@ -303,7 +307,7 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
     assert "train.lr=0.003" in (out / "selected.md").read_text()
     # the comparison is along the mixer, not the tuned axis
     with pytest.raises(ValueError, match="needs --tune-axis"):
-        summarize.summarize(sweep, out, select_by="val_loss")
+        analysis.summarize(sweep, out, select_by="val_loss")
 
 
 def test_several_sweeps_are_summarised_together(tmp_path, monkeypatch, capsys):
@@ -339,7 +343,7 @@ def test_repeated_seeds_are_kept_and_not_paired(tmp_path):
             make_run(tmp_path / sweep / str(seed), "scaled_dot", seed, 2.0 + seed / 10 + offset)
             make_run(tmp_path / sweep / str(3 + seed), "pooling", seed, 2.2 + seed / 10 + offset)
     out = tmp_path / "report"
-    summarize.summarize([tmp_path / "a", tmp_path / "b"], out)
+    analysis.summarize([tmp_path / "a", tmp_path / "b"], out)
     groups = read_groups(out)
     assert [g["n_seeds"] for g in groups.values()] == ["6", "6"]
     assert float(groups["mixer=scaled_dot"]["val_loss_mean"]) == pytest.approx(2.105)
@@ -361,7 +365,7 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
            f"hydra.sweep.dir={out}"]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summarize.summarize(out)
+    analysis.summarize(out)
     jobs = list(csv.DictReader((out / "summary.csv").open()))
     assert [r["status"] for r in jobs] == ["completed"] * 6
     groups = read_groups(out)
@@ -378,7 +382,7 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
             assert (
                 float(g[f"{key}_ci_low"]) <= float(g[f"{key}_mean"]) <= float(g[f"{key}_ci_high"])
             )
-        for m in summarize.OTHER_MEASURES:  # the last layer's value, from each job's metrics
+        for m in OTHER_MEASURES:  # the last layer's value, from each job's metrics
             finals = []
             for r in members:
                 logged = read_metrics(out / r["job"] / "metrics.jsonl")[-1]
@@ -427,25 +431,23 @@ def test_recorded_compute_is_read_and_bands_are_drawn_against_it(tmp_path, monke
     for job, s_per_step in (("0", 0.1), ("1", 0.3)):  # the scaled_dot seeds recorded theirs
         _record_compute(sweep / job, 50, 1000.0, s_per_step)
     out = tmp_path / "report"
-    summarize.summarize(sweep, out)
+    analysis.summarize(sweep, out)
     rows = {r["job"]: r for r in csv.DictReader((out / "summary.csv").open())}
     assert rows["0"]["tokens"] == str(20 * 50) and float(rows["0"]["flops"]) == 20 * 50 * 1000.0
     assert float(rows["0"]["wall_s"]) == 7.5  # summary.json's compute, not time.total_s
     assert rows["2"]["tokens"] == str(20 * 4 * 8) and float(rows["2"]["wall_s"]) == 2.0  # rebuilt
 
-    jobs = summarize.find_jobs(sweep)
-    groups, _ = summarize.group_jobs(jobs, [summarize.row(j) for j in jobs])
-    sd, pool = groups
-    assert summarize.curve_band(sd, 0.95, "steps")[0] == [0, 10, 20]
-    assert summarize.curve_band(sd, 0.95, "tokens")[0] == [0, 500, 1000]
-    assert summarize.curve_band(sd, 0.95, "flops")[0] == [0, 500_000, 1_000_000]
-    assert summarize.curve_band(sd, 0.95, "wall")[0] == pytest.approx([0, 2.0, 4.0])  # the mean
+    sd, pool = analysis.load_sweep(sweep).groups
+    assert curve_band(sd, 0.95, "steps")[0] == [0, 10, 20]
+    assert curve_band(sd, 0.95, "tokens")[0] == [0, 500, 1000]
+    assert curve_band(sd, 0.95, "flops")[0] == [0, 500_000, 1_000_000]
+    assert curve_band(sd, 0.95, "wall")[0] == pytest.approx([0, 2.0, 4.0])  # the mean
     per_token = train_flops_per_token("pooling", 16, 2, 2, 8)
-    assert summarize.curve_band(pool, 0.95, "tokens")[0] == [0, 320, 640]  # from the config
-    assert summarize.curve_band(pool, 0.95, "flops")[0] == pytest.approx(
+    assert curve_band(pool, 0.95, "tokens")[0] == [0, 320, 640]  # from the config
+    assert curve_band(pool, 0.95, "flops")[0] == pytest.approx(
         [0, 320 * per_token, 640 * per_token]
     )
-    assert summarize.curve_band(pool, 0.95, "wall") == ([], [])  # never logged its time
+    assert curve_band(pool, 0.95, "wall") == ([], [])  # never logged its time
 
     monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out), "--x", "wall"])
     summarize.main()
@@ -463,9 +465,9 @@ def test_wandb_offline_logs_the_groups_table(tmp_path, monkeypatch):
     sweep = tmp_path / "sweep"
     for job, (mixer, seed) in enumerate([("scaled_dot", 0), ("scaled_dot", 1), ("pooling", 0)]):
         make_run(sweep / str(job), mixer, seed, 2.0 + job / 10)
-    summarize.summarize(sweep, tmp_path / "plain")  # the runs' summaries name no W&B run: none
+    analysis.summarize(sweep, tmp_path / "plain")  # the runs' summaries name no W&B run: none
     assert not (tmp_path / "plain" / "wandb").exists()
-    summarize.summarize(sweep, tmp_path / "out", wandb_mode="offline")
+    analysis.summarize(sweep, tmp_path / "out", wandb_mode="offline")
     (table_file,) = (tmp_path / "out" / "wandb").glob(
         "offline-run-*/files/media/table/groups_*.table.json"
     )
@@ -484,7 +486,7 @@ def test_a_residual_sweep_shows_each_variant_not_skip(tmp_path):
     for job, residual in enumerate(("none", "add", "rezero")):
         make_run(sweep / str(job), "scaled_dot", 0, 2.0, residual=residual)
     make_run(sweep / "3", "scaled_dot", 0, 2.0, skip=False)  # the older spelling of none
-    summarize.summarize(sweep, tmp_path / "report")
+    analysis.summarize(sweep, tmp_path / "report")
     rows = list(csv.DictReader((tmp_path / "report" / "summary.csv").open()))
     assert [(r["skip"], r["residual"]) for r in rows] == [
         ("True", "none"),

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnzoo.bench.gpu_report import slug, stage_table_md, verdict_table_md, write_report
+from attnzoo.mixers import MIXERS
 
-MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity")
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
 CORPUS = "tinyshakespeare/input.txt"
 
@@ -283,7 +283,7 @@ def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], scratch: 
         base += ["--seq-len", "16", "--batch", "2", "--eval-every", "2"]
     else:  # one process per model and mode, what finishes is kept; the comparisons that say
         # most first (attnzoo's attention against the plain GPT, eager and compiled)
-        order = ("scaled_dot", PLAIN, "metric", "quadratic", "pooling", "identity")
+        order = ("scaled_dot", PLAIN, *(m for m in MIXERS if m != "scaled_dot"))
         jobs = [
             (f"{name}, {'compiled' if compiled else 'eager'}", [name], compiled)
             for name in order

@@ -28,11 +28,11 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnzoo import distributed
 from attnzoo.config import ConfigError, mixer_label, mixer_ref, options
@@ -43,22 +43,31 @@ clock = time.perf_counter  # module-level, so that a test can run the budget on 
 ESTIMATE_MIN_STEPS = 10
 
 
-def flops_per_token(cfg: DictConfig, task: Task) -> float | None:
-    """Training FLOPs per token of the blocks (attnzoo.flops) at the task's context; None for a
-    mixer without a formula (its class has no `flops_per_token`)."""
-    mixer, m = mixer_ref(cfg.mixer), cfg.model
+def flops_per_token(cfg: Mapping[str, Any], seq_len: int, causal: bool) -> float | None:
+    """Training FLOPs per token of the blocks (attnzoo.flops) of the run `cfg` describes, at a
+    context of `seq_len` tokens (`causal`: each query meets the keys before it). `cfg` is the
+    run's resolved config: the trainer's DictConfig, or the mapping a run saved in
+    `.hydra/config.yaml`, whose `mixer` node and `model.*` sizes are read as they are. None for a
+    mixer without a formula (its class has no `flops_per_token`): its FLOPs are not available."""
+    node, m = cfg["mixer"], cfg["model"]
+    if not isinstance(node, DictConfig):
+        node = OmegaConf.create(dict(node))
+    try:
+        mixer = mixer_ref(node)
+    except ConfigError:  # a saved run's mixer that does not import here: not available
+        return None
     if flops_formula(mixer) is None:
         return None
     return train_flops_per_token(
         mixer,
-        dim=int(m.dim),
-        depth=int(m.depth),
-        heads=int(m.heads),
-        seq_len=int(task.max_len),
-        causal=bool(task.causal),
-        mlp=bool(m.mlp),
-        mlp_ratio=float(m.mlp_ratio),
-        mixer_options=options(cfg.mixer),
+        dim=int(m["dim"]),
+        depth=int(m["depth"]),
+        heads=int(m["heads"]),
+        seq_len=int(seq_len),
+        causal=bool(causal),
+        mlp=bool(m["mlp"]),
+        mlp_ratio=float(m["mlp_ratio"]),
+        mixer_options=options(node),
     )
 
 
@@ -68,7 +77,7 @@ def planned_steps(cfg: DictConfig, task: Task, world: int) -> int:
     t = cfg.train
     if t.max_flops is None:
         return int(t.max_steps)
-    per_token = flops_per_token(cfg, task)
+    per_token = flops_per_token(cfg, task.max_len, task.causal)
     per_step = (per_token or 0.0) * int(t.batch_size) * int(task.max_len) * world
     if per_step <= 0:
         raise ConfigError(
@@ -105,7 +114,8 @@ class Budget:
         t = cfg.train
         seconds = None if t.max_seconds is None else float(t.max_seconds)
         by = "flops" if t.max_flops is not None else "steps"
-        return cls(planned_steps(cfg, task, world), seconds, flops_per_token(cfg, task), by)
+        per_token = flops_per_token(cfg, task.max_len, task.causal)
+        return cls(planned_steps(cfg, task, world), seconds, per_token, by)
 
     @property
     def spent(self) -> bool:

@@ -118,13 +118,6 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
-def run_paths(run_dir: Path) -> list[str]:
-    """The run's folder and its parent (the sweep's), as given and resolved: a config string that
-    holds one is an output path, not part of the configuration (as scripts/summarize.py sees it)."""
-    given = [str(p) for p in (run_dir, run_dir.parent) if os.sep in str(p)]
-    return given + [str(run_dir.resolve()), str(run_dir.resolve().parent)]
-
-
 def sweep_name() -> str | None:
     """The multirun's folder name (None outside a multirun)."""
     hc = hydra_runtime()
@@ -139,7 +132,7 @@ def wandb_identity(cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path) ->
     replicates; job type: the mixer; tags: task, mixer, the ablation switches off their defaults,
     the sweep, then `logger.tags`; name: `logger.name`, else the job's overrides."""
     hc, lg = hydra_runtime(), cfg.logger
-    config_group = replicates.group_name(plain_cfg, run_paths(run_dir))
+    config_group = replicates.group_name(plain_cfg, replicates.run_folders(run_dir))
     sweep = sweep_name()
     name = lg.name
     if not name and hc is not None and hc.job.override_dirname:
@@ -208,7 +201,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             if distributed.is_main():
                 write_json(run_dir / "summary.json", summary)
             raise
-        summary["config_group"] = replicates.group_name(plain_cfg, run_paths(run_dir))
+        summary["config_group"] = replicates.group_name(plain_cfg, replicates.run_folders(run_dir))
         resume_id = loaded[0].get("wandb_id") if loaded is not None else None
         wb = open_wandb(cfg, plain_cfg, run_dir, resume_id)
         trainer = Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, wb, summary)

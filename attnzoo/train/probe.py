@@ -5,13 +5,13 @@ every evaluation, and the record of them the trainer logs (`rank/layer_<k>`, `ra
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from omegaconf import DictConfig
 
+from attnzoo.analysis.metrics import rank_key, rank_layers, rank_values
 from attnzoo.rank import rank_profile
 from attnzoo.tasks import Batch, Task
 
@@ -32,7 +32,7 @@ def rank_record(
     through the module it wraps."""
     model = getattr(model, "_orig_mod", model)
     profile = rank_profile(model, probe.inputs, probe.key_padding_mask, measures=measures)
-    out = {f"rank/layer_{i}": float(r) for i, r in enumerate(profile.mean)}
+    out = {rank_key(i): float(r) for i, r in enumerate(profile.mean)}
     out["rank/last"] = float(profile.mean[-1])
     out.update(profile.log_dict())
     if "relative_residual" not in measures:
@@ -43,11 +43,9 @@ def rank_record(
 def by_depth(record: dict[str, Any], measures: Sequence[str]) -> dict[str, list[float]]:
     """{measure: its value at every depth} from a `rank_record` (NaN where n/a): the relative
     residual always, then `measures`."""
-    depth = sum(1 for k in record if k.startswith("rank/layer_"))
-    out = {"relative_residual": [float(record[f"rank/layer_{i}"]) for i in range(depth)]}
+    depth = len(rank_layers(record))
+    out = {"relative_residual": rank_values(record, depth=depth) or []}
     for name in measures:
         if name != "relative_residual":
-            out[name] = [
-                float(record.get(f"rank/{name}/layer_{i}", math.nan)) for i in range(depth)
-            ]
+            out[name] = rank_values(record, name, depth) or []
     return out

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from attnzoo import distributed
+from attnzoo.analysis.metrics import last_values
 from attnzoo.attention_maps import has_attention
 from attnzoo.checkpoint import save_checkpoint
 from attnzoo.config import mixer_label
@@ -28,7 +29,6 @@ from attnzoo.tracking import (
     log_attention_media,
     log_rank_media,
     measures_figure,
-    metrics_last,
     report,
     write_json,
 )
@@ -451,7 +451,7 @@ class Trainer:
         if self.bar is not None:
             self.bar.close()
         self.metrics.close()
-        last = metrics_last(self.run_dir / "metrics.jsonl")
+        last = last_values(self.run_dir / "metrics.jsonl")
         summary.update(
             status=status,
             step=state.step,

@@ -1,6 +1,7 @@
-"""What the study drivers (mixer_ablation.py, rank_ablation.py) share: the machine a report names,
-one `python -m attnzoo.train -m` sweep that a second run of the same command skips when its jobs
-all completed and resumes otherwise, and the tiny synthetic corpora of their --smoke runs."""
+"""What the study commands (scripts/mixer_ablation.py, scripts/rank_ablation.py) share: the
+machine a report names, one `python -m attnzoo.train -m` sweep that a second run of the same
+command skips when its jobs all completed and resumes otherwise, the tiny synthetic corpora and
+toy size of their --smoke runs, and the options and trainer overrides every study run takes."""
 
 from __future__ import annotations
 

@@ -1,13 +1,16 @@
-"""A sweep's jobs as summarize.py reads them: each job folder's resolved config, overrides,
-metrics.jsonl and summary.json (every problem a status or a note, never an exception), the jobs
-the launcher never reached, and the per-job table (summary.md, summary.csv)."""
+"""Reading a sweep: each job folder's resolved config, overrides, `metrics.jsonl` and
+`summary.json` (every problem a status or a note, never an exception), the jobs the launcher
+never reached, and one row of numbers per job (the columns of summary.csv).
+
+A job's status is the one its summary.json gives (completed, failed, diverged, preempted); a job
+with metrics but no summary is "incomplete" (still running, or killed), one with a folder but
+nothing written "missing", one whose summary does not parse "corrupt". A job number the launcher
+never reached (a gap in 0..max, or fewer folders than the sweep's grid) is "missing" too.
+"""
 
 from __future__ import annotations
 
-import csv
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from attnzoo.flops import MIXER_NAMES, train_flops_per_token
+from attnzoo.analysis.metrics import rank_key, rank_layers, rank_values, read_records
 from attnzoo.model import ModelConfig
 from attnzoo.rank import MEASURES
 from attnzoo.replicates import REPLICATE_KEY
@@ -49,12 +52,12 @@ COLUMNS = (
     "overrides",
     "note",
 )
-RANK_LAYER = re.compile(r"^rank/layer_(\d+)$")
 
 
 @dataclass
 class Job:
-    """What summarize knows about one job of the sweep."""
+    """One job of a sweep: what its folder holds (`config` is the resolved config, with the
+    job's own overrides under `_overrides`)."""
 
     name: str
     folder: Path | None
@@ -86,22 +89,34 @@ class Job:
     def final_measure(self, name: str) -> Any:
         """The latest value of collapse measure `name` at the last layer logged,
         `rank/<name>/layer_<L>`; None when the job never logged it (n/a, or not chosen)."""
-        pattern = re.compile(rf"^rank/{re.escape(name)}/layer_(\d+)$")
         final = (self.summary or {}).get("final") or {}
-        keys = [*(final if isinstance(final, dict) else {}), *(k for r in self.records for k in r)]
-        layers = [int(m[1]) for k in set(keys) if (m := pattern.match(k))]
-        return self.value(f"rank/{name}/layer_{max(layers)}") if layers else None
+        keys = {*(final if isinstance(final, dict) else {}), *(k for r in self.records for k in r)}
+        layers = rank_layers(keys, name)
+        return self.value(rank_key(layers[-1], name)) if layers else None
 
     def rank_profile(self) -> list[float] | None:
-        """rank/layer_0..L from the last record that logged them."""
+        """rank/layer_0..L (the relative residual) from the last record that logged them."""
         for record in reversed(self.records):
-            layers = {int(m[1]): v for k, v in record.items() if (m := RANK_LAYER.match(k))}
-            if layers:
-                return [layers.get(i, math.nan) for i in range(max(layers) + 1)]
+            profile = rank_values(record)
+            if profile is not None:
+                return profile
         return None
+
+    def profile(self, name: str, when: str) -> list[float] | None:
+        """`rank/<name>/layer_<k>` for k = 0..L from the first record that logged them, at init
+        (`when="init"`, and only if that record is step 0), or the last (`"trained"`); None when
+        the job never logged them."""
+        records = [r for r in self.records if rank_layers(r, name)]
+        if not records:
+            return None
+        record = records[0] if when == "init" else records[-1]
+        if when == "init" and record.get("step") != 0:
+            return None
+        return rank_values(record, name)
 
 
 def get(cfg: dict[str, Any], dotted: str) -> Any:
+    """`cfg["a"]["b"]` for `"a.b"`; None where a key is missing."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -155,22 +170,10 @@ def load_job(name: str, folder: Path) -> Job:
         job.config["_overrides"] = []
 
     metrics_file = folder / "metrics.jsonl"
-    bad_lines = 0
     if metrics_file.exists():
-        for line in metrics_file.read_text(errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                bad_lines += 1
-                continue
-            if isinstance(record, dict):
-                job.records.append(record)
-            else:
-                bad_lines += 1
-    if bad_lines:
-        job.notes.append(f"{bad_lines} unreadable line(s) in metrics.jsonl")
+        job.records, bad_lines = read_records(metrics_file)
+        if bad_lines:
+            job.notes.append(f"{bad_lines} unreadable line(s) in metrics.jsonl")
 
     summary_file = folder / "summary.json"
     if summary_file.exists():
@@ -194,7 +197,7 @@ def load_job(name: str, folder: Path) -> Job:
     return job
 
 
-def _expected_jobs(sweep: Path) -> int | None:
+def expected_jobs(sweep: Path) -> int | None:
     """How many jobs the sweep's grid has, from multirun.yaml (None if unknown)."""
     try:
         cfg = yaml.safe_load((sweep / "multirun.yaml").read_text()) or {}
@@ -213,7 +216,7 @@ def _expected_jobs(sweep: Path) -> int | None:
 
 
 def find_jobs(sweep: Path) -> list[Job]:
-    """Every job of the sweep, including the ones that left no folder behind."""
+    """Every job of the sweep folder `sweep`, including the ones that left no folder behind."""
     if not sweep.is_dir():
         raise ValueError(f"{sweep} is not a folder (give the multirun folder of a sweep)")
     folders = {
@@ -223,7 +226,7 @@ def find_jobs(sweep: Path) -> list[Job]:
         and (p.name.isdigit() or (p / ".hydra").is_dir() or (p / "metrics.jsonl").exists())
     }
     numbers = [int(n) for n in folders if n.isdigit()]
-    expected = _expected_jobs(sweep)
+    expected = expected_jobs(sweep)
     last = max(numbers + [(expected or 0) - 1, -1])
     names = sorted(folders, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
     jobs = [load_job(n, folders[n]) for n in names]
@@ -235,19 +238,23 @@ def find_jobs(sweep: Path) -> list[Job]:
     )
 
 
-def fmt(value: Any, digits: int = 4) -> str:
-    """A table cell: 4 significant digits for reading (markdown), more for csv files."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.{digits}g}"
-    return str(value)
+def find_sweep_jobs(sweeps: list[Path]) -> list[Job]:
+    """The jobs of several sweep folders read as one sweep: with more than one, each job's name
+    starts with its sweep folder's name (`final/00` and `final/01`: `00/0`, `01/0`, ...)."""
+    jobs = []
+    for s in sweeps:
+        found = find_jobs(s)
+        if len(sweeps) > 1:
+            for j in found:
+                j.name = f"{s.name}/{j.name}"
+        jobs += found
+    return jobs
 
 
-CSV_DIGITS = 10
+# ---- the per-job row -------------------------------------------------------------------------
 
 
-def _context(cfg: dict[str, Any]) -> int | None:
+def context(cfg: dict[str, Any]) -> int | None:
     """Tokens per sequence from the resolved config (the task's seq_len or num_points)."""
     for key in ("task.seq_len", "task.num_points", "task.block_size"):
         value = get(cfg, key)
@@ -277,47 +284,36 @@ def budget(job: Job) -> dict[str, Any]:
 
 def reconstructed_budget(job: Job) -> dict[str, Any]:
     """For a run that did not record its compute: tokens = steps × train.batch_size × context
-    (task.seq_len or task.num_points) from the resolved config, and FLOPs = tokens × the
-    analytic training FLOPs per token of the blocks (attnzoo.flops: matmuls only, backward =
-    2 × forward, embedding and head excluded); wall time is summary.json's time.total_s."""
+    (task.seq_len or task.num_points) from the resolved config, FLOPs = tokens × the trainer's
+    training FLOPs per token of the run's resolved config (attnzoo.train.budget.flops_per_token:
+    the blocks' matmuls, backward = 2 × forward, embedding and head excluded; None where it has
+    no formula or the config lacks a size), and wall time is summary.json's time.total_s."""
+    from attnzoo.train.budget import flops_per_token  # the trainer's own count
+
     cfg, summary = job.config, job.summary or {}
     steps = summary.get("step")
     if steps is None:
         steps = next((r["step"] for r in reversed(job.records) if "step" in r), None)
-    batch, context = get(cfg, "train.batch_size"), _context(cfg)
-    tokens = steps * batch * context if None not in (steps, batch, context) else None
-    wall = (
-        (summary.get("time") or {}).get("total_s")
-        if isinstance(summary.get("time"), dict)
-        else None
-    )
+    batch, ctx = get(cfg, "train.batch_size"), context(cfg)
+    tokens = steps * batch * ctx if None not in (steps, batch, ctx) else None
+    time_ = summary.get("time")
+    wall = time_.get("total_s") if isinstance(time_, dict) else None
     flops = None
-    mixer = group_choice(cfg, "mixer", cfg.get("_overrides", []))
-    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
-    if tokens is not None and mixer in MIXER_NAMES and context is not None:
+    if tokens is not None and ctx is not None:
+        task = group_choice(cfg, "task", cfg.get("_overrides", []))
         try:
-            task = group_choice(cfg, "task", cfg.get("_overrides", []))
-            per_token = train_flops_per_token(
-                mixer,
-                dim=int(model["dim"]),
-                depth=int(model["depth"]),
-                heads=int(model.get("heads", 1)),
-                seq_len=context,
-                causal=bool(task_attr(task, "causal", False)),
-                mlp=bool(model.get("mlp", True)),
-                mlp_ratio=float(model.get("mlp_ratio", 4.0)),
-            )
-            flops = per_token * tokens
-        except (KeyError, TypeError, ValueError):
-            flops = None
+            per_token = flops_per_token(cfg, ctx, bool(task_attr(task, "causal", False)))
+        except (KeyError, TypeError, ValueError):  # a config without the sizes: not available
+            per_token = None
+        flops = None if per_token is None else per_token * tokens
     return {"tokens": tokens, "wall_s": wall, "flops": flops}
 
 
 def row(job: Job) -> dict[str, Any]:
+    """The job's row of summary.csv (COLUMNS)."""
     cfg, overrides = job.config, job.config.get("_overrides", [])
     metric = job.metric_name
     summary = job.summary or {}
-    rank = job.value("rank/last")
     return {
         "job": job.name,
         "mixer": group_choice(cfg, "mixer", overrides),
@@ -331,7 +327,7 @@ def row(job: Job) -> dict[str, Any]:
         "final_val_loss": job.value("val/loss"),
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,
-        "final_rank": rank,
+        "final_rank": job.value("rank/last"),
         **{f"final_{m}": job.final_measure(m) for m in OTHER_MEASURES},
         "steps_per_s": summary.get("steps_per_s"),
         "params": summary.get("params"),
@@ -340,34 +336,3 @@ def row(job: Job) -> dict[str, Any]:
         "overrides": " ".join(str(o) for o in overrides),
         "note": "; ".join(job.notes),
     }
-
-
-def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path) -> None:
-    with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    lines = [
-        f"# Sweep summary: {sweep}",
-        "",
-        f"{len(rows)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".",
-        "",
-        "tokens, flops and wall_s: what the run recorded in summary.json's `compute` (flops = "
-        "tokens × the blocks' training FLOPs per token from attnzoo.flops: matmuls only, "
-        "backward = 2 × forward, embedding and head excluded; wall_s = seconds in the training "
-        "loop, evaluation included, over every resume); for runs that did not record them, "
-        "tokens = steps × train.batch_size × context from the resolved config, and wall_s = "
-        "summary.json's time.total_s.",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    for r in rows:
-        cells = [fmt(r[c]).replace("|", "/") for c in COLUMNS]
-        if r["status"] != "completed":
-            cells[COLUMNS.index("status")] = f"**{r['status']}**"
-        lines.append("| " + " | ".join(cells) + " |")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -1,0 +1,55 @@
+"""Reading runs and sweeps of attnzoo.train, and what a study concludes from them: seeds as
+replicates with Student-t intervals, comparisons along an axis, the selection of a tuned value,
+the keep/collapse verdicts on rank, the rate of collapse, and the figures.
+
+    from attnzoo.analysis import load_sweep
+
+    sweep = load_sweep("multirun/tune")              # one or more multirun folders
+    for group in sweep.groups:                       # one per configuration, seeds as replicates
+        ci = group.interval("val_loss")              # mean, std, Student-t interval over seeds
+        print(group.name, ci.n, ci.mean, ci.low, ci.high)
+    rows = sweep.compare("mixer", margin=0.05)       # each mixer against the best, per block
+    chosen = sweep.select("train.lr")                # the best learning rate per configuration
+
+Modules, each readable alone: `metrics` (a run's metrics.jsonl and its rank keys), `runs` (a
+job folder, a sweep folder, one row per job), `groups` (configurations and their intervals),
+`compare` (comparisons along an axis), `selection` (a tuned value per configuration), `verdicts`
+(what keeping rank means; claims in words), `fits` (the rate of collapse), `figures`, `tables`
+(how numbers are written), `sweep` (the Sweep object), `report` (the sweep summary's files).
+The statistics are attnzoo.stats'.
+"""
+
+from attnzoo.analysis.compare import comparisons
+from attnzoo.analysis.fits import exponent_growth, fit_rate
+from attnzoo.analysis.groups import Group, group_jobs, group_row
+from attnzoo.analysis.metrics import parse_rank_key, rank_key, rank_values, read_metrics
+from attnzoo.analysis.report import summarize
+from attnzoo.analysis.runs import Job, find_jobs, load_job
+from attnzoo.analysis.selection import select
+from attnzoo.analysis.sweep import Sweep, load_sweep
+from attnzoo.analysis.verdicts import RankConfig, claim_verdict, kept_share, rank_config, verdict
+
+__all__ = [
+    "Group",
+    "Job",
+    "RankConfig",
+    "Sweep",
+    "claim_verdict",
+    "comparisons",
+    "exponent_growth",
+    "find_jobs",
+    "fit_rate",
+    "group_jobs",
+    "group_row",
+    "kept_share",
+    "load_job",
+    "load_sweep",
+    "parse_rank_key",
+    "rank_config",
+    "rank_key",
+    "rank_values",
+    "read_metrics",
+    "select",
+    "summarize",
+    "verdict",
+]

@@ -1,0 +1,242 @@
+"""Seeds as replicates: the jobs of a sweep grouped into configurations (attnzoo.replicates: the
+resolved configs equal up to the seed and the non-semantic keys), the axes that vary between
+them, and per configuration its values over the completed seeds with Student-t intervals."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnzoo.analysis.runs import OTHER_MEASURES, Job, reconstructed_budget
+from attnzoo.analysis.tables import fmt
+from attnzoo.replicates import config_key, group_name, run_folders, semantic_config
+from attnzoo.stats import Interval, mean_interval
+
+# What a group's values are read from: the per-job row's column of each final value.
+VALUES = {
+    "val_loss": "final_val_loss",
+    "metric": "final_metric",
+    "rank": "final_rank",
+    **{m: f"final_{m}" for m in OTHER_MEASURES},
+}
+GROUP_STATS = (
+    "n_seeds",
+    "n_jobs",
+    "seeds",
+    "val_loss_mean",
+    "val_loss_std",
+    "val_loss_ci_low",
+    "val_loss_ci_high",
+    "metric",
+    "metric_mean",
+    "metric_std",
+    "metric_ci_low",
+    "metric_ci_high",
+    "rank_mean",
+    "rank_std",
+    "rank_ci_low",
+    "rank_ci_high",
+    *(f"{m}_{s}" for m in OTHER_MEASURES for s in ("mean", "std", "ci_low", "ci_high")),
+    "steps_per_s_mean",
+    "params",
+    "tokens",
+    "wall_s_mean",
+    "flops",
+    "note",
+    "wandb_group",
+)
+
+
+def axis_name(key: str) -> str:
+    """How an axis is shown: a config group's choice by the group's name (`mixer`)."""
+    return key.removesuffix(".name")
+
+
+@dataclass
+class Group:
+    """The jobs of one configuration: resolved configs equal up to the seed and NON_SEMANTIC."""
+
+    config: dict[str, Any]
+    members: list[tuple[Job, dict[str, Any]]] = field(default_factory=list)
+    label: dict[str, Any] = field(default_factory=dict)  # the axes that vary between groups
+
+    @property
+    def name(self) -> str:
+        return ", ".join(f"{axis_name(k)}={fmt(v)}" for k, v in self.label.items()) or "all"
+
+    @property
+    def completed(self) -> list[dict[str, Any]]:
+        """The per-job rows of the completed jobs."""
+        return [r for _, r in self.members if r["status"] == "completed"]
+
+    def values(self, which: str) -> dict[Any, float]:
+        """{seed: final value} over the completed jobs with a finite value (which: a key of
+        VALUES: val_loss, metric, rank or another collapse measure)."""
+        out: dict[Any, float] = {}
+        for r in self.completed:
+            v = r[VALUES[which]]
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                # no seed, or a seed twice (two sweeps): keyed by the job, so never paired
+                seed = r["seed"] if r["seed"] is not None else ("job", r["job"])
+                out[seed if seed not in out else ("job", r["job"])] = float(v)
+        return out
+
+    def interval(self, which: str = "val_loss", confidence: float = 0.95) -> Interval:
+        """Mean, std and Student-t interval of `which` over the completed seeds."""
+        return mean_interval(list(self.values(which).values()), confidence)
+
+
+def run_paths(job: Job) -> list[str]:
+    """The job's folder and its sweep's (attnzoo.replicates.run_folders, the trainer's own): a
+    config value that contains one is a run-dir path, not part of the configuration."""
+    return [] if job.folder is None else run_folders(job.folder)
+
+
+def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group], list[str]]:
+    """Groups in order of first appearance, each labelled by the axes that vary between groups,
+    and the names of the jobs that could not be placed (no readable config)."""
+    groups: dict[str, Group] = {}
+    orphans = []
+    for job, r in zip(jobs, rows, strict=True):
+        flat = semantic_config(job.config, run_paths(job))
+        if not flat:
+            orphans.append(job.name)
+            continue
+        key = config_key(flat)
+        groups.setdefault(key, Group(flat)).members.append((job, r))
+    found = list(groups.values())
+    for key in varying_axes(found):
+        for g in found:
+            g.label[key] = g.config.get(key)
+    return found, orphans
+
+
+def varying_axes(groups: list[Group]) -> list[str]:
+    """Config keys whose value differs between groups, without the keys that only follow a group
+    choice (mixer.window, present for pooling alone, follows mixer.name)."""
+    keys = sorted({k for g in groups for k in g.config})
+    varying = [
+        k for k in keys if len({json.dumps(g.config.get(k), default=str) for g in groups}) > 1
+    ]
+    axes = []
+    for key in varying:
+        head = key.rsplit(".", 1)[0] + ".name" if "." in key else None
+        if head and head != key and head in varying:
+            by_choice: dict[str, set[str]] = {}
+            for g in groups:
+                by_choice.setdefault(str(g.config.get(head)), set()).add(
+                    json.dumps(g.config.get(key), default=str)
+                )
+            if all(len(v) == 1 for v in by_choice.values()):
+                continue  # determined by the group choice
+        axes.append(key)
+    # group choices first (mixer, task), then the rest in key order
+    return sorted(axes, key=lambda k: (not k.endswith(".name"), k))
+
+
+def _interval_cells(prefix: str, ci: Interval) -> dict[str, Any]:
+    return {
+        f"{prefix}_mean": ci.mean,
+        f"{prefix}_std": ci.std,
+        f"{prefix}_ci_low": ci.low,
+        f"{prefix}_ci_high": ci.high,
+    }
+
+
+def _mean(values: list[Any]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sum(nums) / len(nums) if nums else None
+
+
+def _common(values: list[Any]) -> Any:
+    """The one value every job shares, else their mean (params differ only by accident)."""
+    distinct = {v for v in values if v is not None}
+    return distinct.pop() if len(distinct) == 1 else _mean(values)
+
+
+def group_row(group: Group, confidence: float = 0.95) -> dict[str, Any]:
+    """One row of groups.csv: n, mean, std and the Student-t interval of the final validation
+    loss, task metric, rank and each other collapse measure over the completed seeds, plus cost
+    columns and a note naming the seeds left out."""
+    done = group.completed
+    notes = []
+    for job, r in group.members:
+        if r["status"] != "completed":
+            notes.append(f"seed {fmt(r['seed'])} {r['status']} (job {job.name}), left out")
+    cells: dict[str, Any] = {}
+    for which in VALUES:
+        ci = group.interval(which, confidence)
+        cells |= _interval_cells(which, ci)
+        if ci.note and which == "val_loss":
+            notes.append(ci.note)
+    metrics = {r["metric"] for r in done if r["metric"]}
+    return {
+        "group": group.name,
+        **{axis_name(k): v for k, v in group.label.items()},
+        "n_seeds": len(group.values("val_loss")),
+        "n_jobs": len(group.members),
+        "seeds": " ".join(fmt(r["seed"]) for r in done),
+        **cells,
+        "metric": ", ".join(sorted(metrics)) or None,
+        "steps_per_s_mean": _mean([r["steps_per_s"] for r in done]),
+        "params": _common([r["params"] for r in done]),
+        "tokens": _common([r["tokens"] for r in done]),
+        "wall_s_mean": _mean([r["wall_s"] for r in done]),
+        "flops": _common([r["flops"] for r in done]),
+        "note": "; ".join(notes),
+        "wandb_group": group_name(group.members[0][0].config, run_paths(group.members[0][0])),
+    }
+
+
+# ---- validation curves over seeds ------------------------------------------------------------
+
+# What a validation curve can be placed against: the metrics.jsonl key the trainer logs it under
+# and the axis label.
+X_AXES = {
+    "steps": ("step", "step"),
+    "tokens": ("compute/tokens", "tokens seen"),
+    "wall": ("compute/train_s", "training seconds (evaluation excluded)"),
+    "flops": ("compute/flops", "training FLOPs (attnzoo.flops)"),
+}
+
+
+def _x_per_step(job: Job, x: str) -> float | None:
+    """Tokens or FLOPs per step from the resolved config, for a run that did not log them."""
+    if x not in ("tokens", "flops"):
+        return None
+    steps = (job.summary or {}).get("step") or max(
+        (r.get("step", 0) for r in job.records), default=0
+    )
+    total = reconstructed_budget(job).get(x)
+    return total / steps if total and steps else None
+
+
+def curve_band(
+    group: Group, confidence: float = 0.95, x: str = "steps"
+) -> tuple[list[float], list[Interval]]:
+    """Validation loss over the completed seeds at the steps every seed logged, placed at the
+    seeds' mean `x` there (steps, tokens, training seconds or FLOPs; see X_AXES)."""
+    key = X_AXES[x][0]
+    curves, where = [], []
+    for job, r in group.members:
+        if r["status"] != "completed":
+            continue
+        per_step = _x_per_step(job, x)
+        curve, at = {}, {}
+        for rec in job.records:
+            if "val/loss" in rec and "step" in rec and math.isfinite(rec["val/loss"]):
+                value = rec.get(key)
+                if value is None and per_step is not None:
+                    value = rec["step"] * per_step
+                if value is not None:
+                    curve[rec["step"]], at[rec["step"]] = rec["val/loss"], float(value)
+        if curve:
+            curves.append(curve)
+            where.append(at)
+    if not curves:
+        return [], []
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    xs = [sum(a[s] for a in where) / len(where) for s in steps]
+    return xs, [mean_interval([c[s] for c in curves], confidence) for s in steps]

@@ -1,0 +1,271 @@
+"""The sweep summary: the per-job table, the groups table with intervals, the comparisons, the
+selection of a tuned value and the figures, written to one folder: what `python
+scripts/summarize.py` writes (docs/sweeps.md describes each file)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, default_axis, resolve_axis
+from attnzoo.analysis.figures import plot_bands, plot_intervals, plot_rank, plot_val
+from attnzoo.analysis.groups import GROUP_STATS, VALUES, X_AXES, Group, axis_name, group_row
+from attnzoo.analysis.runs import COLUMNS, Job
+from attnzoo.analysis.selection import select
+from attnzoo.analysis.sweep import load_sweep
+from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt, md_table, write_csv
+from attnzoo.replicates import NON_SEMANTIC, REPLICATE_KEY
+
+
+def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:
+    """summary.csv and summary.md: one row per job (COLUMNS), its status in bold where the job
+    did not complete."""
+    with open(out / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    lines = [
+        f"# Sweep summary: {sweep}",
+        "",
+        f"{len(rows)} jobs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".",
+        "",
+        "tokens, flops and wall_s: what the run recorded in summary.json's `compute` (flops = "
+        "tokens × the blocks' training FLOPs per token from attnzoo.flops: matmuls only, "
+        "backward = 2 × forward, embedding and head excluded; wall_s = seconds in the training "
+        "loop, evaluation included, over every resume); for runs that did not record them, "
+        "tokens = steps × train.batch_size × context from the resolved config, and wall_s = "
+        "summary.json's time.total_s.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for r in rows:
+        cells = [fmt(r[c]).replace("|", "/") for c in COLUMNS]
+        if r["status"] != "completed":
+            cells[COLUMNS.index("status")] = f"**{r['status']}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def write_groups(
+    groups: list[Group],
+    table: list[dict[str, Any]],
+    compared: list[dict[str, Any]],
+    orphans: list[str],
+    out: Path,
+    axis: str | None,
+    confidence: float,
+    margin: float | None,
+) -> None:
+    """groups.csv and groups.md: one row per configuration, then the comparisons along `axis`
+    in words."""
+    axes = [axis_name(k) for k in (groups[0].label if groups else {})]
+    columns = ["group", *axes, *GROUP_STATS]
+    write_csv(out / "groups.csv", columns, table)
+    lines = [
+        "# Sweep summary by configuration",
+        "",
+        f"{len(groups)} configuration(s); jobs whose resolved configs differ only in "
+        f"`{REPLICATE_KEY}` (and in {', '.join(k for k in NON_SEMANTIC if k != REPLICATE_KEY)}) "
+        "are replicates of one configuration. Values: mean over the completed seeds "
+        f"[{confidence:.0%} Student-t interval]; a configuration with one seed has no interval.",
+        "",
+    ]
+    if orphans:
+        lines += [f"Not placed (no readable config): jobs {', '.join(orphans)}.", ""]
+    short = ["group", "n_seeds", "val_loss", "metric", "rank", "steps_per_s_mean", "params",
+             "flops", "note"]  # fmt: skip
+    cells = []
+    for r in table:
+        cells.append(
+            {
+                **r,
+                "val_loss": ci_text(
+                    r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"]
+                ),
+                "metric": (f"{r['metric']} " if r["metric"] else "")
+                + ci_text(r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]),
+                "rank": ci_text(r["rank_mean"], r["rank_ci_low"], r["rank_ci_high"]),
+            }
+        )
+    lines += md_table(short, cells)
+    if axis is not None:
+        lines += ["", f"## Differences along `{axis_name(axis)}`", ""]
+        how = (
+            "Each configuration against the best one (lowest mean validation loss) with the other "
+            f"axes fixed: the paired t-test on the seeds both ran (Welch's t-test when the seed "
+            f'sets differ), at {confidence:.0%}; "resolved" = the interval of the difference '
+            'excludes 0. "Not resolved" is not "equal"'
+        )
+        how += (
+            f': "within margin" = two one-sided tests put the difference inside ±{margin:g}.'
+            if margin is not None
+            else "; pass --margin for an equivalence test (TOST)."
+        )
+        lines += [how, ""]
+        lines += [f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
+                  for c in compared] or ["- nothing to compare (fewer than two configurations with a completed seed)"]  # fmt: skip
+    (out / "groups.md").write_text("\n".join(lines) + "\n")
+
+
+def write_selection(
+    selected: list[dict[str, Any]],
+    out: Path,
+    final_dir: str,
+    axis: str | None,
+    script: str = "scripts/summarize.py",
+) -> None:
+    """selected.json (the choices), selected.md (a table) and selected.sh (the fresh-seed runs,
+    then their summary by `script`, the summarize command as it is run from where selected.sh
+    will be): `bash selected.sh` is the follow-up command."""
+    (out / "selected.json").write_text(json.dumps(selected, indent=2, default=str) + "\n")
+    compare_flag = f" --compare {axis_name(axis)}" if axis else ""
+    report = f"python {script} {final_dir}/*/ --out {final_dir}-report{compare_flag}"
+    lines = ["#!/usr/bin/env bash", "# fresh-seed runs at the selected values, then their summary",
+             "set -euo pipefail"] + [s["command"] for s in selected] + [report]  # fmt: skip
+    (out / "selected.sh").write_text("\n".join(lines) + "\n")
+    md = ["# Selected values", ""]
+    if selected:
+        s0 = selected[0]
+        md += [f"Chosen by the best mean of {s0['select_by']} over the tuning seeds, per "
+               f"configuration of the other axes; tuned: `{s0['tune_axis']}`.", ""]  # fmt: skip
+    md += ["| config | value | mean | n_seeds | candidates (value: mean) | note |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for s in selected:
+        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
+        md.append(f"| {s['config']} | {fmt(s['value'])} | {fmt(s['mean'])} | {s['n_seeds']} "
+                  f"| {cands} | {s['note']} |")  # fmt: skip
+    md += ["", "Rerun with fresh seeds (`bash selected.sh` does all of it):", "", "```"]
+    md += [s["command"] for s in selected] + [report, "```"]
+    (out / "selected.md").write_text("\n".join(md) + "\n")
+
+
+def write_tuning(
+    sweep: Path,
+    out: Path,
+    tune_key: str,
+    by: str = "val_loss",
+    fresh_seeds: str = "0,1,2,3,4",
+    final_dir: str = "multirun/final",
+    script: str = "scripts/summarize.py",
+) -> list[dict[str, Any]]:
+    """The summary's selection on a tuning sweep, without its figures and groups: summary.{md,
+    csv} and selected.{json,md,sh} in `out`; the selected entries (none when the sweep did not
+    vary `tune_key`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tuned = load_sweep(sweep)
+    write_tables(tuned.rows, out, sweep)
+    if tune_key not in tuned.axes:
+        return []
+    selected = select(tuned.groups, tune_key, by, fresh_seeds, final_dir)
+    write_selection(selected, out, final_dir, tuned.default_axis(without=tune_key), script)
+    return selected
+
+
+def wandb_mode_for(jobs: list[Job], mode: str) -> str:
+    """`--wandb auto`: offline when any of the sweep's runs logged to W&B, else disabled."""
+    if mode != "auto":
+        return mode
+    used = {((j.summary or {}).get("wandb") or {}).get("mode") for j in jobs}
+    return "offline" if used & {"offline", "online"} else "disabled"
+
+
+def log_wandb(
+    jobs: list[Job],
+    tables: dict[str, tuple[list[str], list[dict[str, Any]]]],
+    out: Path,
+    mode: str,
+    sweep_name: str,
+) -> str | None:
+    """The groups (and comparisons) tables as W&B Tables in a summary run of the runs' project,
+    tagged with the sweep; the run folder lands in `out`/wandb."""
+    from attnzoo.tracking import log_tables
+
+    logger = next(
+        (j.config["logger"] for j in jobs if isinstance(j.config.get("logger"), dict)), {}
+    )
+    return log_tables(
+        tables,
+        mode=mode,
+        run_dir=out,
+        project=str(logger.get("project") or "attnzoo"),
+        entity=logger.get("entity"),
+        name=f"summary-{sweep_name}",
+        tags=["summary", f"sweep:{sweep_name}"[:64]],
+        config={"sweep": sweep_name, "jobs": len(jobs)},
+    )
+
+
+def summarize(
+    sweep: Path | str | list[Path],
+    out: Path | None = None,
+    *,
+    compare_axis: str | None = None,
+    margin: float | None = None,
+    confidence: float = 0.95,
+    select_by: str | None = None,
+    tune_axis: str | None = None,
+    fresh_seeds: str = "0,1,2,3,4",
+    final_dir: str = "multirun/final",
+    x_axis: str = "steps",
+    wandb_mode: str = "auto",
+    script: str = "scripts/summarize.py",
+) -> list[dict[str, Any]]:
+    """Write the per-job and per-configuration tables and figures (see the module docstring);
+    return the per-job rows. Several sweep folders are summarised as one (job names then start
+    with the sweep folder's name). `script` is how selected.sh calls the summarize command."""
+    sweeps = [Path(sweep)] if isinstance(sweep, (str, Path)) else [Path(s) for s in sweep]
+    if not sweeps:
+        raise ValueError("no sweep folder given")
+    if out is None:
+        if len(sweeps) > 1:
+            raise ValueError("several sweep folders: say where to write with --out")
+        out = sweeps[0]
+    if x_axis not in X_AXES:
+        raise ValueError(f"--x {x_axis!r}: allowed: {', '.join(X_AXES)}")
+    if select_by is not None and select_by not in ("val_loss", "metric"):
+        raise ValueError(f"--select-by {select_by!r}: allowed: val_loss, metric")
+    sweep_ = load_sweep(*sweeps)
+    jobs, rows = sweep_.jobs, sweep_.rows
+    out.mkdir(parents=True, exist_ok=True)
+    write_tables(rows, out, sweeps[0] if len(sweeps) == 1 else ", ".join(map(str, sweeps)))
+    plot_rank(jobs, rows, out / "rank_vs_depth.png")
+    plot_val(jobs, rows, out / "val_curves.png")
+
+    groups, orphans, axes = sweep_.groups, sweep_.orphans, sweep_.axes
+    if tune_axis is not None:
+        tune_key = resolve_axis(tune_axis, axes)
+        axes_wo_tune = [a for a in axes if a != tune_key]
+    else:
+        tune_key, axes_wo_tune = None, axes
+    axis = resolve_axis(compare_axis, axes) if compare_axis else default_axis(axes_wo_tune)
+    table = []
+    for g in groups:
+        r = group_row(g, confidence)
+        r["_values"] = {w: list(g.values(w).values()) for w in VALUES}
+        table.append(r)
+    compared = comparisons(groups, axis, "val_loss", confidence, margin) if axis else []
+    write_groups(groups, table, compared, orphans, out, axis, confidence, margin)
+    mode = wandb_mode_for(jobs, wandb_mode)
+    if mode != "disabled":
+        group_columns = ["group", *(axis_name(k) for k in (groups[0].label if groups else {}))]
+        tables = {"groups": (group_columns + list(GROUP_STATS), table)}
+        if compared:
+            tables["comparisons"] = (list(COMPARISON_COLUMNS), compared)
+        log_wandb(jobs, tables, out, mode, "+".join(s.name for s in sweeps))
+    if compared:
+        write_csv(out / "comparisons.csv", list(COMPARISON_COLUMNS), compared)
+    plot_intervals(groups, table, out / "intervals.png", confidence)
+    plot_bands(groups, axis, out / "val_bands.png", confidence, x_axis)
+    if select_by is not None:
+        if tune_key is None:
+            raise ValueError("--select-by needs --tune-axis (e.g. --tune-axis train.lr)")
+        chosen = select(groups, tune_key, select_by, fresh_seeds, final_dir)
+        rest = [a for a in axes if a != tune_key]
+        write_selection(chosen, out, final_dir, default_axis(rest), script)
+    return rows

@@ -1,0 +1,89 @@
+"""Selection of a tuned value (the learning rate, say) on the tuning seeds: per configuration of
+the other axes, the value with the best mean, a flag when it sits at the edge of the grid, and the
+Hydra overrides that rerun it with fresh seeds (so the reported numbers are not the ones the
+choice was made on)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from attnzoo.analysis.compare import blocks, lower_is_better
+from attnzoo.analysis.groups import Group, axis_name
+from attnzoo.replicates import REPLICATE_KEY
+from attnzoo.stats import mean_interval
+
+
+def override_value(value: Any) -> str:
+    """A config value as a Hydra override writes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def select(
+    groups: list[Group],
+    tune_key: str,
+    by: str = "val_loss",
+    fresh_seeds: str = "0,1,2,3,4",
+    final_dir: str = "multirun/final",
+) -> list[dict[str, Any]]:
+    """For each configuration of the other axes, the value of `tune_key` with the best mean of
+    `by` over the tuning seeds, and the Hydra overrides that rerun it with fresh seeds (the
+    sweep of the i-th configuration into `final_dir`/<i>)."""
+    lower = lower_is_better(by, groups)
+    out = []
+    for i, (block, members) in enumerate(blocks(groups, tune_key, attach=False).items()):
+        scored = [g for g in members if g.values(by)]
+        if not scored:
+            continue
+        mean = {id(g): sum(g.values(by).values()) / len(g.values(by)) for g in scored}
+        best = (min if lower else max)(scored, key=lambda g: mean[id(g)])
+        grid = sorted(
+            (g.config.get(tune_key) for g in members if g.config.get(tune_key) is not None),
+            key=lambda v: (str(type(v)), v),
+        )
+        chosen = best.config.get(tune_key)
+        notes = []
+        if len(grid) > 2 and chosen in (grid[0], grid[-1]):
+            notes.append(f"{chosen} is at the edge of the grid {grid}: widen it")
+        member = next(
+            (j for j, r in best.members if r["status"] == "completed"), best.members[0][0]
+        )
+        keep = [
+            str(o)
+            for o in member.config.get("_overrides", [])
+            if not str(o).lstrip("+~").startswith((f"{REPLICATE_KEY}=", f"{tune_key}=", "hydra"))
+        ]
+        overrides = keep + [
+            f"{tune_key}={override_value(chosen)}",
+            f"{REPLICATE_KEY}={fresh_seeds}",
+            f"hydra.sweep.dir={final_dir}/{i:02d}",
+        ]
+        ci = mean_interval(list(best.values(by).values()))
+        out.append(
+            {
+                "config": block,
+                "axes": {axis_name(k): v for k, v in best.label.items() if k != tune_key},
+                "tune_axis": tune_key,
+                "value": chosen,
+                "select_by": by,
+                "mean": ci.mean,
+                "n_seeds": ci.n,
+                "candidates": [
+                    {
+                        "value": g.config.get(tune_key),
+                        "mean": mean[id(g)],
+                        "n_seeds": len(g.values(by)),
+                    }
+                    for g in sorted(scored, key=lambda g: (str(g.config.get(tune_key)),))
+                ],
+                "note": "; ".join(notes),
+                "overrides": overrides,
+                "command": "python -m attnzoo.train -m "
+                + " ".join(shlex.quote(o) for o in overrides),
+            }
+        )
+    return out

@@ -1,0 +1,143 @@
+"""What "keeps rank" and "collapses" mean, and how a comparison is put in words for a claim.
+
+Rank. For each measure of the hidden states, the share of the input's spread that the last block
+keeps, per seed, on a run's fixed probe batch: last / first layer for the relative residual,
+effective rank and stable rank (collapse sends each to its floor: 0, 1, 1), (1 − last) /
+(1 − first) for token similarity (collapse sends the tokens' cosine to 1). Over the seeds, its
+mean and Student-t interval give the verdict, a rule fixed before any run: **kept** when the
+interval's lower end is ≥ KEPT, **collapsed** when its upper end is ≤ COLLAPSED, **partial**
+otherwise (with one seed the mean decides, and says so). Attention entropy has no verdict, only
+a value (n/a without softmax attention).
+
+Claims. A comparison against a reference is one of three forms: a resolved difference (the
+interval of the difference excludes 0), within margin (two one-sided tests put it inside
+±margin), or not resolved with n seeds (neither; not the same as equal).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnzoo.analysis.groups import Group, group_row
+from attnzoo.analysis.runs import Job
+from attnzoo.stats import Comparison, Interval, mean_interval
+
+KEPT, COLLAPSED = 0.5, 0.2  # the verdict thresholds on the share of spread kept
+# hidden-state measures with a verdict, and their short names
+SPREAD = {
+    "relative_residual": "res",
+    "effective_rank": "erank",
+    "stable_rank": "srank",
+    "token_similarity": "sim",
+}
+WHEN = ("init", "trained")
+
+
+def kept_share(name: str, values: list[float]) -> float:
+    """The share of the input's spread the last block keeps, from measure `name` at every layer
+    (see the module docstring); NaN where the first value is not positive or not finite."""
+    first, last = values[0], values[-1]
+    if name == "token_similarity":
+        first, last = 1.0 - first, 1.0 - last
+    if not (math.isfinite(first) and math.isfinite(last)) or first <= 0:
+        return math.nan
+    return last / first
+
+
+def verdict(ci: Interval) -> str:
+    """kept, collapsed or partial for the interval of a share over seeds (see the module
+    docstring); `... (1 seed)` when the mean alone decides, n/a without values."""
+    if ci.n == 0:
+        return "n/a"
+    if ci.n == 1:
+        return (
+            "kept" if ci.mean >= KEPT else "collapsed" if ci.mean <= COLLAPSED else "partial"
+        ) + " (1 seed)"
+    if ci.low >= KEPT:
+        return "kept"
+    if ci.high <= COLLAPSED:
+        return "collapsed"
+    return "partial"
+
+
+def _nanmean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+@dataclass
+class RankConfig:
+    """One configuration's collapse over its seeds, at init and trained: per (when, measure) the
+    interval of the share kept (SPREAD measures), of the last block's value, and the mean of each
+    layer's value."""
+
+    mixer: str
+    residual: str
+    mlp: bool
+    norm: str
+    row: dict[str, Any]  # the group row: val loss, metric, n, cost
+    jobs: list[Job]
+    shares: dict[tuple[str, str], Interval] = field(default_factory=dict)
+    last: dict[tuple[str, str], Interval] = field(default_factory=dict)
+    depth: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+    @property
+    def variant(self) -> str:
+        return self.residual + (", no norm" if self.norm == "none" else "")
+
+    def verdict(self, when: str, name: str) -> str:
+        return verdict(self.shares[when, name])
+
+
+def rank_config(group: Group, confidence: float = 0.95) -> RankConfig:
+    """The collapse of one configuration from its completed jobs' logged measures."""
+    done = [j for j, r in group.members if r["status"] == "completed"]
+    first = group.members[0][1]
+    c = RankConfig(
+        mixer=str(first["mixer"]),
+        residual=str(first["residual"]),
+        mlp=bool(first["mlp"]),
+        norm=str(first["norm"]),
+        row=group_row(group, confidence),
+        jobs=done,
+    )
+    for when in WHEN:
+        for name in [*SPREAD, "attention_entropy"]:
+            profiles = [p for j in done if (p := j.profile(name, when)) is not None]
+            if name in SPREAD:
+                shares = [kept_share(name, p) for p in profiles]
+                c.shares[when, name] = mean_interval(shares, confidence)
+            c.last[when, name] = mean_interval([p[-1] for p in profiles], confidence)
+            if profiles:
+                n_layers = max(len(p) for p in profiles)
+                c.depth[when, name] = [
+                    _nanmean([p[k] for p in profiles if k < len(p)]) for k in range(n_layers)
+                ]
+    return c
+
+
+def claim_verdict(a: str, b: str, on: str, c: Comparison, margin: float) -> str:
+    """`a` against the reference `b` on `on` (val_loss, or the task metric: accuracy) in one of
+    the three forms of the module docstring, with the numbers behind it."""
+    name = "accuracy" if on == "metric" else "val loss"
+    n = min(c.n_a, c.n_b)
+    if math.isnan(c.p_value):
+        return f"{a} vs {b}: not resolved with {n} seeds (2 seeds each are needed to test)"
+    stats = (
+        f"Δ{name} = {c.diff:+.3g}, {c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], "
+        f"{c.method}, p = {c.p_value:.2g}"
+        + (f", TOST ±{margin:g}: p = {c.p_tost:.2g}" if c.p_tost is not None else "")
+    )
+    if c.within_margin:
+        extra = " (also a resolved difference, smaller than the margin)" if c.resolved else ""
+        return f"{a} vs {b}: within margin ±{margin:g} {name}{extra} ({stats})"
+    if c.resolved:
+        better = c.diff > 0 if on == "metric" else c.diff < 0
+        side = f"{a} {'better' if better else 'worse'} than {b}"
+        return f"{a} vs {b}: resolved difference, {side} ({stats})"
+    return (
+        f"{a} vs {b}: not resolved with {n} seeds (neither a difference nor equivalence within "
+        f"±{margin:g}; {stats})"
+    )

@@ -1,0 +1,105 @@
+"""attnzoo.analysis from Python: the metrics reader and rank keys the trainer shares, a sweep's
+groups, comparisons and selection, and the FLOPs of a run that did not record them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from fake_sweeps import BEST_LR, TUNE_SEEDS, make_tune_sweep
+
+from attnzoo import analysis
+from attnzoo.analysis.metrics import last_values, rank_layers, read_records
+from attnzoo.analysis.runs import reconstructed_budget
+from attnzoo.flops import train_flops_per_token
+from attnzoo.stats import mean_interval
+from attnzoo.train.budget import flops_per_token
+from attnzoo.train.probe import by_depth
+
+
+def test_rank_keys_round_trip_and_other_keys_are_not_rank_keys():
+    assert analysis.rank_key(3) == "rank/layer_3"
+    assert analysis.rank_key(0, "stable_rank") == "rank/stable_rank/layer_0"
+    assert analysis.parse_rank_key("rank/layer_12") == (None, 12)
+    assert analysis.parse_rank_key("rank/token_similarity/layer_2") == ("token_similarity", 2)
+    for other in ("rank/last", "val/loss", "rank/table", "rank/stable_rank/vs_depth"):
+        assert analysis.parse_rank_key(other) is None
+    record = {"step": 5, "rank/layer_0": 1.0, "rank/layer_2": 0.25, "rank/last": 0.25,
+              "rank/attention_entropy/layer_1": 2.0, "rank/attention_entropy/layer_2": None}  # fmt: skip
+    assert rank_layers(record) == [0, 2]
+    values = analysis.rank_values(record)
+    assert values[0] == 1.0 and math.isnan(values[1]) and values[2] == 0.25
+    entropy = analysis.rank_values(record, "attention_entropy")  # n/a at the embedding; null: NaN
+    assert math.isnan(entropy[0]) and entropy[1] == 2.0 and math.isnan(entropy[2])
+    assert analysis.rank_values(record, "stable_rank") is None
+    # the trainer reads its own record back through the same decoder
+    depths = by_depth(record, ["relative_residual", "stable_rank"])
+    assert len(depths["relative_residual"]) == len(depths["stable_rank"]) == 2
+
+
+def test_a_torn_metrics_file_keeps_its_readable_records(tmp_path: Path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "a": 1.0}\n[1, 2]\n\n{"step": 2, "a": 2.0, "b": true}\n{"step": 3, "a"'
+    )
+    records, bad = read_records(path)
+    assert [r["step"] for r in records] == [1, 2] and bad == 2
+    assert analysis.read_metrics(path) == records
+    assert last_values(path) == {"a": 2.0, "b": True}
+    assert last_values(tmp_path / "absent.jsonl") == {}
+
+
+def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_path: Path):
+    sweep = analysis.load_sweep(make_tune_sweep(tmp_path / "tune"))
+    assert len(sweep.jobs) == 27 and sweep.orphans == ["25", "26"]
+    assert sweep.axes == ["mixer.name", "train.lr"] and sweep.axis("mixer") == "mixer.name"
+    with pytest.raises(
+        ValueError, match="not an axis this sweep varied; its axes: mixer, train.lr"
+    ):
+        sweep.axis("model.skip")
+    first = sweep.groups[0]
+    assert first.name == "mixer=scaled_dot, train.lr=0.001"
+    assert sorted(first.values("val_loss")) == list(TUNE_SEEDS)
+    ci = first.interval("val_loss")
+    assert ci == mean_interval(list(first.values("val_loss").values()))
+    table = {r["group"]: r for r in sweep.group_table()}
+    assert table[first.name]["val_loss_ci_low"] == ci.low
+    assert "seed 101 failed (job 4)" in table["mixer=scaled_dot, train.lr=0.003"]["note"]
+    compared = sweep.compare("mixer", margin=0.05)  # per learning rate, against its best mixer
+    assert {r["block"] for r in compared} == {"train.lr=0.001", "train.lr=0.003", "train.lr=0.01"}
+    assert all(r["on"] == "val_loss" and r["margin"] == 0.05 for r in compared)
+    assert sweep.compare() == sweep.compare("mixer")  # the mixer, when several axes vary
+    chosen = {s["axes"]["mixer"]: s["value"] for s in sweep.select("train.lr")}
+    assert chosen == BEST_LR
+
+
+def test_the_flops_of_a_run_that_did_not_record_them_are_the_trainers(tmp_path: Path):
+    """Rebuilt from the run's saved config with the trainer's own count (its heads, not a
+    default), and not available for a mixer without a formula."""
+    make_tune_sweep(tmp_path / "tune")
+    job = next(j for j in analysis.find_jobs(tmp_path / "tune") if j.name == "0")
+    assert "compute" not in job.summary and job.config["model"]["heads"] == 2
+    per_token = train_flops_per_token("scaled_dot", 16, 3, 2, 8, causal=False)
+    assert flops_per_token(job.config, 8, False) == per_token
+    assert reconstructed_budget(job) == {"tokens": 20 * 4 * 8, "wall_s": 2.0,
+                                         "flops": per_token * 20 * 4 * 8}  # fmt: skip
+    job.config["mixer"]["name"] = "someone_elses_mixer"
+    assert flops_per_token(job.config, 8, False) is None
+    assert reconstructed_budget(job)["flops"] is None
+    del job.config["model"]["heads"]  # a config without the sizes: not available either
+    job.config["mixer"]["name"] = "scaled_dot"
+    assert reconstructed_budget(job)["flops"] is None
+
+
+def test_rank_verdicts_and_the_collapse_rate():
+    assert analysis.kept_share("relative_residual", [1.0, 0.25]) == 0.25
+    assert analysis.verdict(mean_interval([0.9, 0.95, 0.92])) == "kept"
+    curve = [1.0, 0.5]
+    for _ in range(4):
+        curve.append(0.8 * curve[-1] ** 3)  # r_{l+1} = c·r_l³
+    assert analysis.fit_rate(curve) == pytest.approx(3.0)
+    assert math.isnan(analysis.fit_rate([1.0, 0.9]))
+    assert analysis.exponent_growth([1.0, 1.0]) is None
+    assert json.dumps(sorted(analysis.__all__)) == json.dumps(analysis.__all__)
