@@ -81,6 +81,9 @@ COMPOSE_ERRORS = [
     (["mixer=pooling", "mixer.window=wide"], ["mixer.window", "Integer"]),
     (["mixer=scaled_dot", "mixer.window=3"], ["mixer.window"]),
     (["train.on_nonfinite=ignore"], ["train.on_nonfinite", "stop", "skip"]),
+    (["model.rezero_alpha=both"], ["model.rezero_alpha", "shared", "per_branch"]),
+    (["model.attnres_form=layer"], ["model.attnres_form", "full", "block", "per_block"]),
+    (["model.attnres_block_size=big"], ["model.attnres_block_size", "Integer"]),
 ]
 
 
@@ -103,6 +106,11 @@ SEMANTIC_ERRORS = [
     (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
     (["model.depth=0"], ["model.depth", "positive"]),
     (["model.dropout=1.5"], ["model.dropout", "[0, 1)"]),
+    (
+        ["model.residual=attnres", "model.attnres_form=block", "model.attnres_block_size=0"],
+        ["model.attnres_block_size=0", "positive int"],
+    ),
+    (["model.rezero_alpha=per_branch"], ["model.rezero_alpha='per_branch'", "rezero_alpha=shared"]),
 ]
 
 
