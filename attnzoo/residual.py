@@ -262,7 +262,22 @@ class ReZero(nn.Module):
 
     def __init__(self, alpha: nn.Parameter | None = None) -> None:
         super().__init__()
+        self.tied = alpha is not None
         self.alpha = nn.Parameter(torch.zeros(())) if alpha is None else alpha
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: typing.Any) -> None:
+        """A tied α loads after the one it is tied to (the mixer branch's): a checkpoint whose
+        MLP-branch α differs holds an α per branch, which one shared α cannot represent."""
+        key, error_msgs = prefix + "alpha", args[-1]
+        value = state_dict.get(key)
+        if self.tied and value is not None and not torch.equal(value.to(self.alpha), self.alpha):
+            error_msgs.append(
+                f"{key}={value.item():g} differs from the mixer branch's α "
+                f"({self.alpha.item():g}): the checkpoint has one α per branch; load it with "
+                f"model.rezero_alpha=per_branch"
+            )
+            return
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, x_bnd: torch.Tensor) -> torch.Tensor:
         return x_bnd * self.alpha

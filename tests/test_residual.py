@@ -262,10 +262,10 @@ def test_rezero_multiplies_both_branches_of_a_block_by_its_one_alpha():
     assert sum(p.dim() == 0 for p in model.parameters()) == 3  # the optimiser's view
 
 
-def test_rezero_per_branch_is_the_earlier_form_with_an_alpha_per_branch():
-    """`rezero_alpha=per_branch`: two α per block, under the names they had before the
-    authors' form became the default, so that earlier checkpoints load; the same weights for a
-    seed as the shared form; and x + α₁·mixer, then + α₂·MLP, written out here."""
+def test_rezero_per_branch_has_an_alpha_per_branch_and_the_shared_forms_weights():
+    """`rezero_alpha=per_branch`: two α per block, under the names the shared form also lists
+    in its state dict; the same weights for a seed as the shared form; and x + α₁·mixer, then
+    + α₂·MLP, written out here."""
     shared, per_branch = build(config("rezero")), build(config("rezero-per_branch"))
     assert per_branch.residual.form == "per_branch"
     state = per_branch.state_dict()
@@ -284,6 +284,16 @@ def test_rezero_per_branch_is_the_earlier_form_with_an_alpha_per_branch():
         block.scale2.alpha.fill_(0.25)
         shared.blocks[2].scale1.alpha.fill_(0.25)
     torch.testing.assert_close(block(h), shared.blocks[2](h), rtol=0, atol=0)
+
+
+def test_a_checkpoint_with_an_alpha_per_branch_does_not_load_into_one_shared_alpha():
+    per_branch, shared = build(config("rezero-per_branch")), build(config("rezero"))
+    shared.load_state_dict(per_branch.state_dict())  # equal α (0): the same model
+    with torch.no_grad():
+        per_branch.blocks[1].scale2.alpha.fill_(0.5)
+    with pytest.raises(RuntimeError, match=r"blocks\.1\.scale2\.alpha.*rezero_alpha=per_branch"):
+        shared.load_state_dict(per_branch.state_dict())
+    build(config("rezero-per_branch")).load_state_dict(per_branch.state_dict())
 
 
 def test_layerscale_starts_from_caits_rule_for_the_depth():
@@ -433,7 +443,7 @@ def test_attnres_block_of_one_sublayer_is_full_and_its_default_is_about_8_blocks
 
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
 def test_attnres_per_block_at_init_is_the_uniform_average_of_block_updates(mixer):
-    """attnzoo's earlier form, `attnres_form=per_block`: at init every block reads the plain
+    """attnzoo's own form, `attnres_form=per_block`: at init every block reads the plain
     mean of the embedding and the earlier blocks' updates f(x) = add-block(x) − x, one query
     per block and no RMSNorm gain."""
     model = build(config("attnres-per_block", mixer=mixer, depth=3))
