@@ -424,14 +424,15 @@ class AttentionResiduals(nn.Module):
 
     per token, with one learned pseudo-query w_l ∈ R^D per sublayer, initialised to 0 ("all
     pseudo-query vectors must be initialized to zero", §5), so that at init every input is the
-    uniform average of its sources. The head reads one more such average over every vᵢ (the
-    released model's output AttnRes, before the final norm). Block AttnRes (§3.2) sums the
+    uniform average of its sources. The head reads one more such average over every vᵢ,
+    before the final norm ("the final output layer aggregates all … representations", §3.2).
+    Block AttnRes (§3.2) sums the
     sublayer outputs within blocks of S sublayers, bₙ = Σ_{j∈Bₙ} f_j(h_j), and attends over
     [b₀ = h₁, b₁, …, bₙ₋₁] and the partial sum bₙⁱ of the current block; S = 1 is Full AttnRes.
 
-    RMSNorm is the paper's, with a learned gain g_l (init 1) per sublayer: the logit is
-    (g_l ⊙ w_l)ᵀ·RMSNorm₀(vᵢ), as the released code folds `norm.weight * proj.weight`. Logits,
-    softmax and the weighted sum run in float32 (as the released code does). The first
+    RMSNorm is the paper's, "one RMSNorm and one pseudo-query vector per layer" (§5), with a
+    learned gain g_l (init 1): the logit is (g_l ⊙ w_l)ᵀ·RMSNorm₀(vᵢ), RMSNorm₀ without gain.
+    Logits, softmax and the weighted sum run in float32 under autocast. The first
     sublayer's input is h₁ alone (a softmax over one source), so it has no query: the model
     has one query and one gain per sublayer after the first and one for the head, as many as
     it has sublayers. The hidden state reported after block i is the input of block i+1's
@@ -489,7 +490,7 @@ class AttentionResiduals(nn.Module):
 
 
 class PerBlockAttentionResiduals(nn.Module):
-    """`attnres` with `attnres_form=per_block`: attnzoo's earlier reading of Attention
+    """`attnres` with `attnres_form=per_block`: attnzoo's own reading of Attention
     Residuals (Kimi Team 2026, arXiv 2603.15031), one average per block rather than per
     sublayer. Each block's input is Σᵢ αᵢ·vᵢ over the embedding v₀ and the earlier blocks'
     updates vᵢ, with
