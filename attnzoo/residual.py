@@ -168,7 +168,8 @@ def resolve(c: ResidualConfig) -> ResolvedResidual:
 
 def _resolve_forms(c: ResidualConfig, kind: str) -> tuple[str | None, int | None]:
     """rezero's and attnres's form and attnres's block size S; ValueError on a value out of
-    range, or on a non-default value for a variant it does nothing with."""
+    range, or on a block size for an attnres form other than `block`. The three keys are read
+    by their own variant only, so that one sweep over `model.residual` may set them for all."""
     if c.rezero_alpha not in REZERO_ALPHAS:
         raise ValueError(f"model.rezero_alpha={c.rezero_alpha!r} is not one of {REZERO_ALPHAS}")
     if c.attnres_form not in ATTNRES_FORMS:
@@ -179,22 +180,11 @@ def _resolve_forms(c: ResidualConfig, kind: str) -> tuple[str | None, int | None
             f"model.attnres_block_size={size!r} must be a positive int (sublayers per block) "
             f"or null"
         )
-    if c.rezero_alpha != REZERO_ALPHAS[0] and kind != "rezero":
+    if size is not None and kind == "attnres" and c.attnres_form != "block":
         raise ValueError(
-            f"model.rezero_alpha={c.rezero_alpha!r} has no effect with model.residual={kind!r}; "
-            f"it chooses ReZero's α (allowed with {kind}: model.rezero_alpha=shared, the default)"
-        )
-    if c.attnres_form != ATTNRES_FORMS[0] and kind != "attnres":
-        raise ValueError(
-            f"model.attnres_form={c.attnres_form!r} has no effect with model.residual={kind!r}; "
-            f"it chooses the form of Attention Residuals (allowed with {kind}: "
-            f"model.attnres_form=full, the default)"
-        )
-    if size is not None and (kind != "attnres" or c.attnres_form != "block"):
-        raise ValueError(
-            f"model.attnres_block_size={size!r} has no effect with model.residual={kind!r} "
-            f"model.attnres_form={c.attnres_form!r}; it sets Block AttnRes's sublayers per block "
-            f"(allowed: model.residual=attnres model.attnres_form=block, else null)"
+            f"model.attnres_block_size={size!r} contradicts model.attnres_form="
+            f"{c.attnres_form!r}: it sets Block AttnRes's sublayers per block; allowed: "
+            f"model.attnres_form=block, or model.attnres_block_size=null"
         )
     if kind == "rezero":
         return c.rezero_alpha, None

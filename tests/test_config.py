@@ -110,7 +110,10 @@ SEMANTIC_ERRORS = [
         ["model.residual=attnres", "model.attnres_form=block", "model.attnres_block_size=0"],
         ["model.attnres_block_size=0", "positive int"],
     ),
-    (["model.rezero_alpha=per_branch"], ["model.rezero_alpha='per_branch'", "rezero_alpha=shared"]),
+    (
+        ["model.residual=attnres", "model.attnres_block_size=4"],
+        ["model.attnres_block_size=4", "model.attnres_form=block"],
+    ),
 ]
 
 

@@ -587,20 +587,16 @@ BAD = [
         ["model.rezero_alpha='per_layer'", "'shared'", "'per_branch'"],
     ),
     (
-        {"residual": "add", "rezero_alpha": "per_branch"},
-        ["model.rezero_alpha='per_branch'", "model.residual='add'", "model.rezero_alpha=shared"],
-    ),
-    (
         {"residual": "attnres", "attnres_form": "sublayer"},
         ["model.attnres_form='sublayer'", "'full'", "'block'", "'per_block'"],
     ),
     (
-        {"residual": "denseformer", "attnres_form": "block"},
-        ["model.attnres_form='block'", "model.residual='denseformer'", "model.attnres_form=full"],
-    ),
-    (
         {"residual": "attnres", "attnres_block_size": 2},
         ["model.attnres_block_size=2", "model.attnres_form='full'", "model.attnres_form=block"],
+    ),
+    (
+        {"residual": "rezero", "attnres_block_size": -1},
+        ["model.attnres_block_size=-1", "positive int"],
     ),
     (
         {"residual": "attnres", "attnres_form": "block", "attnres_block_size": 0},
@@ -618,6 +614,19 @@ def test_bad_residual_values_raise_naming_the_value_and_what_is_allowed(kw, word
         Model(cfg, out_features=2, max_len=8, vocab_size=VOCAB)
     for word in words:
         assert word in str(info.value), str(info.value)
+
+
+def test_the_form_keys_are_read_by_their_own_variant_only():
+    """One sweep over model.residual may set rezero_alpha and attnres_form for every variant:
+    the others build the same model as without them."""
+    forms = {"rezero_alpha": "per_branch", "attnres_form": "block", "attnres_block_size": 2}
+    x = tokens()
+    for residual in ("add", "denseformer", "layerscale"):
+        plain, with_forms = build(config(residual)), build(config(residual, **forms))
+        assert with_forms.residual == plain.residual
+        torch.testing.assert_close(with_forms(x), plain(x), rtol=0, atol=0)
+    assert build(config("rezero", **forms)).residual.form == "per_branch"
+    assert build(config("attnres", **forms)).residual.block_size == 2
 
 
 def test_a_block_refuses_a_depth_mixing_residual():
