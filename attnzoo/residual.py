@@ -29,6 +29,7 @@ implements it, and in docs/block.md.
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
 from dataclasses import dataclass
@@ -416,17 +417,17 @@ class AttentionResiduals(nn.Module):
     pseudo-query vectors must be initialized to zero", §5), so that at init every input is the
     uniform average of its sources. The head reads one more such average over every vᵢ,
     before the final norm ("the final output layer aggregates all … representations", §3.2).
-    Block AttnRes (§3.2) sums the
-    sublayer outputs within blocks of S sublayers, bₙ = Σ_{j∈Bₙ} f_j(h_j), and attends over
-    [b₀ = h₁, b₁, …, bₙ₋₁] and the partial sum bₙⁱ of the current block; S = 1 is Full AttnRes.
+    Block AttnRes (§3.2) sums the sublayer outputs within blocks of S sublayers,
+    bₙ = Σ_{j∈Bₙ} f_j(h_j), and attends over [b₀ = h₁, b₁, …, bₙ₋₁] and the partial sum bₙⁱ of
+    the current block; S = 1 is Full AttnRes.
 
     RMSNorm is the paper's, "one RMSNorm and one pseudo-query vector per layer" (§5), with a
     learned gain g_l (init 1): the logit is (g_l ⊙ w_l)ᵀ·RMSNorm₀(vᵢ), RMSNorm₀ without gain.
-    Logits, softmax and the weighted sum run in float32 under autocast. The first
-    sublayer's input is h₁ alone (a softmax over one source), so it has no query: the model
-    has one query and one gain per sublayer after the first and one for the head, as many as
-    it has sublayers. The hidden state reported after block i is the input of block i+1's
-    mixer (for the last block, the head's input).
+    Logits, softmax and the weighted sum run in float32 under autocast. The first sublayer's
+    input is h₁ alone (a softmax over one source), so it has no query: the model has one query
+    and one gain per sublayer after the first and one for the head, as many as it has
+    sublayers. The hidden state reported after block i is the input of block i+1's mixer (for
+    the last block, the head's input).
     """
 
     def __init__(self, sublayers: int, dim: int, block_size: int = 1) -> None:
@@ -446,37 +447,44 @@ class AttentionResiduals(nn.Module):
         x_bnd: torch.Tensor,
         key_padding_mask: torch.Tensor | None = None,
     ) -> list[torch.Tensor]:
-        done, done_keys = [x_bnd], [_rms_keys(x_bnd)]  # [b₀ = h₁, b₁, …]: completed blocks
+        done, keys = [x_bnd], [_rms_keys(x_bnd)]  # b₀ = h₁ and the completed blocks b₁, …
         partial_bnd: torch.Tensor | None = None  # bₙⁱ, the current block's partial sum
-        hidden, count = [x_bnd], 0  # count: sublayers run so far
-
-        def read() -> torch.Tensor:
-            """The input of the next sublayer, or of the head after the last."""
-            if count == 0:
-                return x_bnd
-            values, keys = done, done_keys
-            if partial_bnd is not None:
-                values, keys = [*done, partial_bnd], [*done_keys, _rms_keys(partial_bnd)]
-            w_d = self.queries[count - 1] * self.gains[count - 1]
-            return _softmax_average(values, keys, w_d)
-
-        for block in blocks:
-            sublayers = [lambda h, b=block: b.mixer_update(h, key_padding_mask)]
-            if block.mlp is not None:
-                sublayers.append(block.mlp_update)
-            for position, sublayer in enumerate(sublayers):
-                h_bnd = read()
-                if position == 0 and count > 0:
+        hidden, h_bnd = [x_bnd], x_bnd  # the first sublayer reads the embedding
+        for ran, (first_in_block, sublayer) in enumerate(_sublayers(blocks, key_padding_mask)):
+            if ran > 0:  # `ran` sublayers so far: this one reads their average, by query ran−1
+                h_bnd = self._average(ran - 1, done, keys, partial_bnd)
+                if first_in_block:
                     hidden.append(h_bnd)
-                out_bnd = sublayer(h_bnd)
-                partial_bnd = out_bnd if partial_bnd is None else partial_bnd + out_bnd
-                count += 1
-                if count % self.block_size == 0:
-                    done.append(partial_bnd)
-                    done_keys.append(_rms_keys(partial_bnd))
-                    partial_bnd = None
-        hidden.append(read())
+            out_bnd = sublayer(h_bnd)
+            partial_bnd = out_bnd if partial_bnd is None else partial_bnd + out_bnd
+            if (ran + 1) % self.block_size == 0:
+                done.append(partial_bnd)
+                keys.append(_rms_keys(partial_bnd))
+                partial_bnd = None
+        hidden.append(self._average(len(self.queries) - 1, done, keys, partial_bnd))
         return hidden
+
+    def _average(
+        self,
+        query: int,
+        done: list[torch.Tensor],
+        keys: list[torch.Tensor],
+        partial_bnd: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The softmax average of the completed blocks and the partial sum, by query `query`."""
+        if partial_bnd is not None:
+            done, keys = [*done, partial_bnd], [*keys, _rms_keys(partial_bnd)]
+        return _softmax_average(done, keys, self.queries[query] * self.gains[query])
+
+
+def _sublayers(
+    blocks: typing.Sequence[BlockLike], key_padding_mask: torch.Tensor | None
+) -> typing.Iterator[tuple[bool, typing.Callable[[torch.Tensor], torch.Tensor]]]:
+    """Each block's mixer and MLP sublayers in order, with whether it is the block's first."""
+    for block in blocks:
+        yield True, functools.partial(block.mixer_update, key_padding_mask=key_padding_mask)
+        if block.mlp is not None:
+            yield False, block.mlp_update
 
 
 class PerBlockAttentionResiduals(nn.Module):
