@@ -5,8 +5,8 @@
 
 The `+` is `model.residual`, a family of variants (attnzoo.residual): none, add, scaled, rezero,
 layerscale and deepnorm act on each branch; denseformer and attnres mix block (or sublayer)
-outputs across depth in the model's forward. With residual none, MLP off and norm "none" the block is exactly its
-mixer: the pure attention ("SAN") of Dong, Cordonnier & Loukas (2021).
+outputs across depth in the model's forward. With residual none, MLP off and norm "none" the
+block is exactly its mixer: the pure attention ("SAN") of Dong, Cordonnier & Loukas (2021).
 """
 
 from __future__ import annotations
