@@ -4,9 +4,9 @@
     y = h + mlp(norm2(h))        # mlp off: y = h;  residual none: y = mlp(norm2(h))
 
 The `+` is `model.residual`, a family of variants (attnzoo.residual): none, add, scaled, rezero,
-layerscale and deepnorm act on each branch; denseformer and attnres mix the block outputs across
-depth in the model's forward. With residual none, MLP off and norm "none" the block is exactly its
-mixer: the pure attention ("SAN") of Dong, Cordonnier & Loukas (2021).
+layerscale and deepnorm act on each branch; denseformer and attnres mix block (or sublayer)
+outputs across depth in the model's forward. With residual none, MLP off and norm "none" the
+block is exactly its mixer: the pure attention ("SAN") of Dong, Cordonnier & Loukas (2021).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import nn
 
 from attnzoo import residual as res
 from attnzoo.mixers import build_mixer
-from attnzoo.residual import Residual
+from attnzoo.residual import AttnresForm, Residual, RezeroAlpha
 
 # The std of the normal init of token embeddings and learned positions (GPT-2's).
 EMBED_STD = 0.02
@@ -48,6 +48,9 @@ class ModelConfig:
     mixer_options: dict = field(default_factory=dict)  # the mixer's own keyword arguments
     residual: Residual = "add"  # the skip connection's variant (attnzoo.residual, docs/block.md)
     residual_alpha: float | None = None  # scaled: α (null: 1/√(2·depth)); layerscale: initial λ
+    rezero_alpha: RezeroAlpha = "shared"  # rezero: one α per block (the authors') | per_branch
+    attnres_form: AttnresForm = "full"  # attnres: full | block (the paper's) | per_block
+    attnres_block_size: int | None = None  # attnres_form=block: S (null: the paper's ≈8 blocks)
     skip: bool = True  # false: the older spelling of residual=none
     mlp: bool = True
     mlp_ratio: float = 4.0  # the MLP's hidden width over dim
@@ -90,7 +93,8 @@ class Block(nn.Module):
     `residual` is one of the per-branch variants of attnzoo.residual (none, add, scaled, rezero,
     layerscale, deepnorm) and `residual_alpha` its number (scaled's α, layerscale's initial λ,
     deepnorm's skip gain; None: the default for `depth`, the model's depth, which also sets
-    DeepNet's init gain). Pre-norm: the block adds g·x + scale(f(norm(x))); post-norm:
+    DeepNet's init gain); `rezero_alpha` says whether rezero's two branches share one α (the
+    authors') or have one each. Pre-norm: the block adds g·x + scale(f(norm(x))); post-norm:
     norm(g·x + scale(f(x))); g = 1, DeepNet's α, or no skip (none).
     """
 
@@ -100,6 +104,7 @@ class Block(nn.Module):
         mixer: nn.Module,
         residual: str = ModelConfig.residual,
         residual_alpha: float | None = ModelConfig.residual_alpha,
+        rezero_alpha: RezeroAlpha = ModelConfig.rezero_alpha,
         mlp: bool = ModelConfig.mlp,
         mlp_ratio: float = ModelConfig.mlp_ratio,
         norm: Norm = ModelConfig.norm,
@@ -115,6 +120,8 @@ class Block(nn.Module):
                 f"a Block's residual={residual!r} is not one of {res.BRANCH_RESIDUALS} "
                 f"({res.DEPTH_RESIDUALS} mix blocks across depth: build them with Model)"
             )
+        if rezero_alpha not in res.REZERO_ALPHAS:
+            raise ValueError(f"rezero_alpha={rezero_alpha!r} is not one of {res.REZERO_ALPHAS}")
         if residual_alpha is None:
             residual_alpha = res.default_alpha(residual, depth)
         self.gain, self.pre_norm = res.skip_gain(residual, residual_alpha), norm_position == "pre"
@@ -125,7 +132,8 @@ class Block(nn.Module):
         self.mlp = MLP(dim, mlp_ratio, dropout) if mlp else None
         if self.mlp is not None:
             self.norm2 = make_norm(norm, dim)
-            self.scale2 = res.branch_scale(residual, dim, residual_alpha)
+            shared = self.scale1 if rezero_alpha == "shared" else None
+            self.scale2 = res.branch_scale(residual, dim, residual_alpha, shared_with=shared)
         if residual == "deepnorm":
             res.deepnet_init_(self.mixer, self.mlp, beta=res.deepnorm_constants(depth)[1])
 
@@ -154,13 +162,30 @@ class Block(nn.Module):
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """f(x) = forward(x) − x of a pre-norm `add` block, computed as a + m with
-        a = mixer(norm1(x)), m = mlp(norm2(x + a)): what Attention Residuals aggregates."""
-        if not self.pre_norm or self.gain != 1.0:
-            raise ValueError("Block.update is the update of a pre-norm block with a skip")
-        a_bnd = self.drop1(self.scale1(self.mixer(self.norm1(x_bnd), key_padding_mask)))
+        a = mixer(norm1(x)), m = mlp(norm2(x + a)): what `attnres_form=per_block` aggregates."""
+        a_bnd = self.mixer_update(x_bnd, key_padding_mask)
         if self.mlp is None:
             return a_bnd
-        return a_bnd + self.scale2(self.mlp(self.norm2(x_bnd + a_bnd)))
+        return a_bnd + self.mlp_update(x_bnd + a_bnd)
+
+    def mixer_update(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The mixer sublayer's output a = mixer(norm1(x)) of a pre-norm block, before the skip:
+        a sublayer output fᵢ(hᵢ) of Attention Residuals."""
+        self._check_pre_norm_with_skip()
+        return self.drop1(self.scale1(self.mixer(self.norm1(x_bnd), key_padding_mask)))
+
+    def mlp_update(self, x_bnd: torch.Tensor) -> torch.Tensor:
+        """The MLP sublayer's output m = mlp(norm2(x)) of a pre-norm block, before the skip."""
+        self._check_pre_norm_with_skip()
+        if self.mlp is None:
+            raise ValueError("Block.mlp_update needs a block with an MLP (model.mlp=true)")
+        return self.scale2(self.mlp(self.norm2(x_bnd)))
+
+    def _check_pre_norm_with_skip(self) -> None:
+        if not self.pre_norm or self.gain != 1.0:
+            raise ValueError("a Block's update is that of a pre-norm block with a skip")
 
 
 def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
@@ -222,6 +247,7 @@ class Model(nn.Module):
                 mixer,
                 residual=self.residual.kind if per_branch else "add",
                 residual_alpha=self.residual.alpha,
+                rezero_alpha=c.rezero_alpha,
                 mlp=c.mlp,
                 mlp_ratio=c.mlp_ratio,
                 norm=c.norm,
@@ -233,7 +259,7 @@ class Model(nn.Module):
         shared = new_block() if c.share_blocks else None
         self.blocks = nn.ModuleList([shared or new_block() for _ in range(c.depth)])
         # denseformer, attnres: the module that runs the blocks, keeping every earlier output
-        self.depth_mixing = res.depth_mixing(self.residual.kind, c.depth, c.dim)
+        self.depth_mixing = res.depth_mixing(self.residual, c.depth, c.dim, c.mlp)
         self.norm = make_norm(c.norm, c.dim)
         self.head = nn.Linear(c.dim, out_features)
         self.apply(self._init)
@@ -253,7 +279,7 @@ class Model(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits, and with `return_hidden` the depth+1 hidden states (B, N, D): the input to the
         first block and the state after each block (its output; with denseformer or attnres the
-        depth-mixed state the next block, or the head, reads)."""
+        depth-mixed state the next block's first sublayer, or the head, reads)."""
         n = inputs.shape[1]
         if n > self.max_len:
             raise ValueError(f"sequence of {n} tokens is longer than max_len={self.max_len}")

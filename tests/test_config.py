@@ -81,6 +81,9 @@ COMPOSE_ERRORS = [
     (["logger.mode=sometimes"], ["logger.mode", "offline", "online", "disabled"]),
     (["mixer=pooling", "mixer.window=wide"], ["mixer.window", "Integer"]),
     (["train.on_nonfinite=ignore"], ["train.on_nonfinite", "stop", "skip"]),
+    (["model.rezero_alpha=both"], ["model.rezero_alpha", "shared", "per_branch"]),
+    (["model.attnres_form=layer"], ["model.attnres_form", "full", "block", "per_block"]),
+    (["model.attnres_block_size=big"], ["model.attnres_block_size", "Integer"]),
 ]
 
 
@@ -106,6 +109,14 @@ SEMANTIC_ERRORS = [
     (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
     (["model.depth=0"], ["model.depth", "positive"]),
     (["model.dropout=1.5"], ["model.dropout", "[0, 1)"]),
+    (
+        ["model.residual=attnres", "model.attnres_form=block", "model.attnres_block_size=0"],
+        ["model.attnres_block_size=0", "positive int"],
+    ),
+    (
+        ["model.residual=attnres", "model.attnres_block_size=4"],
+        ["model.attnres_block_size=4", "model.attnres_form=block"],
+    ),
 ]
 
 
