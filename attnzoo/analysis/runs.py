@@ -131,7 +131,10 @@ def residual_kind(cfg: dict[str, Any]) -> str | None:
     model = cfg.get("model")
     if not isinstance(model, dict):
         return None
-    keys = ("residual", "residual_alpha", "skip", "layer_scale", "depth", "norm", "norm_position")
+    keys = (
+        *("residual", "residual_alpha", "skip", "layer_scale", "depth", "norm", "norm_position"),
+        *("rezero_alpha", "attnres_form", "attnres_block_size"),
+    )
     fields = {k: model.get(k, getattr(ModelConfig, k)) for k in keys}
     try:
         return resolve(SimpleNamespace(**fields)).kind
