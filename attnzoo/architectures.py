@@ -1,6 +1,6 @@
 """Rank collapse in real architectures: BERT, ALBERT, XLNet, GPT-2 and ViT with their skip
 connections and MLPs removed (Dong, Cordonnier & Loukas 2021), the study behind
-scripts/architectures.py; the interventions themselves are attnzoo.probe's.
+scripts/architectures.py; the interventions themselves are attnzoo.hf_probe's.
 
 Each model (`MODELS`) is probed in five variants (`VARIANTS`: full, no_skip, no_mlp,
 pure_attention with norms kept, pure_attention_no_norm); every measure of attnzoo.rank is recorded
@@ -13,7 +13,7 @@ vocabulary; ViT reads Gaussian-noise images. Random init and trained weights rea
 
 `probe` runs the study into a `Study`; `write_csvs`, `report`, `figure` and `log_wandb` turn it
 into files and a W&B run. To add an architecture: an adapter for its layer
-(`attnzoo.probe.register_adapter`) and a `Spec` in `MODELS`.
+(`attnzoo.hf_probe.register_adapter`) and a `Spec` in `MODELS`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from attnzoo.hf_probe import ADAPTERS, rank_decay  # noqa: E402
 from attnzoo.paths import mean_path_length, path_shares  # noqa: E402
-from attnzoo.probe import ADAPTERS, rank_decay  # noqa: E402
 from attnzoo.rank import MEASURES, RankProfile  # noqa: E402
 
 
@@ -45,7 +45,7 @@ class StudyError(Exception):
 class Spec:
     """A model of the study: its Hub name and the config it is built from without the Hub."""
 
-    model_type: str  # Hugging Face config.model_type, also the attnzoo.probe adapter's name
+    model_type: str  # Hugging Face config.model_type, also the attnzoo.hf_probe adapter's name
     hub: str
     base: dict[str, Any] = field(default_factory=dict)  # the Hub model's shape, as config kwargs
     tiny: dict[str, Any] = field(default_factory=dict)
@@ -96,7 +96,7 @@ MODELS: dict[str, Spec] = {
         image=True,
     ),  # fmt: skip
 }
-VARIANTS = {  # label -> (attnzoo.probe variant, norms kept)
+VARIANTS = {  # label -> (attnzoo.hf_probe variant, norms kept)
     "full": ("full", True),
     "no_skip": ("no_skip", True),
     "no_mlp": ("no_mlp", True),
@@ -140,7 +140,7 @@ class Study:
 def unknown_model_message(name: str) -> str:
     return (
         f"unknown model {name!r}; supported: {', '.join(MODELS)}. To add an architecture, "
-        "declare its layer with attnzoo.probe.register_adapter(Adapter(...)) (see the README, "
+        "declare its layer with attnzoo.hf_probe.register_adapter(Adapter(...)) (see the README, "
         "'Rank collapse in real architectures') and add a Spec to MODELS in attnzoo.architectures"
     )
 

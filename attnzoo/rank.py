@@ -357,7 +357,7 @@ def profile_forward(
     dtype: torch.dtype | None = None,
     key_padding_mask: torch.Tensor | None = None,
 ) -> RankProfile:
-    """The steps every rank probe shares (`rank_profile` here, attnzoo.probe.rank_decay for
+    """The steps every rank probe shares (`rank_profile` here, attnzoo.hf_probe.rank_decay for
     other architectures): with `dtype`, a copy of the model and the inputs in it; the hidden
     states of one `forward`, with the attention weights when a measure reads them; every
     measure of each state (`measures`: names from MEASURES, None for all)."""

@@ -2,7 +2,7 @@
 
 Two sources of decisions, both measured, neither written by hand:
 
-1. **The dispatch table** of the GPU's compute capability, `dispatch/<major>.<minor>.json` beside
+1. **The dispatch table** of the GPU's compute capability, `dispatch_tables/<major>.<minor>.json` beside
    this file. `scripts/gpu_check.py` writes it from its kernel benchmark (`bench_kernels.py`):
    one entry per op, dtype, causal or not, width, forward-only or forward+backward, and range of
    sequence-length buckets, holding the verdict (`"triton"` or `"torch"`) and the times behind it.
@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 SCHEMA = 1
-TABLE_DIR = Path(__file__).resolve().parent / "dispatch"
+TABLE_DIR = Path(__file__).resolve().parent / "dispatch_tables"
 OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix")
 DTYPES = ("float16", "bfloat16", "float32")
 CHOICES = ("triton", "torch")

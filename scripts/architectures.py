@@ -2,7 +2,7 @@
 connections and MLPs removed (Dong, Cordonnier & Loukas 2021, the study their repository runs on
 BERT, ALBERT and XLNet).
 
-Each model is probed with attnzoo.probe in five variants: full, no_skip, no_mlp, pure_attention
+Each model is probed with attnzoo.hf_probe in five variants: full, no_skip, no_mlp, pure_attention
 (norms kept) and pure_attention_no_norm; every measure of attnzoo.rank (relative residual
 ‖res(H)‖/‖H‖, effective rank, stable rank, token similarity, attention entropy) is recorded
 before the first layer and after every layer. By default each model is built from its base

@@ -13,7 +13,7 @@ that one (what it printed is kept in `<out>/logs/<stage>.log`):
 4. bench-train: `scripts/bench_train.py` on nanoGPT's GPU Shakespeare recipe cut to a few hundred
    steps, every mixer and the plain GPT, eager and compiled, one subprocess per model and mode;
 5. default-job: `python -m attnzoo.train` end to end on cuda;
-6. dispatch-table: `kernels/dispatch/<major>.<minor>.json` from stage 3's measurements
+6. dispatch-table: `kernels/dispatch_tables/<major>.<minor>.json` from stage 3's measurements
    (`attnzoo.kernels.dispatch.make_table`), the table `impl="auto"` follows on that GPU.
 
 It writes `<out>/<date>-<gpu>.md` (tables, verdicts, what failed with its error) and
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         "--table-dir",
         type=Path,
         default=ROOT / "kernels" / "dispatch",
-        help="where the dispatch table goes (default kernels/dispatch)",
+        help="where the dispatch table goes (default kernels/dispatch_tables)",
     )
     parser.add_argument("--data-dir", type=Path, default=None, help="holds tinyshakespeare/")
     parser.add_argument("--budget", type=float, default=540, help="seconds for all stages")

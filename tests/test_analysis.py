@@ -16,7 +16,7 @@ from attnzoo.analysis.runs import reconstructed_budget
 from attnzoo.flops import train_flops_per_token
 from attnzoo.stats import mean_interval
 from attnzoo.train.budget import flops_per_token
-from attnzoo.train.probe import by_depth
+from attnzoo.train.rank_probe import by_depth
 
 
 def test_rank_keys_round_trip_and_other_keys_are_not_rank_keys():

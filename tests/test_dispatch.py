@@ -348,7 +348,7 @@ def test_the_gpu_docs_and_results_agree_with_the_committed_tables():
     with none, the docs say "not yet measured" and results/gpu/ holds no report."""
     root = Path(__file__).resolve().parents[1]
     docs = (root / "docs" / "gpu.md").read_text()
-    tables = sorted((root / "kernels" / "dispatch").glob("*.json"))
+    tables = sorted((root / "kernels" / "dispatch_tables").glob("*.json"))
     reports = [json.loads(p.read_text()) for p in (root / "results" / "gpu").glob("*.json")]
     reports = [r for r in reports if not r.get("dry_run")]
     measured = {(r.get("dispatch_table") or {}).get("capability") for r in reports}

@@ -146,13 +146,13 @@ def test_the_checkout_folder_imported_as_kernels_stays_empty():
 
 
 def test_the_dispatch_tables_are_package_data():
-    """kernels/dispatch/<capability>.json (impl="auto"'s measured tables) ship in the wheel:
+    """kernels/dispatch_tables/<capability>.json (impl="auto"'s measured tables) ship in the wheel:
     setuptools takes non-Python files only where package-data names them."""
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "dispatch/*.json" in config["package-data"]["attnzoo.kernels"]
+    assert "dispatch_tables/*.json" in config["package-data"]["attnzoo.kernels"]
     assert config["package-dir"]["attnzoo.kernels"] == "kernels"
-    assert (ROOT / "kernels" / "dispatch").is_dir()
+    assert (ROOT / "kernels" / "dispatch_tables").is_dir()
 
 
 def test_the_kernels_import_nothing_from_the_rest_of_attnzoo():

@@ -155,7 +155,7 @@ def train_tiny_bert(folder: Path):
 def test_trained_weights_from_a_folder_are_probed_offline_beside_random_init(monkeypatch, tmp_path):
     import torch
 
-    from attnzoo.probe import rank_decay
+    from attnzoo.hf_probe import rank_decay
     from attnzoo.rank import MEASURES
 
     folder = tmp_path / "tiny-bert"

@@ -11,7 +11,7 @@ The rooms, in the order a run passes through them:
 - `build`: a run from its config (device, task, model, W&B run, the checkpoint it resumes);
 - `trainer`: the `Trainer` and its loop, evaluation, checkpoints and logging;
 - `budget`: how long a run trains (steps, or a FLOPs or wall-time budget) and the compute it used;
-- `probe`: the rank probe's batch and the collapse measures it logs;
+- `rank_probe`: the rank probe's batch and the collapse measures it logs;
 - `step`: one training step, its optimiser and LR schedule (also what scripts/bench_train.py runs);
 - `resume`: pre-emption signals, random state, and the checks that a checkpoint is this run's;
 - `system`: how many threads a run uses on this machine.
@@ -20,7 +20,7 @@ The rooms, in the order a run passes through them:
 from attnzoo.train.budget import Budget, planned_steps
 from attnzoo.train.build import build_model, build_task_and_model, device_for, run
 from attnzoo.train.cli import compose, main, task_function
-from attnzoo.train.probe import by_depth, probe_batch, rank_record
+from attnzoo.train.rank_probe import by_depth, probe_batch, rank_record
 from attnzoo.train.step import StepStats, TrainStep, build_optimizer, lr_factor
 from attnzoo.train.system import AUTO_FLOP_PER_THREAD, available_cores, busy_cores, threads_for
 from attnzoo.train.trainer import (

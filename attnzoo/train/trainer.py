@@ -33,7 +33,7 @@ from attnzoo.tracking import (
     write_json,
 )
 from attnzoo.train.budget import Budget
-from attnzoo.train.probe import by_depth, probe_batch, rank_record
+from attnzoo.train.rank_probe import by_depth, probe_batch, rank_record
 from attnzoo.train.resume import Preemption, rng_state, set_rng_state
 from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
 from attnzoo.train.system import available_cores, threads_for

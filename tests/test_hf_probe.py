@@ -1,4 +1,4 @@
-"""attnzoo.probe: interventions on real architectures compute what the docstring says, leave the
+"""attnzoo.hf_probe: interventions on real architectures compute what the docstring says, leave the
 model as it was, and agree with attnzoo's own blocks built without skip, MLP or norm."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from einops import rearrange
 
 from attnzoo import Model, ModelConfig, rank_profile
-from attnzoo.probe import (
+from attnzoo.hf_probe import (
     ADAPTERS,
     VARIANTS,
     Adapter,
@@ -284,7 +284,7 @@ def test_a_wrong_adapter_is_an_error_naming_the_missing_module_and_leaves_no_hoo
 
 def test_the_readme_adapter_for_roberta_works(monkeypatch):
     """The README's example of adding an architecture, on a tiny RoBERTa."""
-    import attnzoo.probe as probe
+    import attnzoo.hf_probe as probe
 
     monkeypatch.setattr(probe, "ADAPTERS", dict(ADAPTERS))
     probe.register_adapter(

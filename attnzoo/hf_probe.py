@@ -40,7 +40,7 @@ The probe runs the model in eval mode (dropout off, which the branch captures re
 removes every hook and restores the training flag afterwards, also when the forward fails: the
 model is left as it was.
 
-    from attnzoo.probe import rank_decay
+    from attnzoo.hf_probe import rank_decay
     profile = rank_decay(bert, {"input_ids": ids}, variant="pure_attention")
     profile.mean   # depth + 1 relative residuals
     profile.measures["effective_rank"]   # and every other measure, depth + 1 values each
@@ -167,7 +167,7 @@ ADAPTERS: dict[str, Adapter] = {
 
 HOW_TO_ADD = (
     "to probe another architecture, declare its layer: "
-    "attnzoo.probe.register_adapter(Adapter(name=..., layer='<layer class name>', "
+    "attnzoo.hf_probe.register_adapter(Adapter(name=..., layer='<layer class name>', "
     "norm='post'|'pre', attn_branch=..., attn_norm=..., mlp_branch=..., mlp_norm=..., "
     "model_types=('<config.model_type>',))) -- see the README, 'Rank collapse in real "
     "architectures'"
