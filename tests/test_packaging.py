@@ -178,3 +178,33 @@ def test_the_kernels_import_nothing_from_the_rest_of_attnzoo():
                 if name.split(".")[0] == "attnzoo" and not name.startswith("attnzoo.kernels")
             ]
     assert outside == []
+
+
+# A script is a command over the package: its argument parsing, a call, its printing.
+SCRIPT_MAX_LINES = 400
+
+
+def test_scripts_are_thin_commands_over_the_package():
+    """What a researcher may want from Python lives in attnzoo, not in scripts/: no helper
+    modules there, no script importing another, none longer than SCRIPT_MAX_LINES."""
+    import ast
+
+    scripts = sorted((ROOT / "scripts").glob("*.py"))
+    names = {p.stem for p in scripts}
+    assert [p.name for p in scripts if p.name.startswith("_")] == []
+    imports, long = [], []
+    for path in scripts:
+        text = path.read_text()
+        if len(text.splitlines()) > SCRIPT_MAX_LINES:
+            long.append(f"{path.name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found = [node.module]
+            else:
+                continue
+            imports += [
+                f"{path.name}:{node.lineno}: {n}" for n in found if n.split(".")[0] in names
+            ]
+    assert long == [] and imports == []

@@ -5,6 +5,7 @@ work naming the key; the features it has no method for say "not available for th
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -23,6 +24,8 @@ from attnzoo.flops import flops_formula, mixer_flops_per_token
 from attnzoo.mixers import MIXERS, build_mixer, mixer_class, name_of_target
 from attnzoo.tracking import read_metrics
 from attnzoo.train import compose, run
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SHIFTMIX = '''
 import torch
@@ -147,21 +150,25 @@ def test_a_user_mixer_composes_names_its_runs_and_is_checked_against_its_class(u
         run(no_flops, tmp_path / "flops")
 
 
-def _train(
-    args: list[str], home: Path, cwd: Path, multirun: bool = False
-) -> subprocess.CompletedProcess:
-    env = {
+def _env(home: Path, cwd: Path) -> dict[str, str]:
+    """The user's folder on PYTHONPATH, W&B off and its files kept in the test's folder."""
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(home), os.environ.get("PYTHONPATH", "")]),
         "WANDB_MODE": "disabled",
         "WANDB_DIR": str(cwd),
     }
+
+
+def _train(
+    args: list[str], home: Path, cwd: Path, multirun: bool = False
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "attnzoo.train", *(["-m"] if multirun else [])]
         + [_searchpath(home), "mixer=shift", *TINY, *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=_env(home, cwd),
         cwd=cwd,
         timeout=300,
     )
@@ -200,6 +207,17 @@ def test_a_user_mixer_sweeps(user_code, tmp_path):
         assert summary["status"] == "completed"
         groups.add(summary["config_group"])
     assert len(groups) == 2 and all(g.startswith("sort-shift-") for g in groups)
+    # the sweep summary reads it like any other: one row per job, its FLOPs not available
+    summarize = [sys.executable, str(ROOT / "scripts" / "summarize.py"), str(sweep)]
+    out = subprocess.run(
+        summarize, capture_output=True, text=True, env=_env(user_code, tmp_path), timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    with (sweep / "summary.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["job"] for r in rows) == ["0", "1"] and {r["mixer"] for r in rows} == {"shift"}
+    assert all(r["status"] == "completed" and r["flops"] == "" for r in rows), rows
+    assert sorted("mixer.shift=2" in r["overrides"] for r in rows) == [False, True], rows
 
 
 def test_a_package_mixer_is_the_same_configuration_as_before_its_yaml_named_the_class():
