@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import math
 import tarfile
 from pathlib import Path
 
@@ -243,3 +245,247 @@ def test_memorize_splits_are_the_memorised_set():
     for split in ("val", "test"):
         data = task.fixed_set(split)
         assert torch.equal(data.inputs, task._data.inputs) and data.inputs.shape[0] == 20
+
+
+# --- the final evaluation ---------------------------------------------------------------------
+
+TINY = [
+    "model.dim=16",
+    "model.depth=1",
+    "model.heads=2",
+    "train.batch_size=8",
+    "train.max_steps=12",
+    "train.warmup_steps=2",
+    "train.log_every=4",
+    "train.eval_every=8",
+    "train.eval_batches=1",
+    "train.ckpt_every=4",
+    "train.probe_batch_size=4",
+    "train.eval_batch_size=7",  # divides no split: the last batch is a short one
+    "train.progress=false",
+    "train.threads=1",
+    "logger.mode=disabled",
+    "task.val_size=50",
+    "task.test_size=30",
+]
+
+
+@pytest.fixture
+def count_final(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of the whole-split evaluation (the trainer's one entry to it)."""
+    from attnzoo.train import trainer
+
+    calls: list[int] = []
+    original = trainer.evaluate_splits
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "evaluate_splits", counted)
+    return calls
+
+
+def trained_model(cfg, run_dir: Path):
+    """The model of the run's last checkpoint (the weights the final evaluation scored)."""
+    from attnzoo.checkpoint import read_checkpoint
+    from attnzoo.train import build_task_and_model
+
+    task, model = build_task_and_model(cfg, Path(cfg.data_dir or "."))
+    model.load_state_dict(read_checkpoint(run_dir / "checkpoints" / "last.pt")["model"])
+    return task, model.eval()
+
+
+@torch.no_grad()
+def one_by_one(model, task, split: str) -> dict[str, float]:
+    """The loss and accuracy over a split, brute force: one example at a time, unpadded,
+    averaged over every labelled position (token tasks) or every example (classification)."""
+    nats, correct, count, sequences, examples = 0.0, 0, 0, 0, 0
+    for batch in task.whole_split(split, 1):
+        mask = batch.key_padding_mask
+        inputs = batch.inputs if mask is None else batch.inputs[~mask][None]
+        logits = model(inputs).reshape(-1, task.out_features).double()
+        targets = batch.targets.reshape(-1)
+        nats += torch.nn.functional.cross_entropy(logits, targets, reduction="sum").item()
+        right = logits.argmax(-1) == targets
+        correct, count = correct + int(right.sum()), count + targets.numel()
+        sequences, examples = sequences + int(right.all()), examples + 1
+    return {"loss": nats / count, "accuracy": correct / count, "all_right": sequences / examples}
+
+
+def test_final_evaluation_scores_whole_splits_once(tmp_path, monkeypatch, count_final):
+    from attnzoo.tracking import WandbRun, read_metrics
+    from attnzoo.train import compose, run
+
+    wandb_summary: dict = {}
+    monkeypatch.setattr(WandbRun, "summary", lambda self, data: wandb_summary.update(data))
+    cfg = compose(TINY)
+    summary = run(cfg, tmp_path)
+    assert summary["status"] == "completed" and len(count_final) == 1
+    final = summary["final"]
+    assert (final["val/n"], final["test/n"]) == (50, 30)  # every example of each split, once
+    task, model = trained_model(cfg, tmp_path)
+    for split in ("val", "test"):
+        brute = one_by_one(model, task, split)
+        assert final[f"{split}/loss"] == pytest.approx(brute["loss"], rel=1e-5)
+        assert final[f"{split}/accuracy"] == pytest.approx(brute["accuracy"], abs=1e-9)
+        assert final[f"{split}/sequence_accuracy"] == pytest.approx(brute["all_right"], abs=1e-9)
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 4, 8, 12]  # no extra line
+    assert {k for k in records[-1] if k.startswith("final/")} == {
+        f"final/{s}/{m}"
+        for s in ("val", "test")
+        for m in ("loss", "accuracy", "sequence_accuracy", "n")
+    }
+    # the sampled evaluations keep their names; summary.json's val/test numbers are whole-split
+    assert records[-1]["val/loss"] != final["val/loss"] and "test/loss" not in records[-1]
+    assert summary["time"]["final_eval_s"] > 0
+    assert {k: wandb_summary[f"final/{k}"] for k in final if k.startswith(("val/", "test/"))} == {
+        k: v for k, v in final.items() if k.startswith(("val/", "test/"))
+    }
+    assert (
+        summary["splits"]["test"]["examples"] == 30
+        and summary["splits"]["test"]["excludes"] == "val"
+    )
+
+
+def test_a_resumed_run_writes_the_final_evaluation_of_an_uninterrupted_one(
+    tmp_path, monkeypatch, count_final
+):
+    from attnzoo.tasks.synthetic import Sort
+    from attnzoo.train import compose, run
+
+    whole = run(compose(TINY), tmp_path / "whole")
+    original, calls = Sort.batch, {"train": 0}
+
+    def crash(self, split, batch_size, generator):
+        if split == "train":
+            calls["train"] += 1
+            if calls["train"] == 10:
+                raise RuntimeError("simulated crash")
+        return original(self, split, batch_size, generator)
+
+    with monkeypatch.context() as m:
+        m.setattr(Sort, "batch", crash)
+        with pytest.raises(RuntimeError, match="simulated"):
+            run(compose(TINY), tmp_path / "cut")
+    assert "test/n" not in json.loads((tmp_path / "cut" / "summary.json").read_text())["final"]
+    count_final.clear()
+    resumed = run(compose([*TINY, "train.resume=true"]), tmp_path / "cut")
+    assert resumed["status"] == "completed" and resumed["resumed_from"] == 8
+    assert len(count_final) == 1
+    keys = [k for k in whole["final"] if k.startswith(("val/", "test/"))]
+    assert {k: resumed["final"][k] for k in keys} == {k: whole["final"][k] for k in keys}
+    # started again at its end, the run keeps its final evaluation instead of redoing it
+    count_final.clear()
+    again = run(compose([*TINY, "train.resume=true"]), tmp_path / "cut")
+    assert not count_final and {k: again["final"][k] for k in keys} == {
+        k: whole["final"][k] for k in keys
+    }
+
+
+def test_a_run_stopped_by_its_budget_is_evaluated_whole(tmp_path, count_final):
+    from attnzoo.train import compose, run
+
+    cfg = compose([*TINY, "train.max_steps=100000", "train.max_seconds=0.3"])
+    summary = run(cfg, tmp_path)
+    assert summary["status"] == "completed" and summary["compute"]["stopped_by"] == "seconds"
+    assert summary["step"] < 100000 and len(count_final) == 1
+    assert (summary["final"]["val/n"], summary["final"]["test/n"]) == (50, 30)
+
+
+def test_a_diverged_run_has_no_final_evaluation(tmp_path, monkeypatch, count_final):
+    from attnzoo.tasks.synthetic import Sort
+    from attnzoo.train import compose, run
+
+    original, calls = Sort.loss, {"n": 0}
+
+    def loss(self, logits, batch):  # NaN at the 10th training step
+        calls["n"] += logits.requires_grad
+        value = original(self, logits, batch)
+        return value * float("nan") if calls["n"] == 10 and logits.requires_grad else value
+
+    monkeypatch.setattr(Sort, "loss", loss)
+    summary = run(compose(TINY), tmp_path)
+    assert summary["status"] == "diverged" and not count_final
+    assert not any(k.endswith("/n") or k.startswith("test/") for k in summary["final"])
+
+
+def test_imdb_final_evaluation_masks_padding_and_counts_every_review(
+    tmp_path, monkeypatch, count_final
+):
+    from attnzoo.train import compose, run
+
+    data = imdb_dir(tmp_path / "data", monkeypatch, train=8, test=5)
+    cfg = compose(
+        [
+            *TINY[:-2],
+            "task=imdb",
+            f"data_dir={data}",
+            "task.val_size=4",
+            "task.seq_len=16",
+            "task.tokenizer=bpe",
+            "task.bpe_vocab_size=300",
+            "train.eval_batch_size=3",
+        ]
+    )
+    summary = run(cfg, tmp_path / "run")
+    final = summary["final"]
+    assert (final["val/n"], final["test/n"]) == (4, 10) and len(count_final) == 1
+    task, model = trained_model(cfg, tmp_path / "run")
+    for split in ("val", "test"):
+        brute = one_by_one(model, task, split)  # each review alone: no padding at all
+        assert final[f"{split}/loss"] == pytest.approx(brute["loss"], rel=1e-5)
+        assert final[f"{split}/accuracy"] == pytest.approx(brute["accuracy"], abs=1e-9)
+    assert summary["splits"]["val"]["sha256"] == task.val_digest
+
+
+def test_language_model_final_evaluation_counts_predicted_tokens(play_dir):
+    from attnzoo.model import Model, ModelConfig
+    from attnzoo.train import evaluate_splits
+
+    task = build_task("shakespeare_char", str(play_dir), 0, seq_len=16)
+    model = Model(ModelConfig(dim=16, depth=1, heads=2, causal=True), task.vocab_size, 16,
+                  vocab_size=task.vocab_size, head="lm").eval()  # fmt: skip
+    five = evaluate_splits(model, task, 5, torch.device("cpu"))
+    one = evaluate_splits(model, task, 1, torch.device("cpu"))
+    for split in ("val", "test"):
+        assert five[f"{split}/n"] == task.ids[split].numel() - 1  # tokens, not windows
+        for metric in ("loss", "accuracy", "bits_per_char"):
+            assert five[f"{split}/{metric}"] == pytest.approx(one[f"{split}/{metric}"], rel=1e-5)
+        assert five[f"{split}/bits_per_char"] == pytest.approx(five[f"{split}/loss"] / math.log(2))
+    nano = build_task("shakespeare_char", str(play_dir), 0, seq_len=16, splits="nanogpt")
+    assert set(evaluate_splits(model, nano, 8, torch.device("cpu"))) == {
+        "val/loss", "val/accuracy", "val/bits_per_char", "val/n"
+    }  # fmt: skip
+
+
+def test_a_run_resumed_with_its_budget_spent_is_evaluated_on_its_last_line(
+    tmp_path, monkeypatch, count_final
+):
+    """Cut at step 9 (checkpoint at 8), then resumed with a wall-time budget already used up:
+    no step is taken, the run completes, and the final evaluation joins step 8's line."""
+    from attnzoo.tasks.synthetic import Sort
+    from attnzoo.tracking import read_metrics
+    from attnzoo.train import compose, run
+
+    original = Sort.batch
+    calls = {"train": 0}
+
+    def crash(self, split, batch_size, generator):
+        calls["train"] += split == "train"
+        if calls["train"] == 9 and split == "train":
+            raise RuntimeError("simulated crash")
+        return original(self, split, batch_size, generator)
+
+    with monkeypatch.context() as m:
+        m.setattr(Sort, "batch", crash)
+        with pytest.raises(RuntimeError, match="simulated"):
+            run(compose(TINY), tmp_path)
+    count_final.clear()
+    summary = run(compose([*TINY, "train.resume=true", "train.max_seconds=1e-9"]), tmp_path)
+    assert summary["status"] == "completed" and summary["step"] == 8 and len(count_final) == 1
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 4, 8]  # one line per step still
+    assert records[-1]["final/test/n"] == summary["final"]["test/n"] == 30
+    assert "train/loss" in records[-1]  # the step's own numbers kept beside the final ones
