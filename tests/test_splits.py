@@ -112,6 +112,8 @@ def test_imdb_val_is_the_same_in_every_run_and_moves_with_split_seed(tmp_path, m
     a = build_task("imdb", str(data), 0, val_size=6, **IMDB_OPTS)
     b = build_task("imdb", str(data), 7, val_size=6, **IMDB_OPTS)  # another train.seed
     assert torch.equal(a.val_index, b.val_index) and a.val_digest == b.val_digest
+    default = build_task("imdb", str(data), 0, **IMDB_OPTS)  # a tenth of the 20: one of each
+    assert default.num_examples("val") == 2 and default.data["val"][2].tolist() == [0, 1]
     c = build_task("imdb", str(data), 0, val_size=6, split_seed=1, **IMDB_OPTS)
     assert not torch.equal(a.val_index, c.val_index) and set(imdb_texts(a, "val")) != set(
         imdb_texts(c, "val")

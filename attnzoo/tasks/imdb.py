@@ -59,6 +59,12 @@ def val_key(split_seed: int, name: str) -> str:
     return hashlib.sha256(f"{split_seed}:{name}".encode()).hexdigest()
 
 
+def default_val_size(n_train: int) -> int:
+    """A tenth of `n_train` training reviews, rounded down to an even number, at least 2: 2,500
+    of IMDB's 25,000."""
+    return max(2, n_train // 20 * 2)
+
+
 def check_val_size(val_size: int) -> None:
     """`task.val_size` is a positive even number (half of it of each label), else a ValueError."""
     if isinstance(val_size, bool) or not isinstance(val_size, int) or val_size < 2:
@@ -183,16 +189,18 @@ class IMDB(Task):
         download: bool = True,
         tokenizer: str = "auto",
         bpe_vocab_size: int = 8192,
-        val_size: int = 2500,
+        val_size: int | None = None,
         split_seed: int = 0,
     ) -> None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ValueError(f"task.seq_len must be a positive int, got {seq_len!r}")
-        check_val_size(val_size)
+        if val_size is not None:
+            check_val_size(val_size)
         source, key = locate(data_dir, download)
         self.seq_len, self.val_size, self.split_seed = seq_len, val_size, split_seed
         # what the splits are, for the names of the cached tokenizer and token ids
-        self.split_definition = f"val{val_size}:seed{split_seed}:sha256-rank"
+        size = "tenth" if val_size is None else val_size
+        self.split_definition = f"val{size}:seed{split_seed}:sha256-rank"
 
         @cache
         def reviews() -> Reviews:
@@ -201,8 +209,9 @@ class IMDB(Task):
         @cache
         def val_rows() -> list[int]:
             rows = reviews()["train"]
+            size = default_val_size(len(rows)) if val_size is None else val_size
             return choose_val(
-                [name for _, _, name in rows], [label for _, label, _ in rows], val_size, split_seed
+                [name for _, _, name in rows], [label for _, label, _ in rows], size, split_seed
             )
 
         def train_texts() -> list[str]:
