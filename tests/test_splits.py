@@ -138,6 +138,18 @@ def test_imdb_token_cache_is_keyed_on_the_split_definition(tmp_path, monkeypatch
     assert len(caches()) == 3
     assert other.num_examples("val") == 4 and other.num_examples("train") == 16
     assert moved.val_digest != first.val_digest
+    # a file in the old layout (train, and val = the test reviews) under the name is not read
+    (cached,) = made
+    import numpy as np
+
+    old_layout = {f"{split}_{part}": np.zeros(3, dtype=np.int64) for split in ("train", "val")
+                  for part in ("tokens", "offsets", "labels")}  # fmt: skip
+    with open(cached, "wb") as f:
+        np.savez(f, **old_layout)
+    rebuilt = build_task("imdb", str(data), 0, val_size=6, **IMDB_OPTS)
+    assert (
+        imdb_texts(rebuilt, "val") == imdb_texts(first, "val") and rebuilt.num_examples("test") == 6
+    )
 
 
 @pytest.mark.parametrize(

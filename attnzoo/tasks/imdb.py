@@ -244,7 +244,9 @@ class IMDB(Task):
                     arrays = {name: npz[name] for name in npz.files}
             except (OSError, ValueError, zlib.error, EOFError):  # a damaged cache: rebuild it
                 arrays = {}
-        if not arrays:
+        parts = ("tokens", "offsets", "labels")
+        needed = {"val_index", "val_digest", *(f"{s}_{p}" for s in SPLITS for p in parts)}
+        if not needed <= set(arrays):  # none, damaged, or not of this format
             arrays = self._tokenise(reviews(), val_rows())
             buffer = io.BytesIO()
             np.savez(buffer, **arrays)
@@ -252,8 +254,7 @@ class IMDB(Task):
                 tmp.write_bytes(buffer.getvalue())
         data = {
             split: tuple(
-                torch.from_numpy(arrays[f"{split}_{part}"].astype(np.int64))
-                for part in ("tokens", "offsets", "labels")
+                torch.from_numpy(arrays[f"{split}_{part}"].astype(np.int64)) for part in parts
             )
             for split in SPLITS
         }
