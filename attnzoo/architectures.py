@@ -243,7 +243,7 @@ def load_corpus(opts: Options) -> tuple[str | None, str, str]:
     except Exception as err:  # CorpusError (missing, corrupt) or a failed download
         print(f"warning: text models read random token ids: {type(err).__name__}: {err}")
         return None, "", "no Tiny Shakespeare: see --data-dir"
-    return split_text(text)["val"][:TEXT_CHARS], sha, ""
+    return split_text(text, "nanogpt")["val"][:TEXT_CHARS], sha, ""
 
 
 def tokenizer_for(spec: Spec, vocab_size: int, corpus, source: str | None = None):

@@ -174,7 +174,9 @@ class TrainConfig:
     grad_clip: float = 1.0  # max global grad norm; 0 turns clipping off
     log_every: int = 10
     eval_every: int = 100
-    eval_batches: int = 4
+    eval_batches: int = 4  # batches sampled from val at each evaluation during training
+    # batch size of the final whole-split evaluation of val and test; null: train.batch_size
+    eval_batch_size: int | None = None
     probe_batch_size: int = 16  # examples in the fixed batch the rank profile is measured on
     # the collapse measures (attnzoo.rank.MEASURES) the probe logs as rank/<measure>/layer_<k>;
     # rank/layer_<k> and rank/last (the relative residual) are logged whatever the list
@@ -379,6 +381,12 @@ def validate(cfg: DictConfig) -> None:
     _require(t.grad_clip >= 0, "train.grad_clip", t.grad_clip, ">= 0 (0 turns clipping off)")
     for key in ("log_every", "eval_every", "eval_batches", "probe_batch_size", "ckpt_every"):
         _require(t[key] >= 1, f"train.{key}", t[key], "a positive int (>= 1)")
+    _require(
+        t.eval_batch_size is None or t.eval_batch_size >= 1,
+        "train.eval_batch_size",
+        t.eval_batch_size,
+        "null or a positive int (>= 1)",
+    )
     for name in t.rank_measures:
         _require(name in MEASURES, "train.rank_measures", name, f"a list of {list(MEASURES)}")
     threads = t.threads

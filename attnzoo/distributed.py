@@ -88,6 +88,9 @@ class Discard:
     def write(self, record: Any) -> None:
         pass
 
+    def merge(self, record: Any) -> None:
+        pass
+
     def sync(self) -> None:
         pass
 

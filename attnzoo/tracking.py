@@ -64,6 +64,21 @@ class MetricsFile:
         self._f.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
         self._f.flush()
 
+    def merge(self, record: Mapping[str, Any]) -> None:
+        """Add `record` to the last line when that line is of the same step (a step keeps one
+        line), else write it as a new line."""
+        self._f.flush()
+        data = self.path.read_bytes()
+        start = data.rstrip(b"\n").rfind(b"\n") + 1
+        try:
+            last = json.loads(data[start:]) if data.strip() else None
+        except json.JSONDecodeError:
+            last = None
+        if isinstance(last, dict) and last.get("step") == record.get("step"):
+            os.truncate(self.path, start)  # appends go to the new end
+            record = {**last, **record}
+        self.write(record)
+
     def sync(self) -> None:
         self._f.flush()
         os.fsync(self._f.fileno())
@@ -341,7 +356,7 @@ def report(run_dir: Path, summary: dict[str, Any]) -> None:
     final = "  ".join(
         f"{k}={v:.4g}"
         for k, v in summary.get("final", {}).items()
-        if k.startswith("val/") or k == "rank/last"
+        if k.startswith(("val/", "test/")) or k == "rank/last"
     )
     lines = [
         f"attnzoo.train: {summary['status']} at step {summary['step']}{error}",

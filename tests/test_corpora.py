@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -233,9 +234,10 @@ def play_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_shakespeare_char_split_batches_and_determinism(play_dir: Path) -> None:
     task = build_task("shakespeare_char", str(play_dir), 0, seq_len=16)
-    cut = int(len(PLAY) * 0.9)
+    cut, cut_test = int(len(PLAY) * 0.9), int(len(PLAY) * 0.95)
     assert task.decode(task.ids["train"].tolist()) == PLAY[:cut]
-    assert task.decode(task.ids["val"].tolist()) == PLAY[cut:]
+    assert task.decode(task.ids["val"].tolist()) == PLAY[cut:cut_test]
+    assert task.decode(task.ids["test"].tolist()) == PLAY[cut_test:]
     assert (task.head, task.causal, task.max_len, task.vocab_size) == (
         "lm",
         True,
@@ -250,8 +252,9 @@ def test_shakespeare_char_split_batches_and_determinism(play_dir: Path) -> None:
     assert torch.equal(a.inputs[:, 1:], a.targets[:, :-1])  # targets are the next characters
     for row in task.decode(a.inputs[0].tolist()), task.decode(a.targets[0].tolist()):
         assert row in PLAY[:cut]
-    with pytest.raises(ValueError, match="split"):
-        task.batch("test", 2, torch.Generator())
+    for split in ("test", "validation"):  # test is read whole, once, at the end of a run
+        with pytest.raises(ValueError, match="split"):
+            task.batch(split, 2, torch.Generator())
 
 
 def test_lm_metrics_in_bits(play_dir: Path) -> None:
@@ -366,17 +369,23 @@ def test_imdb_from_archive_padding_and_truncation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     put_archive(tmp_path, imdb_tar(), monkeypatch)
-    task = build_task("imdb", str(tmp_path), 0, seq_len=24, bpe_vocab_size=300)
+    task = build_task("imdb", str(tmp_path), 0, seq_len=24, bpe_vocab_size=300, val_size=2)
     assert (task.head, task.causal, task.out_features, task.max_len) == ("classify", False, 2, 24)
-    assert task.num_examples("train") == 5 and task.num_examples("val") == 4
-    tokens, offsets, labels = task.data["train"]
-    assert labels.tolist() == [0, 0, 0, 1, 1]  # neg then pos, ordered by review id
+    assert [task.num_examples(s) for s in ("train", "val", "test")] == [3, 2, 4]
+    tokens, offsets, labels = task.data["test"]
+    assert labels.tolist() == [0, 0, 1, 1]  # neg then pos, ordered by review id
     first_neg = task.encoding.decode(tokens[offsets[0] : offsets[1]].tolist())
-    assert first_neg == "Dull."
+    assert first_neg == "Awful."
+
+    def texts(split: str) -> list[str]:
+        tokens, offsets, _ = task.data[split]
+        return [task.encoding.decode(tokens[a:b].tolist()) for a, b in pairwise(offsets)]
+
+    wonderful = [t for split in ("train", "val") for t in texts(split) if "wonderful" in t]
+    assert wonderful[0].startswith("A wonderful film.\n\nLoved")  # <br /> became line breaks
+    tokens, offsets, labels = task.data["train"]
     lengths = (offsets[1:] - offsets[:-1]).tolist()
     assert max(lengths) == 24 and min(lengths) < 24  # long reviews cut at seq_len
-    pos0 = task.encoding.decode(tokens[offsets[3] : offsets[4]].tolist())
-    assert pos0.startswith("A wonderful film.\n\nLoved")  # <br /> became line breaks
     batch = task.batch("train", 16, torch.Generator().manual_seed(0))
     again = task.batch("train", 16, torch.Generator().manual_seed(0))
     assert torch.equal(batch.inputs, again.inputs) and torch.equal(batch.targets, again.targets)
@@ -389,7 +398,7 @@ def test_imdb_from_archive_padding_and_truncation(
         text = task.encoding.decode(row[~m].tolist())
         assert not m[: (~m).sum()].any()
         matches = [
-            i for i in range(5) if tokens[offsets[i] : offsets[i + 1]].tolist() == row[~m].tolist()
+            i for i in range(3) if tokens[offsets[i] : offsets[i + 1]].tolist() == row[~m].tolist()
         ]
         assert matches and labels[matches[0]] == label, text
 
@@ -402,8 +411,8 @@ def test_imdb_download_from_local_server(
     server.files["/aclImdb_v1.tar.gz"] = data
     monkeypatch.setenv("ATTNZOO_IMDB_URL", server.url("/aclImdb_v1.tar.gz"))
     monkeypatch.setenv("ATTNZOO_IMDB_SHA256", sha(data))
-    task = build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe")
-    assert task.num_examples("val") == 4
+    task = build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe", val_size=2)
+    assert task.num_examples("test") == 4
     assert (_isolated_cache / "downloads" / "imdb" / "aclImdb_v1.tar.gz").read_bytes() == data
 
 
@@ -417,11 +426,11 @@ def test_imdb_interrupted_download_is_never_used(
     monkeypatch.setenv("ATTNZOO_IMDB_URL", server.url("/a.tar.gz"))
     monkeypatch.setenv("ATTNZOO_IMDB_SHA256", sha(data))
     with pytest.raises(CorpusError, match="ai.stanford.edu"):
-        build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe")
+        build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe", val_size=2)
     assert leftovers(_isolated_cache / "downloads") == []
     server.dying.clear()
-    task = build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe")
-    assert task.num_examples("train") == 5
+    task = build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe", val_size=2)
+    assert task.num_examples("train") + task.num_examples("val") == 5
 
 
 def test_imdb_truncated_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,9 +455,11 @@ def test_imdb_from_folder_matches_archive(tmp_path: Path, monkeypatch: pytest.Mo
     put_archive(tmp_path / "a", imdb_tar(), monkeypatch)
     with tarfile.open(fileobj=io.BytesIO(imdb_tar())) as tar:
         tar.extractall(tmp_path / "b" / "imdb", filter="data")
-    from_tar = build_task("imdb", str(tmp_path / "a"), 0, seq_len=16, bpe_vocab_size=300)
-    from_dir = build_task("imdb", str(tmp_path / "b"), 0, seq_len=16, bpe_vocab_size=300)
-    for split in ("train", "val"):
+    opts = {"seq_len": 16, "bpe_vocab_size": 300, "val_size": 2}
+    from_tar = build_task("imdb", str(tmp_path / "a"), 0, **opts)
+    from_dir = build_task("imdb", str(tmp_path / "b"), 0, **opts)
+    assert from_tar.val_digest == from_dir.val_digest
+    for split in ("train", "val", "test"):
         for a, b in zip(from_tar.data[split], from_dir.data[split], strict=True):
             assert torch.equal(a, b)
 

@@ -56,6 +56,12 @@ def last_values(path: Path | str) -> dict[str, Any]:
     return final
 
 
+def last_record(path: Path | str) -> dict[str, Any]:
+    """The last readable record of a `metrics.jsonl` ({} when there is none)."""
+    records = read_metrics(path) if Path(path).exists() else []
+    return records[-1] if records else {}
+
+
 def rank_key(layer: int, measure: str | None = None, prefix: str = RANK_PREFIX) -> str:
     """`rank/layer_<layer>` (measure None: the relative residual the probe always logs) or
     `rank/<measure>/layer_<layer>`."""

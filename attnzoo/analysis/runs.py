@@ -83,7 +83,8 @@ class Job:
         keys = set((self.summary or {}).get("final") or {})
         for record in self.records:
             keys.update(record)
-        names = sorted(k for k in keys if k.startswith("val/") and k != "val/loss")
+        # not the loss, nor the count of examples a whole-split evaluation covered (val/n)
+        names = sorted(k for k in keys if k.startswith("val/") and k not in ("val/loss", "val/n"))
         return names[0] if names else None
 
     def final_measure(self, name: str) -> Any:

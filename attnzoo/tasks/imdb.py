@@ -15,7 +15,7 @@ import io
 import re
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -43,12 +43,62 @@ ACL_IMDB_LABELED = Remote(
     env="IMDB_LABELED",
     homepage=ACL_IMDB.homepage,
 )
-SPLITS = {"train": "train", "val": "test"}  # task split -> aclImdb folder
+SPLITS = ("train", "val", "test")
 LABELS = {"neg": 0, "pos": 1}
 REVIEW = re.compile(r"(?:^|/)aclImdb/(train|test)/(pos|neg)/(\d+)_(\d+)\.txt$")
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 1: val was the test reviews; 2: val is a stratified slice of the training ones
 
-Reviews = dict[str, list[tuple[str, int]]]  # aclImdb folder -> [(text, label)]
+# aclImdb folder -> [(text, label, name)], name as "pos/123_8.txt", ordered by (label, review id)
+Reviews = dict[str, list[tuple[str, int, str]]]
+
+
+def val_key(split_seed: int, name: str) -> str:
+    """The rank of training review `name` ("pos/123_8.txt") in the draw of the validation set:
+    sha256 of "<split_seed>:<name>", so the choice depends on neither the library versions nor
+    the order reviews are read in, and anyone can recompute it."""
+    return hashlib.sha256(f"{split_seed}:{name}".encode()).hexdigest()
+
+
+def default_val_size(n_train: int) -> int:
+    """A tenth of `n_train` training reviews, rounded down to an even number, at least 2: 2,500
+    of IMDB's 25,000."""
+    return max(2, n_train // 20 * 2)
+
+
+def check_val_size(val_size: int) -> None:
+    """`task.val_size` is a positive even number (half of it of each label), else a ValueError."""
+    if isinstance(val_size, bool) or not isinstance(val_size, int) or val_size < 2:
+        raise ValueError(f"task.val_size must be an even int >= 2, got {val_size!r}")
+    if val_size % 2:
+        raise ValueError(
+            f"task.val_size={val_size} must be even: the validation set holds as many positive "
+            f"as negative reviews (e.g. {val_size + 1})"
+        )
+
+
+def choose_val(
+    names: Sequence[str], labels: Sequence[int], val_size: int, split_seed: int
+) -> list[int]:
+    """Indices (ascending) into the training reviews `names` of the validation set: of each
+    label, the `val_size // 2` reviews with the smallest `val_key`."""
+    check_val_size(val_size)
+    chosen: list[int] = []
+    for label in sorted(set(LABELS.values())):
+        rows = [i for i, lab in enumerate(labels) if lab == label]
+        if len(rows) <= val_size // 2:
+            raise ValueError(
+                f"task.val_size={val_size} takes {val_size // 2} reviews of each label from the "
+                f"training reviews, which have only {len(rows)} with label {label}: allowed, an "
+                f"even number below {2 * len(rows)} (some must be left to train on)"
+            )
+        rows.sort(key=lambda i: val_key(split_seed, names[i]))
+        chosen += rows[: val_size // 2]
+    return sorted(chosen)
+
+
+def val_digest(names: Sequence[str]) -> str:
+    """sha256 of the validation reviews' names ("pos/123_8.txt"), sorted, one per line."""
+    return hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest()
 
 
 def clean(text: str) -> str:
@@ -63,9 +113,11 @@ def _collect(items: Iterator[tuple[str, bytes]], source: Path) -> Reviews:
         match = REVIEW.search(name)
         if match is None:
             continue
-        folder, label, review_id, _rating = match.groups()
+        folder, label, review_id, rating = match.groups()
         text = clean(data.decode("utf-8", errors="replace"))
-        found[folder].append((LABELS[label], int(review_id), text))
+        found[folder].append(
+            (LABELS[label], int(review_id), text, f"{label}/{review_id}_{rating}.txt")
+        )
     reviews: Reviews = {}
     for folder, rows in found.items():
         counts = {lab: sum(1 for r in rows if r[0] == LABELS[lab]) for lab in LABELS}
@@ -75,7 +127,7 @@ def _collect(items: Iterator[tuple[str, bytes]], source: Path) -> Reviews:
                 f"{'/, '.join(k for k, v in counts.items() if v == 0)}/: it is not the aclImdb "
                 f"layout, or it is truncated. {ACL_IMDB.how_to_obtain(source.parent.parent)}"
             )
-        reviews[folder] = [(text, label) for label, _, text in sorted(rows)]
+        reviews[folder] = [(text, label, name) for label, _, text, name in sorted(rows)]
     return reviews
 
 
@@ -137,34 +189,52 @@ class IMDB(Task):
         download: bool = True,
         tokenizer: str = "auto",
         bpe_vocab_size: int = 8192,
+        val_size: int | None = None,
+        split_seed: int = 0,
     ) -> None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise ValueError(f"task.seq_len must be a positive int, got {seq_len!r}")
+        if val_size is not None:
+            check_val_size(val_size)
         source, key = locate(data_dir, download)
+        self.seq_len, self.val_size, self.split_seed = seq_len, val_size, split_seed
+        # what the splits are, for the names of the cached tokenizer and token ids
+        size = "tenth" if val_size is None else val_size
+        self.split_definition = f"val{size}:seed{split_seed}:sha256-rank"
 
         @cache
         def reviews() -> Reviews:
             return _from_folder(source) if source.is_dir() else _from_tar(source)
 
+        @cache
+        def val_rows() -> list[int]:
+            rows = reviews()["train"]
+            size = default_val_size(len(rows)) if val_size is None else val_size
+            return choose_val(
+                [name for _, _, name in rows], [label for _, label, _ in rows], size, split_seed
+            )
+
+        def train_texts() -> list[str]:
+            held_out = set(val_rows())
+            rows = reviews()["train"]
+            return [text for i, (text, _, _) in enumerate(rows) if i not in held_out]
+
         self.encoding = get_encoding(
-            tokenizer,
-            "imdb",
-            f"{key}:train",
-            lambda: [text for text, _ in reviews()["train"]],
-            bpe_vocab_size,
+            tokenizer, "imdb", f"{key}:train:{self.split_definition}", train_texts, bpe_vocab_size
         )
         self.tokenizer_name = self.encoding.name
-        self.seq_len = seq_len
         self.vocab_size = self.encoding.n_vocab
         self.out_features = len(LABELS)
         self.max_len = seq_len
-        self.data = self._tokenised(key, reviews)
+        self.data, self.val_index, self.val_digest = self._tokenised(key, reviews, val_rows)
 
-    def _tokenised(self, key: str, reviews) -> dict[str, tuple[torch.Tensor, ...]]:
-        """Per split: token ids (flat), offsets (reviews + 1) and labels, cached on disk since
-        tokenising 50,000 reviews takes a while."""
+    def _tokenised(self, key: str, reviews, val_rows) -> tuple[dict, torch.Tensor, str]:
+        """Per split: token ids (flat), offsets (reviews + 1) and labels; the validation reviews'
+        indices among the training reviews, and their digest. Cached on disk, since tokenising
+        50,000 reviews takes a while, under a name made of the corpus, the tokenizer, `seq_len`
+        and the split definition: a cache of other splits is never read."""
         digest = hashlib.sha256(
-            f"{CACHE_FORMAT}:{key}:{self.encoding.name}:{self.seq_len}".encode()
+            f"{CACHE_FORMAT}:{key}:{self.encoding.name}:{self.seq_len}:{self.split_definition}".encode()
         ).hexdigest()[:16]
         path = cache_dir() / "imdb" / f"tokens-{digest}.npz"
         arrays: dict[str, np.ndarray] = {}
@@ -174,39 +244,52 @@ class IMDB(Task):
                     arrays = {name: npz[name] for name in npz.files}
             except (OSError, ValueError, zlib.error, EOFError):  # a damaged cache: rebuild it
                 arrays = {}
-        if not arrays:
-            for split, folder in SPLITS.items():
-                texts = [text for text, _ in reviews()[folder]]
-                ids = self.encoding.encode_ordinary_batch(texts, num_threads=2)
-                ids = [row[: self.seq_len] for row in ids]
-                lengths = np.array([len(row) for row in ids], dtype=np.int64)
-                arrays[f"{split}_tokens"] = np.fromiter(
-                    (t for row in ids for t in row), dtype=np.int32, count=int(lengths.sum())
-                )
-                arrays[f"{split}_offsets"] = np.concatenate([[0], np.cumsum(lengths)])
-                arrays[f"{split}_labels"] = np.array(
-                    [label for _, label in reviews()[folder]], dtype=np.int64
-                )
+        parts = ("tokens", "offsets", "labels")
+        needed = {"val_index", "val_digest", *(f"{s}_{p}" for s in SPLITS for p in parts)}
+        if not needed <= set(arrays):  # none, damaged, or not of this format
+            arrays = self._tokenise(reviews(), val_rows())
             buffer = io.BytesIO()
             np.savez(buffer, **arrays)
             with atomic_path(path) as tmp:
                 tmp.write_bytes(buffer.getvalue())
-        return {
+        data = {
             split: tuple(
-                torch.from_numpy(arrays[f"{split}_{part}"].astype(np.int64))
-                for part in ("tokens", "offsets", "labels")
+                torch.from_numpy(arrays[f"{split}_{part}"].astype(np.int64)) for part in parts
             )
             for split in SPLITS
         }
+        return data, torch.from_numpy(arrays["val_index"]), str(arrays["val_digest"])
+
+    def _tokenise(self, reviews: Reviews, val_rows: list[int]) -> dict[str, np.ndarray]:
+        held_out = set(val_rows)
+        train_rows = [i for i in range(len(reviews["train"])) if i not in held_out]
+        parts = {
+            "train": [reviews["train"][i] for i in train_rows],
+            "val": [reviews["train"][i] for i in val_rows],
+            "test": reviews["test"],
+        }
+        arrays: dict[str, np.ndarray] = {}
+        for split, rows in parts.items():
+            ids = self.encoding.encode_ordinary_batch([text for text, _, _ in rows], num_threads=2)
+            ids = [row[: self.seq_len] for row in ids]
+            lengths = np.array([len(row) for row in ids], dtype=np.int64)
+            arrays[f"{split}_tokens"] = np.fromiter(
+                (t for row in ids for t in row), dtype=np.int32, count=int(lengths.sum())
+            )
+            arrays[f"{split}_offsets"] = np.concatenate([[0], np.cumsum(lengths)])
+            arrays[f"{split}_labels"] = np.array([label for _, label, _ in rows], dtype=np.int64)
+        arrays["val_index"] = np.array(val_rows, dtype=np.int64)
+        arrays["val_digest"] = np.array(val_digest([reviews["train"][i][2] for i in val_rows]))
+        return arrays
 
     def num_examples(self, split: str) -> int:
         return self.data[split][2].numel()
 
-    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+    def _rows(self, split: str, rows: torch.Tensor) -> Batch:
+        """Reviews `rows` of `split`, padded on the right to the longest, with the mask."""
         if split not in SPLITS:
-            raise ValueError(f"split={split!r} is not one of {tuple(SPLITS)}")
+            raise ValueError(f"split={split!r} is not one of {SPLITS}")
         tokens, offsets, labels = self.data[split]
-        rows = torch.randint(0, labels.numel(), (batch_size,), generator=generator)
         starts, ends = offsets[rows], offsets[rows + 1]
         lengths_b = (ends - starts).clamp_min(1)  # an empty review keeps one (padding) slot
         width = int(lengths_b.max())
@@ -215,3 +298,26 @@ class IMDB(Task):
         index_bn = (starts[:, None] + pos_bn).clamp_max(max(tokens.numel() - 1, 0))
         inputs_bn = torch.where(real_bn, tokens[index_bn], torch.zeros((), dtype=torch.long))
         return Batch(inputs=inputs_bn, targets=labels[rows], key_padding_mask=~real_bn)
+
+    def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
+        if split not in ("train", "val"):
+            raise ValueError(f"split={split!r} is not one of ('train', 'val')")
+        rows = torch.randint(0, self.num_examples(split), (batch_size,), generator=generator)
+        return self._rows(split, rows)
+
+    def whole_split(self, split: str, batch_size: int) -> Iterator[Batch]:
+        n = self.num_examples(split)
+        for first in range(0, n, batch_size):
+            yield self._rows(split, torch.arange(first, min(first + batch_size, n)))
+
+    def describe_splits(self) -> dict[str, dict[str, object]]:
+        return {
+            "train": {"reviews": self.num_examples("train"), "from": "aclImdb/train, less val"},
+            "val": {
+                "reviews": self.num_examples("val"),
+                "from": "aclImdb/train",
+                "split_seed": self.split_seed,
+                "sha256": self.val_digest,
+            },
+            "test": {"reviews": self.num_examples("test"), "from": "aclImdb/test"},
+        }

@@ -3,22 +3,32 @@ memorisation. Every example is generated from the seed (no files, no download), 
 the same seed see the same data, and a resumed run sees the same batches as an uninterrupted one
 (the trainer checkpoints the generator it passes to `batch`).
 
-Train batches are drawn fresh from the trainer's generator (an endless stream); validation uses a
-fixed set of `val_size` examples built once from the seed, so every evaluation scores the same
-examples.
+Train batches are drawn fresh from the trainer's generator (an endless stream). Validation and
+test are fixed sets of `val_size` and `test_size` examples, each drawn once from the seed on a
+stream of its own; the test set leaves out any example whose input is also in the validation set
+(only possible for token inputs, in a small input space), so the two never share an example.
+Evaluations during training sample the validation set; the final evaluation scores both sets
+whole.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 
 from attnzoo.tasks import Batch, Task, register_task
 
-# The validation set is drawn from its own stream so that it never overlaps the training stream's
-# state, whatever the trainer's generator does.
+# The validation and test sets are drawn from streams of their own, so that they never depend on
+# the training stream's state, whatever the trainer's generator does.
 _VAL_STREAM = 0x5EED
+_TEST_STREAM = 0x7E57
+_TEST_ROUNDS = 64  # draws of `test_size` candidates before a too-small input space is an error
+
+
+def _stream(seed: int, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + stream)
 
 
 def _check_positive(**values: int) -> None:
@@ -27,20 +37,58 @@ def _check_positive(**values: int) -> None:
             raise ValueError(f"task.{key} must be a positive int, got {value!r}")
 
 
-class _FixedValTask(Task):
-    """A task whose validation split is a fixed set drawn once from the seed."""
+class _FixedSetsTask(Task):
+    """A task whose validation and test splits are fixed sets drawn once from the seed."""
 
     val_size: int
+    test_size: int
+    seed: int
 
     def _make(self, n: int, generator: torch.Generator) -> Batch:
         raise NotImplementedError
 
     def _val_set(self) -> Batch:
         if not hasattr(self, "_val"):
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + _VAL_STREAM)
-            self._val = self._make(self.val_size, g)
-            self._val_cursor = 0
+            self._val = self._make(self.val_size, _stream(self.seed, _VAL_STREAM))
         return self._val
+
+    def _test_set(self) -> Batch:
+        """`test_size` examples from the test stream, skipping any whose input is in the
+        validation set."""
+        if not hasattr(self, "_test"):
+            val_inputs = {row.numpy().tobytes() for row in self._val_set().inputs}
+            g = _stream(self.seed, _TEST_STREAM)
+            inputs, targets, kept = [], [], 0
+            for _ in range(_TEST_ROUNDS):
+                draw = self._make(self.test_size, g)
+                fresh = torch.tensor(
+                    [row.numpy().tobytes() not in val_inputs for row in draw.inputs],
+                    dtype=torch.bool,
+                )
+                inputs.append(draw.inputs[fresh])
+                targets.append(draw.targets[fresh])
+                kept += int(fresh.sum())
+                if kept >= self.test_size:
+                    break
+            else:
+                raise ValueError(
+                    f"task.test_size={self.test_size}: only {kept} examples outside the "
+                    f"validation set (task.val_size={self.val_size}) were drawn; the input space "
+                    "is too small for both sets: lower task.val_size or task.test_size, or make "
+                    "the inputs longer or their vocabulary larger"
+                )
+            self._test = Batch(
+                torch.cat(inputs)[: self.test_size], torch.cat(targets)[: self.test_size]
+            )
+        return self._test
+
+    def fixed_set(self, split: str) -> Batch:
+        """The whole validation or test set."""
+        if split == "val":
+            return self._val_set()
+        if split == "test":
+            return self._test_set()
+        raise ValueError(f"split must be 'val' or 'test' (fixed sets), got {split!r}")
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
         if split == "train":
@@ -53,9 +101,27 @@ class _FixedValTask(Task):
             return Batch(val.inputs[idx], val.targets[idx])
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
 
+    def whole_split(self, split: str, batch_size: int) -> Iterator[Batch]:
+        data = self.fixed_set(split)
+        for first in range(0, data.inputs.shape[0], batch_size):
+            rows = slice(first, first + batch_size)
+            yield Batch(data.inputs[rows], data.targets[rows])
+
+    def describe_splits(self) -> dict[str, dict[str, object]]:
+        return {
+            "train": {"examples": "drawn afresh at every step from train.seed"},
+            "val": {"examples": self.val_size, "seed": self.seed, "stream": _VAL_STREAM},
+            "test": {
+                "examples": self.test_size,
+                "seed": self.seed,
+                "stream": _TEST_STREAM,
+                "excludes": "val",
+            },
+        }
+
 
 @register_task("sort")
-class Sort(_FixedValTask):
+class Sort(_FixedSetsTask):
     """Sort a sequence of `seq_len` labels from `vocab_size`: at each position predict the label
     the sorted sequence has there (per-token classification, no causal mask)."""
 
@@ -68,10 +134,13 @@ class Sort(_FixedValTask):
         seed: int = 0,
         seq_len: int = 8,
         vocab_size: int = 10,
-        val_size: int = 1024,
+        val_size: int = 4096,
+        test_size: int = 4096,
     ) -> None:
-        _check_positive(seq_len=seq_len, vocab_size=vocab_size, val_size=val_size)
-        self.seed, self.seq_len, self.val_size = seed, seq_len, val_size
+        _check_positive(
+            seq_len=seq_len, vocab_size=vocab_size, val_size=val_size, test_size=test_size
+        )
+        self.seed, self.seq_len, self.val_size, self.test_size = seed, seq_len, val_size, test_size
         self.vocab_size = vocab_size
         self.out_features = vocab_size
         self.max_len = seq_len
@@ -80,12 +149,13 @@ class Sort(_FixedValTask):
         x_bn = torch.randint(0, self.vocab_size, (n, self.seq_len), generator=generator)
         return Batch(x_bn, x_bn.sort(dim=1).values)
 
-    def metrics(self, logits: torch.Tensor, batch: Batch) -> dict[str, float]:
+    def totals(self, logits: torch.Tensor, batch: Batch) -> dict[str, tuple[torch.Tensor, int]]:
+        """Loss and accuracy per position, and `sequence_accuracy`: the share of sequences
+        sorted right at every position."""
+        out = super().totals(logits, batch)
         correct_bn = logits.argmax(-1) == batch.targets
-        return {
-            "accuracy": correct_bn.float().mean().item(),
-            "sequence_accuracy": correct_bn.all(dim=1).float().mean().item(),
-        }
+        out["sequence_accuracy"] = (correct_bn.all(dim=1).sum(), correct_bn.shape[0])
+        return out
 
 
 def hull_membership(points_bn2: torch.Tensor) -> torch.Tensor:
@@ -114,7 +184,7 @@ def hull_membership(points_bn2: torch.Tensor) -> torch.Tensor:
 
 
 @register_task("convex_hull")
-class ConvexHull(_FixedValTask):
+class ConvexHull(_FixedSetsTask):
     """`num_points` points uniform in the unit square; for each, predict whether it is a vertex of
     the set's convex hull (per-point binary classification, inputs are 2-d vectors)."""
 
@@ -122,12 +192,18 @@ class ConvexHull(_FixedValTask):
     metric = "accuracy"
 
     def __init__(
-        self, data_dir: str = "", seed: int = 0, num_points: int = 10, val_size: int = 1024
+        self,
+        data_dir: str = "",
+        seed: int = 0,
+        num_points: int = 10,
+        val_size: int = 4096,
+        test_size: int = 4096,
     ) -> None:
-        _check_positive(num_points=num_points, val_size=val_size)
+        _check_positive(num_points=num_points, val_size=val_size, test_size=test_size)
         if num_points < 3:
             raise ValueError(f"task.num_points must be at least 3, got {num_points}")
-        self.seed, self.num_points, self.val_size = seed, num_points, val_size
+        self.seed, self.num_points = seed, num_points
+        self.val_size, self.test_size = val_size, test_size
         self.in_features, self.out_features = 2, 2
         self.max_len = num_points
 
@@ -137,7 +213,7 @@ class ConvexHull(_FixedValTask):
 
 
 @register_task("circle")
-class Circle(_FixedValTask):
+class Circle(_FixedSetsTask):
     """`num_points` points at random angles on a circle (random centre and radius), given in random
     order; for each point, regress the coordinates of the next point counter-clockwise. Solving it
     needs tokens to look at each other, and run with a recurrent one-layer model
@@ -151,12 +227,18 @@ class Circle(_FixedValTask):
     metric = "successor_accuracy"
 
     def __init__(
-        self, data_dir: str = "", seed: int = 0, num_points: int = 8, val_size: int = 1024
+        self,
+        data_dir: str = "",
+        seed: int = 0,
+        num_points: int = 8,
+        val_size: int = 4096,
+        test_size: int = 4096,
     ) -> None:
-        _check_positive(num_points=num_points, val_size=val_size)
+        _check_positive(num_points=num_points, val_size=val_size, test_size=test_size)
         if num_points < 2:
             raise ValueError(f"task.num_points must be at least 2, got {num_points}")
-        self.seed, self.num_points, self.val_size = seed, num_points, val_size
+        self.seed, self.num_points = seed, num_points
+        self.val_size, self.test_size = val_size, test_size
         self.in_features, self.out_features = 2, 2
         self.max_len = num_points
 
@@ -176,23 +258,24 @@ class Circle(_FixedValTask):
     def loss(self, logits: torch.Tensor, batch: Batch) -> torch.Tensor:
         return torch.nn.functional.mse_loss(logits.float(), batch.targets.float())
 
-    def metrics(self, logits: torch.Tensor, batch: Batch) -> dict[str, float]:
-        pred_bk2, pts_bk2 = logits.float(), batch.inputs.float()
-        dist_bkk = torch.cdist(pred_bk2, pts_bk2)
-        nearest_bk = dist_bkk.argmin(-1)
-        dist_true_bkk = torch.cdist(batch.targets.float(), pts_bk2)
-        true_bk = dist_true_bkk.argmin(-1)
+    def totals(self, logits: torch.Tensor, batch: Batch) -> dict[str, tuple[torch.Tensor, int]]:
+        pred_bk2, pts_bk2, target_bk2 = logits.float(), batch.inputs.float(), batch.targets.float()
+        nearest_bk = torch.cdist(pred_bk2, pts_bk2).argmin(-1)
+        true_bk = torch.cdist(target_bk2, pts_bk2).argmin(-1)
+        squared = ((pred_bk2 - target_bk2) ** 2).sum()
         return {
-            "successor_accuracy": (nearest_bk == true_bk).float().mean().item(),
-            "mse": torch.nn.functional.mse_loss(pred_bk2, batch.targets.float()).item(),
+            "loss": (squared, pred_bk2.numel()),
+            "successor_accuracy": ((nearest_bk == true_bk).sum(), nearest_bk.numel()),
+            "mse": (squared, pred_bk2.numel()),
         }
 
 
 @register_task("memorize")
-class Memorize(_FixedValTask):
+class Memorize(_FixedSetsTask):
     """Memorise random labels: `num_sequences` random token sequences, each with a random class out
-    of `num_classes`. The validation split is the training set itself — the task measures how
-    much a model can store, not how it generalises."""
+    of `num_classes`. The validation and test splits are the training set itself — the task
+    measures how much a model can store, not how it generalises (the one task whose test is not
+    disjoint from its validation set)."""
 
     head = "classify"
     metric = "accuracy"
@@ -214,15 +297,22 @@ class Memorize(_FixedValTask):
         )
         self.seed, self.seq_len = seed, seq_len
         self.vocab_size, self.out_features, self.max_len = vocab_size, num_classes, seq_len
-        g = torch.Generator().manual_seed(seed * 1_000_003 + _VAL_STREAM)
+        g = _stream(seed, _VAL_STREAM)
         self._data = Batch(
             torch.randint(0, vocab_size, (num_sequences, seq_len), generator=g),
             torch.randint(0, num_classes, (num_sequences,), generator=g),
         )
-        self.val_size = num_sequences
+        self.val_size = self.test_size = num_sequences
 
     def _val_set(self) -> Batch:
         return self._data
+
+    def _test_set(self) -> Batch:
+        return self._data
+
+    def describe_splits(self) -> dict[str, dict[str, object]]:
+        same = {"examples": self.val_size, "seed": self.seed, "stream": _VAL_STREAM}
+        return {"train": same, "val": same, "test": same}
 
     def batch(self, split: str, batch_size: int, generator: torch.Generator) -> Batch:
         if split not in ("train", "val"):

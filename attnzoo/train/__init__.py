@@ -32,6 +32,7 @@ from attnzoo.train.trainer import (
     EXIT_PREEMPTED,
     Trainer,
     evaluate,
+    evaluate_splits,
     extras_due,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "compose",
     "device_for",
     "evaluate",
+    "evaluate_splits",
     "extras_due",
     "lr_factor",
     "main",

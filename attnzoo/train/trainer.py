@@ -2,6 +2,11 @@
 reads what the device accumulated, logs, evaluates (validation numbers and the rank profile) and
 checkpoints, until the run's step count or wall-time budget (`attnzoo.train.budget`) or a
 pre-emption signal.
+
+Two kinds of evaluation: during training, `evaluate` samples `train.eval_batches` batches of the
+validation split (cheap, the same batches every time: the curves, the best-so-far); at the end
+of a run that completes, `evaluate_splits` scores the whole validation and test splits once,
+every example exactly once (the numbers a study reports).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from attnzoo import distributed
-from attnzoo.analysis.metrics import last_values
+from attnzoo.analysis.metrics import last_record, last_values
 from attnzoo.attention_maps import has_attention
 from attnzoo.checkpoint import save_checkpoint
 from attnzoo.config import mixer_label
@@ -51,8 +56,10 @@ EXIT_CODES = {
 def evaluate(
     model: torch.nn.Module, task: Task, cfg: DictConfig, device: torch.device, sample: bool = True
 ) -> dict[str, float | str]:
-    """Validation loss and the task's metrics, averaged over `train.eval_batches` batches that are
-    the same at every evaluation; for language models and `sample` also a sample text."""
+    """Validation loss and the task's metrics, averaged over `train.eval_batches` batches sampled
+    from the validation split, the same at every evaluation; for language models and `sample`
+    also a sample text. A cheap estimate, for curves during training: the final numbers are
+    `evaluate_splits`'."""
     model.eval()
     gen = torch.Generator().manual_seed(int(cfg.train.seed) + 1)
     sums: dict[str, float] = {}
@@ -72,6 +79,42 @@ def evaluate(
             out["val/sample_text"] = text
     finally:
         model.train()
+    return out
+
+
+@torch.no_grad()
+def evaluate_splits(
+    model: torch.nn.Module,
+    task: Task,
+    batch_size: int,
+    device: torch.device,
+    splits: tuple[str, ...] = ("val", "test"),
+) -> dict[str, float | int]:
+    """The loss and the task's metrics over the whole of each of `splits` the task has
+    (`<split>/<metric>`), and how many examples they counted (`<split>/n`; predicted tokens for
+    a language model): every example exactly once, in order, in batches of `batch_size`, each
+    metric its sums over its counts across all batches (so batch sizes and padding do not
+    weigh in). Deterministic: no sampling."""
+    was_training = model.training
+    model.eval()
+    out: dict[str, float | int] = {}
+    try:
+        for split in (s for s in splits if s in task.splits):
+            sums: dict[str, list[float]] = {}
+            n = 0
+            for batch in task.whole_split(split, batch_size):
+                batch = batch.to(device)
+                with autocast(device):
+                    logits = model(batch.inputs, batch.key_padding_mask)
+                for key, (total, count) in task.totals(logits, batch).items():
+                    acc = sums.setdefault(key, [0.0, 0])
+                    acc[0] += float(total)
+                    acc[1] += count
+                n += task.count(batch)
+            out.update({f"{split}/{k}": t / max(c, 1) for k, (t, c) in sums.items()})
+            out[f"{split}/n"] = n
+    finally:
+        model.train(was_training)
     return out
 
 
@@ -161,7 +204,9 @@ class Trainer:
         )
         self.probe = probe_batch(task, cfg, device)
         self.evals_done = 0
-        self.eval_s = 0.0  # seconds in evaluation, extras included
+        self.eval_s = 0.0  # seconds in evaluation, extras and the final evaluation included
+        self.final: dict[str, float | int] | None = None  # the final evaluation's numbers
+        self.final_s = 0.0  # seconds in the final evaluation
         self.extras_s, self.extras_cost = 0.0, 0.0  # seconds in extras; the last one's
         self.t_start = time.perf_counter()  # reset when the loop starts
         self.bar = _progress_bar(bool(t.progress), self.max_steps, self.state.step)
@@ -269,6 +314,8 @@ class Trainer:
                     self.bar.update(1)
                 if is_ckpt:
                     self.checkpoint()
+            if status == "completed" and self.final is None:
+                self.final_after_loop()
             if status != "diverged":
                 self.checkpoint()
         except BaseException as err:
@@ -323,6 +370,34 @@ class Trainer:
         self.evals_done += 1
         self.eval_s += time.perf_counter() - start
         return record
+
+    def final_evaluation(self, record: dict[str, Any]) -> None:
+        """The whole validation and test splits (`evaluate_splits`), into `record` as
+        `final/<split>/<metric>` and `final/<split>/n`: once, at the end of a run that completes.
+        Not training time for a wall-time budget."""
+        with self.budget.paused():
+            start = time.perf_counter()
+            t = self.cfg.train
+            batch_size = int(t.eval_batch_size if t.eval_batch_size is not None else t.batch_size)
+            self.final = evaluate_splits(self.model, self.task, batch_size, self.device)
+            self.final_s = time.perf_counter() - start
+            self.eval_s += self.final_s
+        record.update({f"final/{k}": v for k, v in self.final.items()})
+
+    def final_after_loop(self) -> None:
+        """The final evaluation of a run whose loop took no last step here: one resumed at its
+        end (its metrics.jsonl already holds the numbers, which are kept) or with its wall-time
+        budget already spent (evaluated now, added to the line of its step)."""
+        last = last_record(self.run_dir / "metrics.jsonl")
+        if last.get("step") == self.state.step and any(k.startswith("final/") for k in last):
+            self.final = {
+                k.removeprefix("final/"): v for k, v in last.items() if k.startswith("final/")
+            }
+            return
+        record: dict[str, Any] = {"step": self.state.step}
+        self.final_evaluation(record)
+        self.metrics.merge(record)
+        self.wb.log(record, step=record["step"])
 
     def _keep_best(self, key: str, values: dict[str, Any], higher_is_better: bool) -> None:
         value, old = values.get(key), self.state.best.get(key)
@@ -431,6 +506,8 @@ class Trainer:
             record["train/skipped_steps"] = self.state.skipped
         if is_eval:
             self.evaluate(record, last=step == self.max_steps)
+        if step == self.max_steps:
+            self.final_evaluation(record)
         self.write(record)
         if self.bar is not None:
             self.bar.set_postfix(
@@ -452,11 +529,14 @@ class Trainer:
             self.bar.close()
         self.metrics.close()
         last = last_values(self.run_dir / "metrics.jsonl")
+        final = {k: v for k, v in last.items() if not k.startswith("final/")}
+        if status == "completed" and self.final is not None:
+            final.update(self.final)  # whole-split val/test in place of the sampled val
         summary.update(
             status=status,
             step=state.step,
             steps_per_s=(state.step - start_step) / elapsed if elapsed > 0 else 0.0,
-            final=last,
+            final=final,
             error=error,
             best=state.best,
             skipped_steps=state.skipped,
@@ -465,8 +545,10 @@ class Trainer:
                 "total_s": elapsed,
                 "eval_s": self.eval_s,
                 "extras_s": self.extras_s,
+                "final_eval_s": self.final_s,
                 "evaluations": self.evals_done,
             },
+            splits=self.task.describe_splits(),
         )
         if preempted_by:
             summary["preempted_by"] = preempted_by
@@ -474,6 +556,7 @@ class Trainer:
             {
                 **{f"best/{k}": v for k, v in state.best.items()},
                 "final/rank_last": last.get("rank/last"),
+                **{f"final/{k}": v for k, v in (self.final or {}).items()},
                 **{f"compute/{k}": v for k, v in self.budget.summary().items()},
                 "status": status,
             }
