@@ -14,8 +14,9 @@ What the inner loops leave out, because it would be work on every element of eve
   ragged last key tile) and the rest, which run without one.
 - Tiles outside a sliding window. WINDOW (a compile-time switch; the reaches left and right are
   runtime ints, causal folded into them by the launcher) bounds both loops to the tiles the
-  window reaches (`_window_tiles`): the inner tiles unmasked, the two edges in one masked loop
-  that jumps over them. Every other tile is never loaded.
+  window reaches (`_window_tiles`), in one loop that decides per tile, with a scalar branch,
+  whether the per-element mask applies: only the window's edges take it. Every other tile is
+  never loaded.
 - Transposes of register tiles. The dk/dv kernel computes its scores transposed, k·qᵀ (keys ×
   queries), so Pᵀ and dSᵀ come out of their dots in the layout of the left operand of
   dv += Pᵀ·dO and dk += dSᵀ·q.
@@ -158,8 +159,9 @@ def _visible(queries, keys, N, left, right, CAUSAL: tl.constexpr, WINDOW: tl.con
     ok = keys < N
     if CAUSAL:
         ok = ok & (queries >= keys)
-    if WINDOW:
-        ok = ok & (keys >= queries - left) & (keys <= queries + right)
+    if WINDOW:  # 0 <= key - query + left <= left + right, as one unsigned comparison
+        span = (left + right).to(tl.uint32)
+        ok = ok & ((keys - (queries - left)).to(tl.uint32, bitcast=True) <= span)
     return ok
 
 
@@ -211,49 +213,41 @@ def _window_tiles(start, before, after, N, ROWS: tl.constexpr, TILE: tl.constexp
 
 
 @triton.jit
-def _tiles_end(hi, gap, WINDOW: tl.constexpr, MASKED: tl.constexpr):
-    """Where a loop over [lo, hi) stops counting: the masked loop of a window runs the two edges
-    [lo, gap_lo) and [gap_lo + gap, hi) as one loop (one copy of its body), counting up to
-    hi − gap; every other loop runs [lo, hi) as it is."""
-    if WINDOW and MASKED:
-        return hi - gap
+def _mask(x, queries, keys, start, N, left, right, inner_lo, inner_hi, fill,
+          CAUSAL: tl.constexpr, WINDOW: tl.constexpr):  # fmt: skip
+    """x where (query, key) is visible, else `fill`. A window's masked loop runs every tile the
+    window reaches, contiguously (a loop whose tile address is affine in its counter, which the
+    sm_90 software pipeliner keeps in few registers), and decides per tile at run time: the
+    inner tiles [inner_lo, inner_hi) take no per-element mask."""
+    if WINDOW:
+        if (start < inner_lo) | (start >= inner_hi):
+            x = tl.where(_visible(queries, keys, N, left, right, CAUSAL, WINDOW), x, fill)
     else:
-        return hi
-
-
-@triton.jit
-def _skip_gap(start, gap_lo, gap, WINDOW: tl.constexpr, MASKED: tl.constexpr):
-    """The tile a counted start stands for: past gap_lo, the masked window loop jumps the gap
-    (the inner tiles, which the unmasked loop runs)."""
-    if WINDOW and MASKED:
-        return start + tl.where(start >= gap_lo, gap, 0)
-    else:
-        return start
+        x = tl.where(_visible(queries, keys, N, left, right, CAUSAL, WINDOW), x, fill)
+    return x
 
 
 @triton.jit
 def _fwd_loop(
     acc, l_i, m_i, q0, Q, K, V, Mask, seed,
     q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, gap_lo, gap, left, right,
+    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
-    """The online softmax over key tiles [lo, hi). MASKED: the tiles on the causal diagonal, on
-    a window's edges and the ragged last tile, which need the per-element mask; the others skip
-    it."""
-    end = _tiles_end(hi, gap, WINDOW, MASKED)
-    for start in range(lo, end, BLOCK_N):
-        start_n = _skip_gap(start, gap_lo, gap, WINDOW, MASKED)
+    """The online softmax over key tiles [lo, hi). MASKED: the tiles on the causal diagonal and
+    the ragged last tile, which need the per-element mask, or with WINDOW every tile the window
+    reaches, the mask applied outside [inner_lo, inner_hi) only; the other loop skips it."""
+    for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
         s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_d, N, d_qk,
                     n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
         s = s * scale2
         if MASKED:
-            visible = _visible(offs_m[:, None], offs_n[None, :], N, left, right, CAUSAL, WINDOW)
-            s = tl.where(visible, s, float("-inf"))
+            s = _mask(s, offs_m[:, None], offs_n[None, :], start_n, N, left, right, inner_lo, inner_hi,
+                      float("-inf"), CAUSAL, WINDOW)  # fmt: skip
         if HAS_MASK:
             s = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], float("-inf"), s)
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -308,23 +302,23 @@ def _attn_fwd(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
-    if WINDOW:  # the inner tiles unmasked, then both edges in one masked loop
-        lo, full_lo, full_hi, hi = _window_tiles(pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N)
-        gap_lo, gap = full_lo, full_hi - full_lo
-    else:
-        full_lo = 0
-        full_hi, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
-        lo, gap_lo, gap = full_hi, 0, 0
+    if WINDOW:  # one loop over the tiles the window reaches; the inner ones skip the mask
+        lo, inner_lo, inner_hi, hi = _window_tiles(
+            pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N
+        )
+    else:  # the tiles that need no mask, then those that do
+        full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+        acc, l_i, m_i = _fwd_loop(
+            acc, l_i, m_i, q0, Q, K, V, Mask, seed,
+            q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
+            N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full, 0, 0, left, right,
+            METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
+        )  # fmt: skip
+        lo, inner_lo, inner_hi = full, 0, 0
     acc, l_i, m_i = _fwd_loop(
         acc, l_i, m_i, q0, Q, K, V, Mask, seed,
         q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, full_lo, full_hi, 0, 0, left, right,
-        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
-    )  # fmt: skip
-    acc, l_i, m_i = _fwd_loop(
-        acc, l_i, m_i, q0, Q, K, V, Mask, seed,
-        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, gap_lo, gap, left, right,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
         METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, True, BLOCK_N, DOT_PREC,
     )  # fmt: skip
 
@@ -361,23 +355,21 @@ def _attn_bwd_delta(
 def _dq_loop(
     dq, q0, do, lse, delta, Q, K, V, Mask, seed,
     q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, gap_lo, gap, left, right,
+    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
     METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """dq over key tiles [lo, hi); MASKED as in the forward's loop."""
-    end = _tiles_end(hi, gap, WINDOW, MASKED)
-    for start in range(lo, end, BLOCK_N):
-        start_n = _skip_gap(start, gap_lo, gap, WINDOW, MASKED)
+    for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k0 = _load_rows(K + k_base, offs_n, skn, offs_k, N, d_qk)
         s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
                     n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
         p = tl.exp2(s * scale2 - lse[:, None])
         if MASKED:
-            visible = _visible(offs_m[:, None], offs_n[None, :], N, left, right, CAUSAL, WINDOW)
-            p = tl.where(visible, p, 0.0)
+            p = _mask(p, offs_m[:, None], offs_n[None, :], start_n, N, left, right, inner_lo, inner_hi,
+                      0.0, CAUSAL, WINDOW)  # fmt: skip
         if HAS_MASK:
             p = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], 0.0, p)
         if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
@@ -431,22 +423,22 @@ def _attn_bwd_dq(
     dq = tl.zeros([BLOCK_M, QK_HEAD], tl.float32)
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
     if WINDOW:  # as in the forward
-        lo, full_lo, full_hi, hi = _window_tiles(pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N)
-        gap_lo, gap = full_lo, full_hi - full_lo
+        lo, inner_lo, inner_hi, hi = _window_tiles(
+            pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N
+        )
     else:
-        full_lo = 0
-        full_hi, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
-        lo, gap_lo, gap = full_hi, 0, 0
+        full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+        dq = _dq_loop(
+            dq, q0, do, lse, delta, Q, K, V, Mask, seed,
+            q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn,
+            svn, N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full, 0, 0, left, right,
+            METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
+        )  # fmt: skip
+        lo, inner_lo, inner_hi = full, 0, 0
     dq = _dq_loop(
         dq, q0, do, lse, delta, Q, K, V, Mask, seed,
         q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, full_lo, full_hi, 0, 0, left, right,
-        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
-    )  # fmt: skip
-    dq = _dq_loop(
-        dq, q0, do, lse, delta, Q, K, V, Mask, seed,
-        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, gap_lo, gap, left, right,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
         METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, True, BLOCK_N, DOT_PREC,
     )  # fmt: skip
 
@@ -460,7 +452,7 @@ def _attn_bwd_dq(
 def _dkdv_loop(
     dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
     q_base, k_base, m_base, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, gap_lo, gap, left,
+    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left,
     right,
     METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -469,12 +461,11 @@ def _dkdv_loop(
     """dk and dv of one key tile over query tiles [lo, hi), in transposed form: the scores are
     k·qᵀ (keys × queries), so Pᵀ and dSᵀ come out of their dots in the layout that dv += Pᵀ·dO
     and dk += dSᵀ·q take as their left operand, with no transpose of a register tile between.
-    MASKED: the tiles on the causal diagonal or a window's edges. No other tile needs a mask: a query past the end
+    MASKED: the tiles on the causal diagonal, or with WINDOW every query tile that reaches the
+    key tile (masked outside [inner_lo, inner_hi), as in the forward). No other tile needs a mask: a query past the end
     reads lse = +inf (so P = 0), and a key past the end (or padding) only touches its own row of
     dk and dv, which is not stored (resp. zeroed)."""
-    end = _tiles_end(hi, gap, WINDOW, MASKED)
-    for start in range(lo, end, BLOCK_M):
-        start_m = _skip_gap(start, gap_lo, gap, WINDOW, MASKED)
+    for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q0 = _query_tile(Q, M, q_base, m_base, offs_m, sqn, smr, offs_k, N, d_qk, METRIC,
                          DOT_PREC)  # fmt: skip
@@ -483,8 +474,8 @@ def _dkdv_loop(
         lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
         p_t = tl.exp2(s_t * scale2 - lse[None, :])
         if MASKED:
-            visible_t = _visible(offs_m[None, :], offs_n[:, None], N, left, right, CAUSAL, WINDOW)
-            p_t = tl.where(visible_t, p_t, 0.0)
+            p_t = _mask(p_t, offs_m[None, :], offs_n[:, None], start_m, N, left, right, inner_lo,
+                        inner_hi, 0.0, CAUSAL, WINDOW)  # fmt: skip
         do = _load_rows(DO + do_base, offs_m, sdon, offs_d, N, d_v)
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         if DROPOUT:
@@ -546,29 +537,30 @@ def _attn_bwd_dkdv(
     dk = tl.zeros([BLOCK_N, QK_HEAD], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
     q_base, do_base, row_base = b * sqb + h * sqh, b * sdob + h * sdoh, pid_bh.to(tl.int64) * N
-    if WINDOW:  # both edges in one masked loop, then the inner tiles unmasked
-        lo, full_lo, full_hi, hi = _window_tiles(pid_n * BLOCK_N, right, left, N, BLOCK_N, BLOCK_M)
-        gap_lo, gap = full_lo, full_hi - full_lo
+    if WINDOW:  # one loop over the query tiles that reach the key tile; inner ones skip the mask
+        lo, inner_lo, inner_hi, hi = _window_tiles(
+            pid_n * BLOCK_N, right, left, N, BLOCK_N, BLOCK_M
+        )
+    elif CAUSAL:  # query tiles [lo, hi) cross the diagonal; from hi on every query sees the tile
+        lo = pid_n * BLOCK_N // BLOCK_M * BLOCK_M
+        hi = tl.minimum(N, tl.cdiv(pid_n * BLOCK_N + BLOCK_N - 1, BLOCK_M) * BLOCK_M)
+        inner_lo, inner_hi = 0, 0
     else:
-        if CAUSAL:  # query tiles [lo, mid) cross the diagonal; from mid on every query sees it
-            lo = pid_n * BLOCK_N // BLOCK_M * BLOCK_M
-            hi = tl.minimum(N, tl.cdiv(pid_n * BLOCK_N + BLOCK_N - 1, BLOCK_M) * BLOCK_M)
-        else:
-            lo = 0
-            hi = 0
-        full_lo, full_hi, gap_lo, gap = hi, N, 0, 0
+        lo, hi, inner_lo, inner_hi = 0, 0, 0, 0
     dk, dv = _dkdv_loop(
         dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
         q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, gap_lo, gap,
+        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi,
         left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, True, BLOCK_M, DOT_PREC,
     )  # fmt: skip
-    dk, dv = _dkdv_loop(
-        dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
-        q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, full_lo, full_hi, 0, 0,
-        left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, False, BLOCK_M, DOT_PREC,
-    )  # fmt: skip
+    if not WINDOW:
+        dk, dv = _dkdv_loop(
+            dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
+            q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
+            sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, hi, N, 0, 0,
+            left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, False, BLOCK_M,
+            DOT_PREC,
+        )  # fmt: skip
 
     dk = dk * scale
     if METRIC:
