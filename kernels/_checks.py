@@ -145,6 +145,30 @@ def check_causal(causal: bool) -> None:
         raise ValueError(f"causal must be a bool, got {causal!r}")
 
 
+def check_window(window) -> tuple[int, int] | None:
+    """A sliding window as the pair (left, right) of plain ints, or None (no window): query i
+    sees the keys i − left ..= i + right. Both reaches are non-negative (every query sees
+    itself); a reach of N or more is no bound on that side."""
+    if window is None:
+        return None
+    if (
+        not isinstance(window, (tuple, list))
+        or len(window) != 2
+        or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)
+    ):
+        raise ValueError(
+            f"window must be None or a pair (left, right) of ints (query i sees keys "
+            f"i - left ..= i + right), got {window!r}"
+        )
+    left, right = int(window[0]), int(window[1])
+    if left < 0 or right < 0:
+        raise ValueError(
+            f"window = {window!r}: left and right must be >= 0 (query i sees keys "
+            "i - left ..= i + right, itself included)"
+        )
+    return left, right
+
+
 def _real(value) -> bool:
     """A real number as a Python or NumPy scalar (not a bool, not a tensor: a tensor's value
     would cost a device synchronisation per call)."""

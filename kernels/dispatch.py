@@ -18,7 +18,11 @@ Two sources of decisions, both measured, neither written by hand:
 **The key** of a call is (op, dtype, causal, dim, n bucket, grad): `dim` is the width the op
 works on — the head dim for scaled_dot and metric, the model width D for quadratic (its score
 width) and pool_mix; the n bucket is the sequence length rounded up to a power of two; `grad` is
-whether autograd records the call (a training step) or not (evaluation, inference).
+whether autograd records the call (a training step) or not (evaluation, inference). A
+scaled-dot call with a sliding window has a key of its own (`windowed`, one key for every
+window): no table has windowed entries yet (no GPU has timed the windowed kernels), so such
+calls take PyTorch, and benchmark mode does not time them (its candidates have no window);
+an entry with `"windowed": true` is what would choose the kernel for them.
 
 **Table schema** (version 1; `load_table` checks every field and names the file in its error):
 
@@ -93,10 +97,12 @@ class Key:
     dim: int
     n: int  # the bucket, a power of two
     grad: bool
+    windowed: bool = False  # a sliding window (scaled_dot_attention)
 
     def __str__(self) -> str:
         return (
-            f"{self.op} {self.dtype} {'causal' if self.causal else 'bidirectional'} "
+            f"{self.op} {self.dtype} {'causal' if self.causal else 'bidirectional'}"
+            f"{' windowed' if self.windowed else ''} "
             f"dim={self.dim} n<={self.n} {'fwd+bwd' if self.grad else 'fwd'}"
         )
 
@@ -119,10 +125,11 @@ class Entry:
     torch_ms: float
     torch_path: str = ""
     ratio: float = 0.0
+    windowed: bool = False
 
     def covers(self, key: Key) -> bool:
-        same = (self.op, self.dtype, self.causal, self.dim, self.grad)
-        return same == (key.op, key.dtype, key.causal, key.dim, key.grad) and (
+        same = (self.op, self.dtype, self.causal, self.dim, self.grad, self.windowed)
+        return same == (key.op, key.dtype, key.causal, key.dim, key.grad, key.windowed) and (
             self.n_min <= key.n <= self.n_max
         )
 
@@ -156,9 +163,11 @@ def _entry(path: Path, i: int, raw: object) -> Entry:
             raise bad(
                 f"field {name!r} must be {'/'.join(t.__name__ for t in types)}, got {value!r}"
             )
-    unknown = set(raw) - set(_FIELDS) - {"torch_path", "ratio"}
+    unknown = set(raw) - set(_FIELDS) - {"torch_path", "ratio", "windowed"}
     if unknown:
         raise bad(f"unknown field(s) {sorted(unknown)}")
+    if not isinstance(raw.get("windowed", False), bool):
+        raise bad(f"field 'windowed' must be bool, got {raw['windowed']!r}")
     if raw["op"] not in OPS:
         raise bad(f"op {raw['op']!r} is not one of {OPS}")
     if raw["dtype"] not in DTYPES:
@@ -193,7 +202,7 @@ def load_table(path: str | Path) -> list[Entry]:
     entries = [_entry(path, i, raw) for i, raw in enumerate(data["entries"])]
     seen: dict[tuple, list[Entry]] = {}
     for i, e in enumerate(entries):
-        group = seen.setdefault((e.op, e.dtype, e.causal, e.dim, e.grad), [])
+        group = seen.setdefault((e.op, e.dtype, e.causal, e.dim, e.grad, e.windowed), [])
         for other in group:
             if e.n_min <= other.n_max and other.n_min <= e.n_max:
                 raise DispatchTableError(
@@ -249,7 +258,7 @@ def make_table(rows: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str
             hi = 2 * b if i == len(buckets) - 1 else _middle(b, buckets[i + 1])
             ratio = r["torch_ms"] / r["triton_ms"]
             entries.append(
-                asdict(
+                _without_default_window(
                     Entry(
                         op=op,
                         dtype=dtype,
@@ -268,6 +277,15 @@ def make_table(rows: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str
                 )
             )
     return {"schema": SCHEMA, **meta, "entries": entries}
+
+
+def _without_default_window(record: Key | Entry) -> dict[str, Any]:
+    """A key or entry as JSON fields: `windowed` only where it is true, so files written without
+    windows read the same as before the field existed."""
+    fields = asdict(record)
+    if not fields["windowed"]:
+        del fields["windowed"]
+    return fields
 
 
 def _middle(lo: int, hi: int) -> int:
@@ -414,7 +432,7 @@ class Tuner:
     def _write(self, device: Device) -> None:
         path = tune_cache_path(device)
         decisions = [
-            {"key": asdict(key), **record}
+            {"key": _without_default_window(key), **record}
             for (dev, key), record in self.decisions.items()
             if dev == device
         ]
@@ -459,19 +477,21 @@ def choose(
     tune: bool,
     shape: tuple[int, ...] = (),
     window: int = 0,
+    windowed: bool = False,
 ) -> bool:
     """Whether a CUDA call of `op` runs its Triton kernel (`n` is already a bucket).
 
     Every argument is a plain value, so torch.compile calls this once while tracing and keeps
     its answer. With `tune`, a decision of benchmark mode (made now if there is none, timing
     inputs of `shape`) wins; otherwise the table of the GPU's compute capability decides, and
-    without an entry PyTorch does."""
-    memo_key = (op, dtype, causal, dim, n, grad, index, tune)
+    without an entry PyTorch does. A `windowed` call (sliding-window attention) is never timed:
+    the table decides."""
+    memo_key = (op, dtype, causal, dim, n, grad, index, tune, windowed)
     hit = _memo.get(memo_key)
     if hit is not None:
         return hit
-    key = Key(op, dtype_name(dtype), causal, dim, n, grad)
-    if tune:
+    key = Key(op, dtype_name(dtype), causal, dim, n, grad, windowed)
+    if tune and not windowed:
         device = torch.device("cuda", index) if index is not None else torch.device("cuda")
         made = CANDIDATES[op]
 

@@ -8,7 +8,7 @@ tracing into Triton's launcher.
 
 | op | inputs | outputs |
 |---|---|---|
-| `scaled_dot_attention` | q, k, v, mask?, causal, scale, dropout_p, seed? | out, lse |
+| `scaled_dot_attention` | q, k, v, mask?, causal, scale, dropout_p, seed?, window? | out, lse |
 | `quadratic_attention` | x, u, v, mask?, causal, scale, dropout_p, seed? | out |
 | `metric_attention` | p, m, mask?, causal, scale, dropout_p, seed? | out, lse |
 | `pool_mix` | x, window, causal, mask? | out, rcount |
@@ -24,6 +24,9 @@ kernel); its autograd is that of its parts.
 draw the dropout mask (forward and backward alike); `kernels/ops.py` draws it from torch's
 generator on that device, so `torch.manual_seed` makes dropout reproducible and no host
 synchronisation is needed.
+
+`window` (scaled_dot_attention, last and optional: `[left, right]` or None) is the sliding window,
+query i seeing keys i − left ..= i + right; with `causal` the right reach is 0 (kernels/ops.py).
 
 The Triton modules are imported on first use of an op, not here: triton is optional off Linux and
 slow to import.
@@ -52,6 +55,7 @@ from ._checks import (
     check_saved,
     check_scale,
     check_triton,
+    check_window,
 )
 
 NAMESPACE = "attnzoo"
@@ -106,12 +110,13 @@ def _contiguous_like(t: Tensor) -> Tensor:
 # kernels/ops.py); the eager path below calls the implementations after ops.py has checked.
 
 
-def _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p) -> None:
+def _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p, window=None):
     check_attention(q, k, v, key_padding_mask)
     check_triton("q", q)
     check_causal(causal)
     check_scale(scale)
     check_dropout(dropout_p)
+    return check_window(window)
 
 
 def _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p) -> None:
@@ -145,15 +150,16 @@ def scaled_dot_attention(
     scale: float,
     dropout_p: float,
     seed: Tensor | None,
+    window: list[int] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p)
+    window = _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p, window)
     return triton_module("attention").scaled_dot_forward(
-        q, k, v, key_padding_mask, causal, scale, dropout_p, seed
+        q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window
     )
 
 
 @scaled_dot_attention.register_fake
-def _(q, k, v, key_padding_mask, causal, scale, dropout_p, seed):
+def _(q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window=None):
     b, h, n, _ = q.shape
     return q.new_empty((b, h, n, v.shape[-1])), _empty_like_rows(q, b * h, n)
 
@@ -171,16 +177,17 @@ def scaled_dot_attention_backward(
     scale: float,
     dropout_p: float,
     seed: Tensor | None,
+    window: list[int] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p)
+    window = _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p, window)
     _check_backward_inputs(d_out, out, lse, q, v.shape[-1])
     return triton_module("attention").scaled_dot_backward(
-        d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed
+        d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window
     )
 
 
 @scaled_dot_attention_backward.register_fake
-def _(d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed):
+def _(d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window=None):
     return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
 
 
@@ -193,10 +200,11 @@ def _no_gradient_for(ctx, statistic: Tensor) -> None:
 
 
 def _scaled_dot_setup(ctx, inputs, output) -> None:
-    q, k, v, mask, causal, scale, dropout_p, seed = inputs
+    q, k, v, mask, causal, scale, dropout_p, seed, *window = inputs  # window: optional, last
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, mask, seed)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    ctx.window, ctx.n_inputs = (window[0] if window else None), len(inputs)
     _no_gradient_for(ctx, lse)
 
 
@@ -205,9 +213,9 @@ def _scaled_dot_backward(ctx, d_out, d_lse):
     dq, dk, dv = _backward(
         ctx,
         "scaled_dot_attention_backward",
-        d_out, q, k, v, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed,
+        d_out, q, k, v, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed, ctx.window,
     )  # fmt: skip
-    return dq, dk, dv, None, None, None, None, None
+    return dq, dk, dv, *(None,) * (ctx.n_inputs - 3)
 
 
 scaled_dot_attention.register_autograd(_scaled_dot_backward, setup_context=_scaled_dot_setup)

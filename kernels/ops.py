@@ -36,6 +36,14 @@ it in the backward and never store it; the torch paths draw it with torch's own 
 Layouts are (batch, heads, tokens, features). `key_padding_mask` is a bool (batch, tokens) tensor
 in which True marks a padding token, as in `torch.nn.MultiheadAttention`. A query whose every key
 is masked (causal and padding together) gets a zero output.
+
+**Sliding window** (`window=(left, right)`, scaled_dot_attention): query i attends to key j only
+when i − left ≤ j ≤ i + right, both reaches non-negative ints (a reach ≥ N bounds nothing). It
+combines with the other masks by intersection: with `causal=True` the right reach is 0 whatever
+it was given as, and padding keys stay invisible. The Triton kernels skip the key tiles outside
+the window; no GPU has timed them yet, so impl="auto" takes PyTorch (SDPA with a boolean mask)
+for every windowed call unless a dispatch table has a windowed entry, and benchmark mode does
+not time windowed calls.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ from ._checks import (
     check_quadratic,
     check_scale,
     check_triton,
+    check_window,
 )
 
 
@@ -104,11 +113,13 @@ def _use_triton(
     n: int,
     shape: Callable[[], tuple[int, ...]],
     window: int = 0,
+    windowed: bool = False,
 ) -> bool:
     """Whether the call runs the Triton kernel. `tensors` are the op's inputs, the first of them
     its first activation (called `name` in an error); `dim` and `n` key the measured choice of
     impl="auto" (kernels/dispatch.py) and `shape()` is the shape benchmark mode times (batch and
-    tokens bucketed: plain ints even under torch.compile)."""
+    tokens bucketed: plain ints even under torch.compile); `window` is pool_mix's window, and
+    `windowed` whether an attention call has a sliding window (a key of its own)."""
     check_impl(impl)
     t = tensors[0]
     if impl == "torch":
@@ -136,6 +147,7 @@ def _use_triton(
         tune,
         shape() if tune else (),
         window,
+        windowed,
     )
 
 
@@ -153,17 +165,20 @@ def _sdpa(
     key_padding_mask: torch.Tensor | None,
     scale: float,
     dropout_p: float,
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """The reference's masked attention through `F.scaled_dot_product_attention`.
+    """The reference's masked attention through `F.scaled_dot_product_attention` (a sliding
+    window as part of its boolean mask).
 
     Some torch versions give NaN for a query whose every key is masked, where the reference
     gives zeros. Such rows are therefore let see every key (so nothing is NaN, forward or
     backward) and their output is then zeroed, which also zeroes their gradient.
     """
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    if key_padding_mask is None:
+    if key_padding_mask is None and window is None:
         return sdpa(q_bhnk, k_bhnk, v_bhnv, is_causal=causal, scale=scale, dropout_p=dropout_p)
-    allowed_b1nn = reference.allowed_keys(q_bhnk.shape[-2], causal, key_padding_mask, q_bhnk.device)
+    n, device = q_bhnk.shape[-2], q_bhnk.device
+    allowed_b1nn = reference.allowed_keys(n, causal, key_padding_mask, device, window)
     empty_b1n1 = ~allowed_b1nn.any(dim=-1, keepdim=True)
     out = sdpa(
         q_bhnk,
@@ -205,27 +220,37 @@ def scaled_dot_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     impl: str = "auto",
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """softmax(q kᵀ · scale) v, per head, with dropout on the probabilities.
 
     q, k: (B, H, N, dk); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(dk).
+    `window` = (left, right): query i sees only keys i − left ..= i + right (the module
+    docstring says how it combines with `causal` and the padding mask); None: every key.
     """
     (q, k, v), _ = _apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
     check_causal(causal)
+    window = check_window(window)
     scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
     with _autocast_off(q):
         b, h, n, dk = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
-        if _use_triton(impl, "scaled_dot_attention", "q", (q, k, v), causal, dk, n, shape):
+        if _use_triton(
+            impl, "scaled_dot_attention", "q", (q, k, v), causal, dk, n, shape,
+            windowed=window is not None,
+        ):  # fmt: skip
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
-                "scaled_dot_attention", q, k, v, key_padding_mask, causal, scale, dropout_p, seed
-            )
+                "scaled_dot_attention",
+                q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window,
+            )  # fmt: skip
             return out
         if _use_sdpa(impl, q):
-            return _sdpa(q, k, v, causal, key_padding_mask, scale, dropout_p)
-        return reference.scaled_dot_attention(q, k, v, causal, key_padding_mask, scale, dropout_p)
+            return _sdpa(q, k, v, causal, key_padding_mask, scale, dropout_p, window)
+        return reference.scaled_dot_attention(
+            q, k, v, causal, key_padding_mask, scale, dropout_p, window=window
+        )
 
 
 def quadratic_attention(

@@ -17,11 +17,21 @@ def allowed_keys(
     causal: bool,
     key_padding_mask: torch.Tensor | None,
     device: torch.device,
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor | None:
-    """Boolean (B or 1, 1, N, N) matrix of which key each query may attend to, or None for all."""
+    """Boolean (B or 1, 1, N, N) matrix of which key each query may attend to, or None for all.
+
+    With `window` = (left, right), query i sees key j only when i - left <= j <= i + right
+    (and, if causal, j <= i too)."""
     allowed_11nn = None
     if causal:
         allowed_11nn = torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None]
+    if window is not None:
+        left, right = window
+        query_n1 = torch.arange(n, device=device)[:, None]
+        key_1n = torch.arange(n, device=device)[None, :]
+        in_window_11nn = ((key_1n >= query_n1 - left) & (key_1n <= query_n1 + right))[None, None]
+        allowed_11nn = in_window_11nn if allowed_11nn is None else allowed_11nn & in_window_11nn
     if key_padding_mask is not None:
         keep_b11n = ~key_padding_mask[:, None, None, :]
         allowed_11nn = keep_b11n if allowed_11nn is None else allowed_11nn & keep_b11n
@@ -35,6 +45,7 @@ def attention_from_scores(
     key_padding_mask: torch.Tensor | None,
     dropout_p: float = 0.0,
     keep_bhnn: torch.Tensor | None = None,
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """Masked softmax over keys, dropout on the probabilities, then the weighted sum of values.
 
@@ -47,7 +58,8 @@ def attention_from_scores(
     to the scores) gives the keep mask explicitly, e.g. the one a Triton kernel drew; without it
     the mask is drawn from torch's generator.
     """
-    allowed = allowed_keys(scores_bhnn.shape[-1], causal, key_padding_mask, scores_bhnn.device)
+    n = scores_bhnn.shape[-1]
+    allowed = allowed_keys(n, causal, key_padding_mask, scores_bhnn.device, window)
     if allowed is not None:
         scores_bhnn = scores_bhnn.masked_fill(~allowed, torch.finfo(scores_bhnn.dtype).min)
     probs_bhnn = scores_bhnn.softmax(dim=-1)
@@ -73,11 +85,13 @@ def scaled_dot_attention(
     scale: float,
     dropout_p: float = 0.0,
     keep_bhnn: torch.Tensor | None = None,
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v; `window` = (left, right) as in `allowed_keys`."""
     ct = _compute_dtype(q_bhnk)
     scores_bhnn = (q_bhnk.to(ct) @ k_bhnk.to(ct).transpose(-1, -2)) * scale
     out = attention_from_scores(
-        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn
+        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn, window
     )
     return out.to(q_bhnk.dtype)
 

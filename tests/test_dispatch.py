@@ -284,6 +284,31 @@ def test_tune_and_benchmark_mode_win_over_the_table(gpu, monkeypatch):
     assert not use_triton("torch", n=256)  # an explicit impl is never overridden
 
 
+def test_windowed_calls_take_pytorch_unless_a_windowed_entry_says_otherwise(gpu, monkeypatch):
+    """A sliding window has a key of its own: an entry measured without one does not choose the
+    kernel for windowed calls, and benchmark mode does not time them (no windowed candidates)."""
+    write_table(gpu, "9.0", [entry(impl="triton")])
+    timed = []
+    monkeypatch.setitem(dispatch.CANDIDATES, "scaled_dot_attention", lambda *a: timed.append(a))
+    windowed = lambda impl: ops._use_triton(
+        impl, "scaled_dot_attention", "q", (CudaLike(),), True, 64, 256, lambda: (1, 1, 256, 64, 64),
+        windowed=True,
+    )  # fmt: skip
+    assert use_triton("auto")
+    assert not windowed("auto") and not windowed("tune") and not timed
+    write_table(gpu, "9.0", [entry(impl="torch"), entry(impl="triton", windowed=True)])
+    dispatch.clear()
+    assert windowed("auto") and not use_triton("auto")
+    assert "windowed" in str(dispatch.Key("scaled_dot_attention", "bfloat16", True, 64, 256,
+                                          True, windowed=True))  # fmt: skip
+
+
+def test_a_windowed_field_that_is_not_a_bool_is_refused(gpu):
+    path = write_table(gpu, "9.0", [entry(windowed="yes")])
+    with pytest.raises(dispatch.DispatchTableError, match="windowed"):
+        dispatch.load_table(path)
+
+
 @pytest.mark.parametrize("grad", [True, False], ids=["fwd+bwd", "fwd"])
 @pytest.mark.parametrize("op", dispatch.OPS)
 def test_what_benchmark_mode_times_computes_the_same_on_both_paths(op, grad):

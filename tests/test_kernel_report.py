@@ -71,6 +71,7 @@ REPRESENTATIVE = (
     "attn_bwd_dq fp32 metric HEAD=16 ",
     "attn_bwd_dkdv bf16 wide64 HEAD=32 ",
     "attn_bwd_dkdv fp16 chunked causal mask dropout HEAD=128 ",
+    "attn_bwd_dkdv bf16 plain window mask dropout HEAD=64 ",  # the window's transposed bounds
     "pool_fwd bf16 mask any-window BLOCK_N=64 ",
     "pool_bwd fp32 any-window BLOCK_N=128 ",
 )

@@ -12,6 +12,11 @@ What the inner loops leave out, because it would be work on every element of eve
 - Masks. Causal and padding are compile-time switches (CAUSAL, HAS_MASK), and each kernel walks
   its tiles in two loops: the tiles that need the per-element mask (on the causal diagonal, the
   ragged last key tile) and the rest, which run without one.
+- Tiles outside a sliding window. WINDOW (a compile-time switch; the reaches left and right are
+  runtime ints, causal folded into them by the launcher) bounds both loops to the tiles the
+  window reaches (`_window_tiles`), in one loop that decides per tile, with a scalar branch,
+  whether the per-element mask applies: only the window's edges take it. Every other tile is
+  never loaded.
 - Transposes of register tiles. The dk/dv kernel computes its scores transposed, k·qᵀ (keys ×
   queries), so Pᵀ and dSᵀ come out of their dots in the layout of the left operand of
   dv += Pᵀ·dO and dk += dSᵀ·q.
@@ -38,7 +43,7 @@ the backward falls back to HEAD-wide chunks (a grid axis), and every chunk's pro
 the full scores again.
 
 Invariants:
-- A query whose every key is masked (causal and padding together) gets zeros and zero gradients:
+- A query whose every key is masked (causal or window, and padding) gets zeros and zero gradients:
   its log-sum-exp is +inf, so every recomputed probability is 0.
 - A query row past the end reads lse = +inf, and a key past the end or padding only touches its
   own rows of dk and dv (not stored, or zeroed): the dk/dv kernel masks only the causal diagonal.
@@ -68,6 +73,10 @@ if INTERPRET:
 HEADS_PADDED = (16, 32, 64, 128)
 MAX_HEAD = 128
 MAX_QK_HEAD = 512
+
+# A window's reach is a runtime value the JIT must not specialise (on 1, or on a multiple of
+# 16): one compiled variant serves every window.
+_WINDOW_ARGS = ("left", "right")
 
 
 @triton.jit
@@ -143,12 +152,16 @@ def _scores(
 
 
 @triton.jit
-def _visible(queries, keys, N, CAUSAL: tl.constexpr):
-    """Which (query, key) pairs of a diagonal or ragged tile count: the key exists and, if causal,
-    does not come after the query. `queries` and `keys` broadcast to the tile's 2-D shape."""
+def _visible(queries, keys, N, left, right, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """Which (query, key) pairs of a diagonal, window-edge or ragged tile count: the key exists,
+    and, if causal, does not come after the query; with a window, query − left ≤ key ≤ query +
+    right. `queries` and `keys` broadcast to the tile's 2-D shape."""
     ok = keys < N
     if CAUSAL:
         ok = ok & (queries >= keys)
+    if WINDOW:  # 0 <= key - query + left <= left + right, as one unsigned comparison
+        span = (left + right).to(tl.uint32)
+        ok = ok & ((keys - (queries - left)).to(tl.uint32, bitcast=True) <= span)
     return ok
 
 
@@ -182,16 +195,50 @@ def _key_tiles(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: t
 
 
 @triton.jit
+def _window_tiles(start, before, after, N, ROWS: tl.constexpr, TILE: tl.constexpr):
+    """The column tiles that rows [start, start + ROWS) visit when row r sees the columns
+    [r − before, r + after] (queries against keys: before = left, after = right; keys against
+    queries in the dk/dv kernel: before = right, after = left). Returns lo ≤ full_lo ≤ full_hi ≤
+    hi: tiles start at multiples of TILE from lo, those in [full_lo, full_hi) lie inside every
+    row's window and inside the sequence (no per-element mask), those in [lo, full_lo) and
+    [full_hi, hi) are the window's edges; every tile before lo or from hi on is invisible to every
+    row, and is skipped. `before` and `after` are at most N (the launcher clips them), so
+    nothing here overflows int32."""
+    lo = tl.maximum(start - before, 0) // TILE * TILE
+    hi = tl.minimum(N, start + ROWS + after)
+    full_lo = tl.minimum(tl.cdiv(tl.maximum(start + ROWS - 1 - before, 0), TILE) * TILE, hi)
+    full_hi = tl.minimum(tl.minimum(N, start + after + 1) // TILE * TILE, hi)
+    full_hi = tl.maximum(full_hi, full_lo)
+    return lo, full_lo, full_hi, hi
+
+
+@triton.jit
+def _mask(x, queries, keys, start, N, left, right, inner_lo, inner_hi, fill,
+          CAUSAL: tl.constexpr, WINDOW: tl.constexpr):  # fmt: skip
+    """x where (query, key) is visible, else `fill`. A window's masked loop runs every tile the
+    window reaches, contiguously (a loop whose tile address is affine in its counter, which the
+    sm_90 software pipeliner keeps in few registers), and decides per tile at run time: the
+    inner tiles [inner_lo, inner_hi) take no per-element mask."""
+    if WINDOW:
+        if (start < inner_lo) | (start >= inner_hi):
+            x = tl.where(_visible(queries, keys, N, left, right, CAUSAL, WINDOW), x, fill)
+    else:
+        x = tl.where(_visible(queries, keys, N, left, right, CAUSAL, WINDOW), x, fill)
+    return x
+
+
+@triton.jit
 def _fwd_loop(
     acc, l_i, m_i, q0, Q, K, V, Mask, seed,
     q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi,
+    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over key tiles [lo, hi). MASKED: the tiles on the causal diagonal and
-    the ragged last tile, which need the per-element mask; the others skip it."""
+    the ragged last tile, which need the per-element mask, or with WINDOW every tile the window
+    reaches, the mask applied outside [inner_lo, inner_hi) only; the other loop skips it."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
@@ -199,7 +246,8 @@ def _fwd_loop(
                     n_chunks, HEAD, CHUNKED, DOT_PREC)  # fmt: skip
         s = s * scale2
         if MASKED:
-            s = tl.where(_visible(offs_m[:, None], offs_n[None, :], N, CAUSAL), s, float("-inf"))
+            s = _mask(s, offs_m[:, None], offs_n[None, :], start_n, N, left, right, inner_lo, inner_hi,
+                      float("-inf"), CAUSAL, WINDOW)  # fmt: skip
         if HAS_MASK:
             s = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], float("-inf"), s)
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -225,17 +273,19 @@ def _fwd_loop(
     return acc, l_i, m_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_WINDOW_ARGS)
 def _attn_fwd(
     Q, K, V, M, Out, Lse, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sob, soh, son, smb,
-    H, N, d_qk, d_v, n_chunks, scale2, dropout_p, n_bucket,
+    H, N, d_qk, d_v, n_chunks, scale2, dropout_p, n_bucket, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One query tile of one (batch, head): its output rows, and their base-2 log-sum-exp
-    (+inf for a row that sees no key, whose output is 0)."""
+    (+inf for a row that sees no key, whose output is 0). WINDOW (never with CAUSAL, which the
+    launcher folds into the window): only the key tiles that meet the tile's window run, the
+    two edges with the per-element mask."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -252,18 +302,24 @@ def _attn_fwd(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
-    full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+    if WINDOW:  # one loop over the tiles the window reaches; the inner ones skip the mask
+        lo, inner_lo, inner_hi, hi = _window_tiles(
+            pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N
+        )
+    else:  # the tiles that need no mask, then those that do
+        full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+        acc, l_i, m_i = _fwd_loop(
+            acc, l_i, m_i, q0, Q, K, V, Mask, seed,
+            q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
+            N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full, 0, 0, left, right,
+            METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
+        )  # fmt: skip
+        lo, inner_lo, inner_hi = full, 0, 0
     acc, l_i, m_i = _fwd_loop(
         acc, l_i, m_i, q0, Q, K, V, Mask, seed,
         q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full,
-        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, False, BLOCK_N, DOT_PREC,
-    )  # fmt: skip
-    acc, l_i, m_i = _fwd_loop(
-        acc, l_i, m_i, q0, Q, K, V, Mask, seed,
-        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, full, hi,
-        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, True, BLOCK_N, DOT_PREC,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
+        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, True, BLOCK_N, DOT_PREC,
     )  # fmt: skip
 
     empty = l_i == 0.0
@@ -299,9 +355,9 @@ def _attn_bwd_delta(
 def _dq_loop(
     dq, q0, do, lse, delta, Q, K, V, Mask, seed,
     q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi,
+    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
     METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
     BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """dq over key tiles [lo, hi); MASKED as in the forward's loop."""
@@ -312,7 +368,8 @@ def _dq_loop(
                     n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
         p = tl.exp2(s * scale2 - lse[:, None])
         if MASKED:
-            p = tl.where(_visible(offs_m[:, None], offs_n[None, :], N, CAUSAL), p, 0.0)
+            p = _mask(p, offs_m[:, None], offs_n[None, :], start_n, N, left, right, inner_lo, inner_hi,
+                      0.0, CAUSAL, WINDOW)  # fmt: skip
         if HAS_MASK:
             p = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], 0.0, p)
         if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
@@ -332,18 +389,18 @@ def _dq_loop(
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_WINDOW_ARGS)
 def _attn_bwd_dq(
     Q, K, V, M, DO, Lse, Delta, DQ, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdqb, sdqh, sdqn, smb,
-    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket,
+    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
-    DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One query tile and one q/k feature chunk (QK_HEAD wide, as in the dk/dv kernel):
-    dq = scale · dS · k for that chunk."""
+    dq = scale · dS · k for that chunk. WINDOW: the key tiles of the forward's window loops."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_c = tl.program_id(2)
@@ -365,18 +422,24 @@ def _attn_bwd_dq(
 
     dq = tl.zeros([BLOCK_M, QK_HEAD], tl.float32)
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
-    full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+    if WINDOW:  # as in the forward
+        lo, inner_lo, inner_hi, hi = _window_tiles(
+            pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N
+        )
+    else:
+        full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
+        dq = _dq_loop(
+            dq, q0, do, lse, delta, Q, K, V, Mask, seed,
+            q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn,
+            svn, N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full, 0, 0, left, right,
+            METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
+        )  # fmt: skip
+        lo, inner_lo, inner_hi = full, 0, 0
     dq = _dq_loop(
         dq, q0, do, lse, delta, Q, K, V, Mask, seed,
         q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full,
-        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, False, BLOCK_N, DOT_PREC,
-    )  # fmt: skip
-    dq = _dq_loop(
-        dq, q0, do, lse, delta, Q, K, V, Mask, seed,
-        q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, full, hi,
-        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, True, BLOCK_N, DOT_PREC,
+        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
+        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, True, BLOCK_N, DOT_PREC,
     )  # fmt: skip
 
     dq = dq * scale
@@ -389,14 +452,17 @@ def _attn_bwd_dq(
 def _dkdv_loop(
     dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
     q_base, k_base, m_base, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi,
+    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left,
+    right,
     METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    CAUSAL: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr,
+    DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """dk and dv of one key tile over query tiles [lo, hi), in transposed form: the scores are
     k·qᵀ (keys × queries), so Pᵀ and dSᵀ come out of their dots in the layout that dv += Pᵀ·dO
     and dk += dSᵀ·q take as their left operand, with no transpose of a register tile between.
-    MASKED: the tiles on the causal diagonal. No other tile needs a mask: a query past the end
+    MASKED: the tiles on the causal diagonal, or with WINDOW every query tile that reaches the
+    key tile (masked outside [inner_lo, inner_hi), as in the forward). No other tile needs a mask: a query past the end
     reads lse = +inf (so P = 0), and a key past the end (or padding) only touches its own row of
     dk and dv, which is not stored (resp. zeroed)."""
     for start_m in range(lo, hi, BLOCK_M):
@@ -408,7 +474,8 @@ def _dkdv_loop(
         lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
         p_t = tl.exp2(s_t * scale2 - lse[None, :])
         if MASKED:
-            p_t = tl.where(_visible(offs_m[None, :], offs_n[:, None], N, CAUSAL), p_t, 0.0)
+            p_t = _mask(p_t, offs_m[None, :], offs_n[:, None], start_m, N, left, right, inner_lo,
+                        inner_hi, 0.0, CAUSAL, WINDOW)  # fmt: skip
         do = _load_rows(DO + do_base, offs_m, sdon, offs_d, N, d_v)
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         if DROPOUT:
@@ -429,17 +496,20 @@ def _dkdv_loop(
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_WINDOW_ARGS)
 def _attn_bwd_dkdv(
     Q, K, V, M, DO, Lse, Delta, DK, DV, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
-    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket,
+    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
-    DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One key tile and one q/k feature chunk: dk for that chunk, dv (chunk 0 stores it).
+
+    WINDOW: key j is seen by the queries [j − right, j + left], so only the query tiles that
+    meet the key tile's reach run, the two edges with the per-element mask.
 
     The q/k tiles are QK_HEAD wide: HEAD when d_qk ≤ HEAD (plain and metric) or when the width is
     chunked, else the whole padded q/k width in one tile (`wide`: one chunk, the scores once).
@@ -467,24 +537,30 @@ def _attn_bwd_dkdv(
     dk = tl.zeros([BLOCK_N, QK_HEAD], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
     q_base, do_base, row_base = b * sqb + h * sqh, b * sdob + h * sdoh, pid_bh.to(tl.int64) * N
-    if CAUSAL:  # query tiles [lo, mid) cross the diagonal; from mid on every query sees the tile
+    if WINDOW:  # one loop over the query tiles that reach the key tile; inner ones skip the mask
+        lo, inner_lo, inner_hi, hi = _window_tiles(
+            pid_n * BLOCK_N, right, left, N, BLOCK_N, BLOCK_M
+        )
+    elif CAUSAL:  # query tiles [lo, hi) cross the diagonal; from hi on every query sees the tile
         lo = pid_n * BLOCK_N // BLOCK_M * BLOCK_M
-        mid = tl.minimum(N, tl.cdiv(pid_n * BLOCK_N + BLOCK_N - 1, BLOCK_M) * BLOCK_M)
+        hi = tl.minimum(N, tl.cdiv(pid_n * BLOCK_N + BLOCK_N - 1, BLOCK_M) * BLOCK_M)
+        inner_lo, inner_hi = 0, 0
     else:
-        lo = 0
-        mid = 0
+        lo, hi, inner_lo, inner_hi = 0, 0, 0, 0
     dk, dv = _dkdv_loop(
         dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
         q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, mid,
-        METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, True, BLOCK_M, DOT_PREC,
+        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi,
+        left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, True, BLOCK_M, DOT_PREC,
     )  # fmt: skip
-    dk, dv = _dkdv_loop(
-        dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
-        q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, mid, N,
-        METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, False, BLOCK_M, DOT_PREC,
-    )  # fmt: skip
+    if not WINDOW:
+        dk, dv = _dkdv_loop(
+            dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
+            q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
+            sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, hi, N, 0, 0,
+            left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, False, BLOCK_M,
+            DOT_PREC,
+        )  # fmt: skip
 
     dk = dk * scale
     if METRIC:

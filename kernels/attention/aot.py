@@ -28,6 +28,7 @@ _CONSTEXPRS = frozenset(
         "DROPOUT",
         "HAS_MASK",
         "CAUSAL",
+        "WINDOW",
         "BLOCK_M",
         "BLOCK_N",
         "DOT_PREC",
@@ -76,22 +77,32 @@ def _aligned(fn, sig: dict[str, str]) -> dict:
     }
 
 
+# The switch sets compiled per variant: none (every config of the row), then at the row's first
+# config all of them with a causal mask, and all of them with a sliding window instead (the
+# launcher folds causal into the window, so WINDOW never comes with CAUSAL).
+_SWITCHES = ("", "causal mask dropout", "window mask dropout")
+
+
 def aot_specs() -> list[AotSpec]:
     """One spec per kernel and per configuration the launchers can pick on a GPU (the GPU tables,
     also when this process runs the interpreter) with no mask and no dropout; and at the first
-    configuration of each, the variant with causal, padding mask and dropout all on."""
+    configuration of each, the variant with causal, padding mask and dropout all on, and the one
+    with a sliding window, padding mask and dropout."""
     specs = []
-    for (kernel, dtype, head, qk_head, metric, chunked), all_on in itertools.product(
-        spec_cases(), (False, True)
+    for (kernel, dtype, head, qk_head, metric, chunked), switches in itertools.product(
+        spec_cases(), _SWITCHES
     ):
+        if metric and "window" in switches:
+            continue  # only scaled-dot attention takes a window
+        all_on = bool(switches)
         sig = _signature(KERNELS[kernel], dtype)
         aligned = _aligned(KERNELS[kernel], sig)
         configs = block_configs(
             kernel, dtype, head, metric, chunked, interpret=False, qk_head=qk_head
         )
-        # The masks and dropout add elementwise work to a variant, no new tile shapes: the variant
-        # with all three on (causal, padding mask, dropout: the most code) compiles at each row's
-        # first config (what ptxas makes of it is in the report); on a GPU the autotuner still
+        # The masks and dropout add elementwise work to a variant, no new tile shapes: the variants
+        # with all three on (causal or window, padding mask, dropout: the most code) compile at
+        # each row's first config (what ptxas makes of it is in the report); on a GPU the autotuner still
         # times every config and skips one that runs out of resources.
         for bm, bn, warps, stages in configs[:1] if all_on else configs:
             constexprs = {
@@ -100,7 +111,8 @@ def aot_specs() -> list[AotSpec]:
                 "CHUNKED": chunked,
                 "DROPOUT": all_on,
                 "HAS_MASK": all_on,
-                "CAUSAL": all_on,
+                "CAUSAL": "causal" in switches,
+                "WINDOW": "window" in switches,
                 "BLOCK_M": bm,
                 "BLOCK_N": bn,
                 "DOT_PREC": dot_precision(dtype),
@@ -108,7 +120,7 @@ def aot_specs() -> list[AotSpec]:
             if "QK_HEAD" in KERNELS[kernel].arg_names:
                 constexprs["QK_HEAD"] = qk_head
             prologue = variant_name(head, qk_head, metric, chunked)
-            prologue += " causal mask dropout" if all_on else ""
+            prologue += f" {switches}" if all_on else ""
             label = (
                 f"{_TRITON_DTYPE[dtype]} {prologue} HEAD={head} "
                 f"BLOCK_M={bm} BLOCK_N={bn} w{warps} s{stages}"

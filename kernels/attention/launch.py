@@ -74,6 +74,7 @@ class _Problem:
         scale: float,
         dropout_p: float = 0.0,
         seed: torch.Tensor | None = None,
+        window: tuple[int, int] | None = None,
     ) -> None:
         b, h, n, d_qk = q.shape
         d_v = v.shape[-1]
@@ -88,7 +89,11 @@ class _Problem:
         self.head = head_width(d_v)
         self.n_chunks = cdiv(d_qk, self.head)
         self.qk_head = qk_tile_width(d_qk, self.head)  # the backward's q/k tile
-        self.causal, self.scale = causal, scale
+        self.scale = scale
+        self.causal, self.window = causal, window is not None
+        self.left, self.right = _window_reach(window, causal, n)
+        if self.window:
+            self.causal = False  # folded into the window: its right reach is 0
         self.metric = m is not None
         self.has_mask = mask is not None
         if mask is None:
@@ -121,6 +126,7 @@ class _Problem:
             "DROPOUT": self.dropout_p > 0.0,
             "HAS_MASK": self.has_mask,
             "CAUSAL": self.causal,
+            "WINDOW": self.window,
             "DOT_PREC": dot_precision(self.q.dtype),
         }
 
@@ -132,6 +138,16 @@ class _Problem:
     def backward_chunks(self) -> int:
         """The backward grid's feature-chunk axis: one program per QK_HEAD-wide chunk."""
         return cdiv(self.d_qk, self.qk_head)
+
+
+def _window_reach(window: tuple[int, int] | None, causal: bool, n: int) -> tuple[int, int]:
+    """The kernels' (left, right): a causal window reaches no key after the query (right = 0),
+    and a reach beyond the sequence is clipped to N, which sees the same keys and keeps the
+    kernels' tile arithmetic within int32. (0, 0) without a window: the kernels never read it."""
+    if window is None:
+        return 0, 0
+    left, right = window
+    return min(left, n), 0 if causal else min(right, n)
 
 
 def _check_dropout(dropout_p: float, seed: torch.Tensor | None, n: int, like: torch.Tensor) -> None:
@@ -169,7 +185,7 @@ def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
     _fwd[grid](
         *p.inputs(), out, lse, p.mask_i8, p.seed,
         *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
-        *p.sizes(), p.scale * LOG2E, p.dropout_p, p.n_bucket,
+        *p.sizes(), p.scale * LOG2E, p.dropout_p, p.n_bucket, p.left, p.right,
         **p.flags(),
     )  # fmt: skip
     return out, lse
@@ -192,7 +208,7 @@ def attention_backward(
     delta = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
-    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket)
+    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket, p.left, p.right)
     chunks = p.backward_chunks()
     rows = DELTA_TILE // p.head
     _attn_bwd_delta[(cdiv(p.n, rows), p.b * p.h)](
@@ -228,10 +244,14 @@ def scaled_dot_forward(
     scale: float,
     dropout_p: float,
     seed: torch.Tensor | None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q kᵀ · scale) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for the backward)."""
+    """softmax(q kᵀ · scale) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for the backward).
+    `window` = (left, right): query i sees the keys i − left ..= i + right."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
-    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed)
+    prob = _Problem(
+        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window
+    )
     return attention_forward(prob)
 
 
@@ -247,10 +267,13 @@ def scaled_dot_backward(
     scale: float,
     dropout_p: float,
     seed: torch.Tensor | None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), each like its input; the dropout mask is drawn again from `seed`."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
-    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed)
+    prob = _Problem(
+        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window
+    )
     dq, dk, dv = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
     assert dv is not None
     return dq, dk, dv

@@ -289,7 +289,18 @@ def autotuned(kernel: str) -> triton.runtime.Autotuner:
     return triton.autotune(
         configs=_as_triton_configs(kernel),
         # The tensors' dtypes are part of the key too (Triton adds them).
-        key=["n_bucket", "n_chunks", "HEAD", "CHUNKED", "METRIC", "DROPOUT", "HAS_MASK", "CAUSAL"],
+        # A window's reach (left, right) is not in the key: one tuning serves every window.
+        key=[
+            "n_bucket",
+            "n_chunks",
+            "HEAD",
+            "CHUNKED",
+            "METRIC",
+            "DROPOUT",
+            "HAS_MASK",
+            "CAUSAL",
+            "WINDOW",
+        ],
         prune_configs_by={"early_config_prune": _pruner(kernel)},
         **_CACHE_RESULTS,
     )(KERNELS[kernel])
