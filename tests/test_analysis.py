@@ -67,10 +67,22 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     table = {r["group"]: r for r in sweep.group_table()}
     assert table[first.name]["val_loss_ci_low"] == ci.low
     assert "seed 101 failed (job 4)" in table["mixer=scaled_dot, train.lr=0.003"]["note"]
-    compared = sweep.compare("mixer", margin=0.05)  # per learning rate, against its best mixer
+    compared = sweep.compare("mixer", margin=0.05)  # per learning rate, against scaled_dot
     assert {r["block"] for r in compared} == {"train.lr=0.001", "train.lr=0.003", "train.lr=0.01"}
     assert all(r["on"] == "val_loss" and r["margin"] == 0.05 for r in compared)
-    assert sweep.compare() == sweep.compare("mixer")  # the mixer, when several axes vary
+    # the reference is fixed up front, even where another mixer has the best mean (lr 0.01)
+    assert {r["reference"] for r in compared} == {"scaled_dot"} and len(compared) == 6
+    assert all(r["tests"] == 5 and r["correction"] == "holm" for r in compared)
+    sentences = [r["sentence"] for r in compared]
+    assert [r["sentence"] for r in sweep.compare(margin=0.05)] == sentences  # mixer: several vary
+    by_pooling = sweep.compare("mixer", reference="pooling", correction="none")
+    assert {r["config"] for r in by_pooling} == {"scaled_dot", "metric"}
+    assert all(r["p_adjusted"] == r["p"] for r in by_pooling if r["p"] == r["p"])
+    with pytest.raises(ValueError, match="'quadratic' is not a value of mixer"):
+        sweep.compare("mixer", reference="quadratic")
+    # another axis: its first value in the sweep, unless named
+    assert {r["reference"] for r in sweep.compare("train.lr")} == {"0.001"}
+    assert {r["reference"] for r in sweep.compare("train.lr", reference="1e-2")} == {"0.01"}
     chosen = {s["axes"]["mixer"]: s["value"] for s in sweep.select("train.lr")}
     assert chosen == BEST_LR
 

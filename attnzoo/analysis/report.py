@@ -61,6 +61,7 @@ def write_groups(
     axis: str | None,
     confidence: float,
     margin: float | None,
+    correction: str = "holm",
 ) -> None:
     """groups.csv and groups.md: one row per configuration, then the comparisons along `axis`
     in words."""
@@ -96,21 +97,37 @@ def write_groups(
     lines += md_table(short, cells)
     if axis is not None:
         lines += ["", f"## Differences along `{axis_name(axis)}`", ""]
-        how = (
-            "Each configuration against the best one (lowest mean validation loss) with the other "
-            f"axes fixed: the paired t-test on the seeds both ran (Welch's t-test when the seed "
-            f'sets differ), at {confidence:.0%}; "resolved" = the interval of the difference '
-            'excludes 0. "Not resolved" is not "equal"'
-        )
-        how += (
-            f': "within margin" = two one-sided tests put the difference inside ±{margin:g}.'
-            if margin is not None
-            else "; pass --margin for an equivalence test (TOST)."
-        )
+        how = protocol_text(compared, confidence, margin, correction)
         lines += [how, ""]
         lines += [f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
-                  for c in compared] or ["- nothing to compare (fewer than two configurations with a completed seed)"]  # fmt: skip
+                  for c in compared] or ["- nothing to compare (no block holds the reference and another configuration with a completed seed)"]  # fmt: skip
     (out / "groups.md").write_text("\n".join(lines) + "\n")
+
+
+def protocol_text(
+    compared: list[dict[str, Any]], confidence: float, margin: float | None, correction: str
+) -> str:
+    """How the comparisons of a report were made and read: the reference, the tests, how many,
+    the correction, and what each verdict rests on."""
+    refs = sorted({str(c["reference"]) for c in compared})
+    tests = compared[0]["tests"] if compared else 0
+    fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
+    text = (
+        f"Each configuration against the reference fixed before the runs ({', '.join(refs) or 'none'}) "
+        "with the other axes fixed: the paired t-test on the seeds both ran (Welch's t-test when "
+        f"the seed sets differ), at {confidence:.0%}. {tests} test(s) in this report, with "
+        f"{fixed} correction for multiple testing"
+        + ("" if correction == "none" else " (verdicts from the adjusted p-values)")
+        + '. "better"/"worse": the two-sided test rejects no difference; "not resolved with n '
+        'seeds" is not "equal": it says the smallest |Δ| those seeds could have resolved in this '
+        "family (the half-width of the interval of the difference at level α/m, m the tests)"
+    )
+    if margin is None:
+        return text + "; pass --margin for the tests against a margin."
+    return text + (
+        f'; "worse/better by more than the margin": the one-sided test against ±{margin:g}; '
+        f'"within margin": two one-sided tests (TOST) put the difference inside ±{margin:g}.'
+    )
 
 
 def write_selection(
@@ -215,6 +232,8 @@ def summarize(
     x_axis: str = "steps",
     wandb_mode: str = "auto",
     script: str = "scripts/summarize.py",
+    reference: Any = None,
+    correction: str = "holm",
 ) -> list[dict[str, Any]]:
     """Write the per-job and per-configuration tables and figures (see the module docstring);
     return the per-job rows. Several sweep folders are summarised as one (job names then start
@@ -249,8 +268,10 @@ def summarize(
         r = group_row(g, confidence)
         r["_values"] = {w: list(g.values(w).values()) for w in VALUES}
         table.append(r)
-    compared = comparisons(groups, axis, "val_loss", confidence, margin) if axis else []
-    write_groups(groups, table, compared, orphans, out, axis, confidence, margin)
+    compared = []
+    if axis:
+        compared = comparisons(groups, axis, "val_loss", confidence, margin, reference, correction)
+    write_groups(groups, table, compared, orphans, out, axis, confidence, margin, correction)
     mode = wandb_mode_for(jobs, wandb_mode)
     if mode != "disabled":
         group_columns = ["group", *(axis_name(k) for k in (groups[0].label if groups else {}))]
