@@ -115,3 +115,34 @@ def test_rank_verdicts_and_the_collapse_rate():
     assert math.isnan(analysis.fit_rate([1.0, 0.9]))
     assert analysis.exponent_growth([1.0, 1.0]) is None
     assert json.dumps(sorted(analysis.__all__)) == json.dumps(analysis.__all__)
+
+
+def _collapse_verdict(name: str, profiles: list[list[float]]) -> str:
+    shares = [analysis.kept_share(name, p) for p in profiles]
+    return analysis.verdict(mean_interval([x for x in shares if math.isfinite(x)]))
+
+
+def test_collapse_is_judged_on_each_measures_own_scale():
+    """Constructed profiles over three seeds: a last layer at stable rank 1.000 is collapsed
+    whatever the embedding's stable rank (1.03 or 9.46: a share of the raw value would call both
+    'kept'); an unchanged profile keeps everything; similarity going to 1 is collapse."""
+    low, high = [1.03, 1.02, 1.0], [9.46, 4.0, 1.0]
+    assert analysis.kept_share("stable_rank", low) == 0.0
+    assert analysis.kept_share("stable_rank", high) == 0.0
+    assert low[-1] / low[0] > 0.9  # what the old last / first share said: kept
+    assert _collapse_verdict("stable_rank", [low, high, [3.0, 2.0, 1.0000001]]) == "collapsed"
+    for name, profile in (("stable_rank", [5.0, 5.0, 5.0]), ("effective_rank", [12.0, 12.0]),
+                          ("token_similarity", [0.3, 0.3]), ("relative_residual", [0.8, 0.8])):  # fmt: skip
+        assert analysis.kept_share(name, profile) == 1.0
+        assert _collapse_verdict(name, [profile] * 3) == "kept"
+    sim = [[0.2, 0.9, 1.0], [0.4, 0.99, 0.999999], [0.1, 0.5, 0.9999]]
+    assert analysis.kept_share("token_similarity", sim[0]) == 0.0
+    assert _collapse_verdict("token_similarity", sim) == "collapsed"
+    # halfway from the embedding's value to collapse on each scale: partial at best
+    assert analysis.kept_share("effective_rank", [9.0, 5.0]) == 0.5
+    assert analysis.kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
+    # layer 0 already at the collapse value: nothing to keep, no share, no verdict
+    for name, at in (("stable_rank", [1.0, 1.0]), ("token_similarity", [1.0, 0.5]),
+                     ("relative_residual", [0.0, 0.0])):  # fmt: skip
+        assert math.isnan(analysis.kept_share(name, at))
+        assert _collapse_verdict(name, [at] * 3) == "n/a"

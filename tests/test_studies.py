@@ -235,7 +235,8 @@ def test_rank_ablation_share_of_spread_and_verdicts():
     from attnzoo.stats import mean_interval
 
     assert kept_share("relative_residual", [1.0, 0.5, 0.25]) == 0.25
-    assert kept_share("effective_rank", [40.0, 20.0]) == 0.5
+    # ranks: the distance from rank 1 (collapse), (20 - 1) / (40 - 1)
+    assert kept_share("effective_rank", [40.0, 20.0]) == pytest.approx(19 / 39)
     # token similarity: collapse is cos -> 1, so the spread is 1 - cos
     assert kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
     assert kept_share("token_similarity", [0.0, 1.0]) == 0.0
