@@ -19,13 +19,21 @@ from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt, md_table, write_cs
 from attnzoo.replicates import NON_SEMANTIC, REPLICATE_KEY
 
 
-def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:
-    """summary.csv and summary.md: one row per job (COLUMNS), its status in bold where the job
-    did not complete."""
-    with open(out / "summary.csv", "w", newline="") as f:
+def write_runs(rows: list[dict[str, Any]], path: Path) -> None:
+    """The per-seed table behind every interval and comparison: one row per job (COLUMNS) with
+    its configuration (`group`, as in groups.csv), seed, final values and status. summarize
+    writes it as summary.csv; the study commands write it as runs.csv beside their reports."""
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
+        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in COLUMNS} for r in rows)
+
+
+def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:
+    """summary.csv (write_runs) and summary.md: one row per job (COLUMNS but the group), its
+    status in bold where the job did not complete."""
+    write_runs(rows, out / "summary.csv")
+    shown = [c for c in COLUMNS if c != "group"]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -41,13 +49,13 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> No
         "tokens = steps × train.batch_size × context from the resolved config, and wall_s = "
         "summary.json's time.total_s.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(shown) + " |",
+        "|" + "---|" * len(shown),
     ]
     for r in rows:
-        cells = [fmt(r[c]).replace("|", "/") for c in COLUMNS]
+        cells = [fmt(r[c]).replace("|", "/") for c in shown]
         if r["status"] != "completed":
-            cells[COLUMNS.index("status")] = f"**{r['status']}**"
+            cells[shown.index("status")] = f"**{r['status']}**"
         lines.append("| " + " | ".join(cells) + " |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
