@@ -315,5 +315,5 @@ def comparisons(
             c = compare(g.values(on), ref.values(on), confidence, margin)
             a_name = config_name(g, axis, attached)
             row = comparison_row(a_name, config_name(ref, axis, attached), on, c, lower)
-            rows.append({"block": block, **row})
+            rows.append({"block": block, **row, "value": g.label.get(axis)})
     return correct(rows, correction)

@@ -16,9 +16,11 @@ the seeds, its mean and Student-t interval give the verdict, a rule fixed before
 otherwise (with one seed the mean decides, and says so); n/a when no seed has a share.
 Attention entropy has no verdict, only a value (n/a without softmax attention).
 
-Claims. A comparison against a reference is one of three forms: a resolved difference (the
-interval of the difference excludes 0), within margin (two one-sided tests put it inside
-±margin), or not resolved with n seeds (neither; not the same as equal).
+Claims. A comparison against a reference is worded from the test that supports it
+(attnzoo.analysis.compare): better or worse than the reference (the two-sided test), worse or
+better by more than the margin (the one-sided test against it), within margin (two one-sided
+tests), or not resolved with n seeds (none of them; not the same as equal), with the smallest
+difference those seeds could resolve.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnzoo.analysis.compare import comparison_row, correct
 from attnzoo.analysis.groups import Group, group_row
 from attnzoo.analysis.runs import Job
 from attnzoo.stats import Comparison, Interval, mean_interval
@@ -137,26 +140,11 @@ def rank_config(group: Group, confidence: float = 0.95) -> RankConfig:
     return c
 
 
-def claim_verdict(a: str, b: str, on: str, c: Comparison, margin: float) -> str:
-    """`a` against the reference `b` on `on` (val_loss, or the task metric: accuracy) in one of
-    the three forms of the module docstring, with the numbers behind it."""
-    name = "accuracy" if on == "metric" else "val loss"
-    n = min(c.n_a, c.n_b)
-    if math.isnan(c.p_value):
-        return f"{a} vs {b}: not resolved with {n} seeds (2 seeds each are needed to test)"
-    stats = (
-        f"Δ{name} = {c.diff:+.3g}, {c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], "
-        f"{c.method}, p = {c.p_value:.2g}"
-        + (f", TOST ±{margin:g}: p = {c.p_tost:.2g}" if c.p_tost is not None else "")
-    )
-    if c.within_margin:
-        extra = " (also a resolved difference, smaller than the margin)" if c.resolved else ""
-        return f"{a} vs {b}: within margin ±{margin:g} {name}{extra} ({stats})"
-    if c.resolved:
-        better = c.diff > 0 if on == "metric" else c.diff < 0
-        side = f"{a} {'better' if better else 'worse'} than {b}"
-        return f"{a} vs {b}: resolved difference, {side} ({stats})"
-    return (
-        f"{a} vs {b}: not resolved with {n} seeds (neither a difference nor equivalence within "
-        f"±{margin:g}; {stats})"
-    )
+def claim_verdict(a: str, b: str, on: str, c: Comparison, margin: float | None = None) -> str:
+    """`a` against the reference `b` on `on` (val_loss, or the task metric: accuracy, higher is
+    better) in words, from one comparison taken alone (no family-wise correction: a report of
+    several comparisons corrects them together with attnzoo.analysis.compare.correct)."""
+    if margin is not None and c.margin != margin:
+        raise ValueError(f"the comparison was made with margin {c.margin}, not {margin}")
+    row = comparison_row(a, b, on, c, lower_is_better=on != "metric")
+    return correct([row], "none")[0]["sentence"]
