@@ -6,7 +6,8 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 `metrics.jsonl` and `summary.json` (nothing from the network, nothing from W&B) and writes to
 --out (default: the sweep folder):
 
-- summary.md, summary.csv: one row per job: mixer, skip, residual (the variant the job ran,
+- summary.md, summary.csv: one row per job, the per-seed values behind every interval and test:
+  its configuration (`group` in the csv, as in groups.csv), mixer, skip, residual (the variant the job ran,
   `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
   task, seed, final validation loss and metric, final rank (the relative residual) and
   final_<measure> for each other collapse measure (effective_rank, stable_rank,
