@@ -297,7 +297,7 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
         "",
         f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} validation loss "
         f"(nats), ±{args.margin_accuracy:g} accuracy. "
-        + protocol_text(family, args.confidence, 0.0, args.correction).replace("±0", "it")
+        + protocol_text(family, args.confidence, 0.0, args.correction).replace("±0", "the margin")
         + " Per-seed values: `runs.csv`.",
         f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
         f"{', '.join(map(str, args.seeds))} (fresh: the numbers below are not the ones the "

@@ -126,7 +126,7 @@ def protocol_text(
         f"the seed sets differ), at {confidence:.0%}. {tests} test(s) in this report, with "
         f"{fixed} correction for multiple testing"
         + ("" if correction == "none" else " (verdicts from the adjusted p-values)")
-        + '. "better"/"worse": the two-sided test rejects no difference; "not resolved with n '
+        + '. "better"/"worse": the two-sided test rejects "no difference"; "not resolved with n '
         'seeds" is not "equal": it says the smallest |Δ| those seeds could have resolved in this '
         "family (the half-width of the interval of the difference at level α/m, m the tests)"
     )
