@@ -78,8 +78,10 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     by_pooling = sweep.compare("mixer", reference="pooling", correction="none")
     assert {r["config"] for r in by_pooling} == {"scaled_dot", "metric"}
     assert all(r["p_adjusted"] == r["p"] for r in by_pooling if r["p"] == r["p"])
-    with pytest.raises(ValueError, match="'quadratic' is not a value of mixer"):
+    with pytest.raises(ValueError, match="'quadratic' is not a value of mixer in this sweep"):
         sweep.compare("mixer", reference="quadratic")
+    no_dot = analysis.Sweep(sweep.folders, sweep.jobs, sweep.rows, sweep.groups[3:], [])
+    assert {r["reference"] for r in no_dot.compare("mixer")} == {"pooling"}  # the first one
     # another axis: its first value in the sweep, unless named
     assert {r["reference"] for r in sweep.compare("train.lr")} == {"0.001"}
     assert {r["reference"] for r in sweep.compare("train.lr", reference="1e-2")} == {"0.01"}

@@ -4,9 +4,10 @@ the paired t-test on the seeds both ran, Welch's t-test when the seed sets diffe
 δ, the one-sided test against δ and TOST), the p-values of the whole report corrected together
 (Holm by default), and each verdict in words from the test that supports it.
 
-The reference of an axis: `reference=` when given; otherwise DEFAULT_REFERENCE (the mixer:
-scaled_dot, the residual: add); otherwise the axis's first value in the sweep's order (the order
-of the grid on the command line, which Hydra numbers its jobs by). Never the best of the same
+The reference of an axis: `reference=` when given (an error if the sweep did not run it);
+otherwise DEFAULT_REFERENCE when the sweep ran it (the mixer: scaled_dot, the residual: add);
+otherwise the axis's first value in the sweep's order (the order of the grid on the command
+line, which Hydra numbers its jobs by). Never the best of the same
 runs: a reference picked after seeing the data favours itself.
 
 Verdicts, at α = 1 − confidence, each on the family-wise adjusted p of its test:
@@ -153,17 +154,17 @@ def reference_value(groups: list[Group], axis: str, reference: Any = None) -> An
     for g in groups:
         if repr(g.label.get(axis)) not in map(repr, values):
             values.append(g.label.get(axis))
-    wanted = reference if reference is not None else DEFAULT_REFERENCE.get(axis)
-    if wanted is None:
-        return values[0] if values else None
+    if reference is None:  # the axis's default when the sweep ran it, else its first value
+        default = DEFAULT_REFERENCE.get(axis)
+        found = [v for v in values if default is not None and _same(v, default)]
+        return found[0] if found else (values[0] if values else None)
     for v in values:
-        if _same(v, wanted):
+        if _same(v, reference):
             return v
-    how = "--reference" if reference is not None else f"the default reference of {axis_name(axis)}"
     shown = ", ".join(fmt(v) for v in values)
     raise ValueError(
-        f"{how} {fmt(wanted)!r} is not a value of {axis_name(axis)} in this sweep ({shown}); "
-        "name one with --reference (reference= in Python)"
+        f"--reference {fmt(reference)!r} is not a value of {axis_name(axis)} in this sweep "
+        f"({shown})"
     )
 
 
