@@ -54,11 +54,12 @@ class Sweep:
         correction: str = "holm",
     ) -> list[dict[str, Any]]:
         """Along `axis` (default: `default_axis()`), each configuration against the reference
-        fixed up front (`reference`; by default scaled_dot for the mixer, add for the residual,
-        else the axis's first value in the sweep) within its block, on `on` (val_loss, metric,
-        rank or a collapse measure): paired t-test on shared seeds, Welch's otherwise, with
-        `margin` the one-sided test against it and TOST; p-values corrected together by
-        `correction` (holm, bonferroni, none). The rows of comparisons.csv."""
+        fixed up front (`reference`; by default scaled_dot for the mixer, add for the residual
+        when the sweep ran them, else the axis's first value in the sweep) within its block,
+        on `on` (val_loss, metric, rank or a collapse measure): paired t-test on shared seeds,
+        Welch's otherwise, with `margin` the one-sided test against it and TOST; p-values
+        corrected together by `correction` (holm, bonferroni, none). The rows of
+        comparisons.csv."""
         key = self.axis(axis) if axis else self.default_axis()
         if not key:
             return []
