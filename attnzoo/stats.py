@@ -33,8 +33,18 @@ when the (1 − 2α) interval of the difference lies inside (−δ, δ):
 
 "Not resolved" is not "equal": only TOST can say a difference is smaller than δ.
 
-Each comparison is one test at level α; comparing k configurations against the best one makes
-k − 1 of them, unadjusted (the best is itself chosen from the same data, which favours it).
+**Is it worse (or better) by more than δ: a one-sided test against the margin.** "a is worse
+than b by more than δ" needs H₀: Δ ≤ δ rejected, `p = P(T_ν > (d̄ − δ) / se)` (and "better by more
+than δ", H₀: Δ ≥ −δ, `p = P(T_ν < (d̄ + δ) / se)`). Which side is read off the sign of d̄, so
+`p_margin` is twice the smaller of the two (Bonferroni over the two sides); at δ = 0 it is the
+two-sided p.
+
+**Many comparisons: a family-wise correction.** A report makes m comparisons, each against a
+reference fixed before the runs; at level α each, some would come out "resolved" by chance alone.
+`adjust` corrects a family of p-values so that the chance of any false claim in it stays ≤ α:
+Holm's step-down (the default: with the p-values sorted, p₍ᵢ₎ is multiplied by m − i + 1, then
+made non-decreasing; never less powerful than Bonferroni), Bonferroni (m · p), or none. Tests
+that could not be made (NaN) are not counted in m.
 
 The t distribution is computed here (regularised incomplete beta function by Lentz's continued
 fraction, quantiles by bisection) so that the library needs no SciPy; tests/test_stats.py checks
@@ -51,9 +61,13 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "CORRECTIONS",
     "Comparison",
     "Interval",
+    "adjust",
+    "bonferroni",
     "compare",
+    "holm",
     "mean_interval",
     "paired_t",
     "t_cdf",
@@ -212,6 +226,12 @@ class Comparison:
     p_tost: float | None
     resolved: bool
     within_margin: bool
+    p_margin: float | None = None  # one-sided against the margin on d̄'s side, both sides counted
+
+    @property
+    def half_width(self) -> float:
+        """Half the width of the interval of the difference: the smallest |Δ| these seeds resolve."""
+        return (self.high - self.low) / 2.0
 
     @property
     def verdict(self) -> str:
@@ -239,9 +259,11 @@ def _t_tests(
     """Two-sided t-test, (confidence) interval and TOST for an estimate `diff` with standard
     error `se` and `df` degrees of freedom."""
     alpha = 1.0 - confidence
+    p_margin = None
     if se == 0.0:  # every seed gave the same difference: the data cannot tell more
         p = 1.0 if diff == 0.0 else 0.0
         p_tost = None if margin is None else (0.0 if abs(diff) < margin else 1.0)
+        p_margin = None if margin is None else (0.0 if abs(diff) > margin else 1.0)
         low = high = diff
     else:
         p = 2.0 * (1.0 - t_cdf(abs(diff) / se, df))
@@ -252,6 +274,9 @@ def _t_tests(
             p_lower = 1.0 - t_cdf((diff + margin) / se, df)  # H0: diff <= -margin
             p_upper = t_cdf((diff - margin) / se, df)  # H0: diff >= +margin
             p_tost = max(p_lower, p_upper)
+            # beyond the margin: H0 diff <= +margin (diff >= 0) or H0 diff >= -margin (diff < 0)
+            one_sided = 1.0 - p_upper if diff >= 0 else 1.0 - p_lower
+            p_margin = min(1.0, 2.0 * one_sided)
     return Comparison(
         method=method,
         n_a=n_a,
@@ -266,6 +291,7 @@ def _t_tests(
         p_tost=p_tost,
         resolved=p < alpha,
         within_margin=p_tost is not None and p_tost < alpha,
+        p_margin=p_margin,
     )
 
 
@@ -328,3 +354,39 @@ def compare(
         seeds = sorted(a)
         return paired_t([a[s] for s in seeds], [b[s] for s in seeds], confidence, margin)
     return welch_t(list(a.values()), list(b.values()), confidence, margin)
+
+
+# ---- a family of comparisons ------------------------------------------------------------------
+
+CORRECTIONS = ("holm", "bonferroni", "none")
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input's order: sorted ascending,
+    p̃₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1) p₍ⱼ₎) (i, j from 1). A NaN (a test not made) stays
+    NaN and is not counted in m."""
+    p = [float(x) for x in p_values]
+    made = sorted((x, i) for i, x in enumerate(p) if not math.isnan(x))
+    m, out, running = len(made), [math.nan] * len(p), 0.0
+    for rank, (x, i) in enumerate(made):
+        running = max(running, min(1.0, (m - rank) * x))
+        out[i] = running
+    return out
+
+
+def bonferroni(p_values: Sequence[float]) -> list[float]:
+    """m · p, at most 1; NaN (a test not made) stays NaN and is not counted in m."""
+    p = [float(x) for x in p_values]
+    m = sum(not math.isnan(x) for x in p)
+    return [x if math.isnan(x) else min(1.0, m * x) for x in p]
+
+
+def adjust(p_values: Sequence[float], correction: str = "holm") -> list[float]:
+    """The family's p-values adjusted by `correction` (CORRECTIONS): compare each with α."""
+    if correction == "holm":
+        return holm(p_values)
+    if correction == "bonferroni":
+        return bonferroni(p_values)
+    if correction == "none":
+        return [float(x) for x in p_values]
+    raise ValueError(f"correction {correction!r}: allowed: {', '.join(CORRECTIONS)}")

@@ -9,12 +9,15 @@ with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), ev
    seeds (scripts/summarize.py's selection, which flags a choice at the edge of the grid);
 3. rerun: fresh seeds (default 0-4) at each mixer's chosen learning rate, one sweep per chosen
    value (the mixers that chose it);
-4. report: the groups over the fresh seeds with Student-t intervals, each mixer against the best
-   (summarize's paired comparisons), and the published claims tested against scaled-dot:
-   on IMDB "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing
-   accuracy", on Shakespeare "metric trains with not much difference from a transformer". Each
-   verdict is a resolved difference, within the equivalence margin (TOST; --margin-accuracy,
-   --margin-loss, stated at the top of the report before any number), or not resolved with n seeds.
+4. report: the groups over the fresh seeds with Student-t intervals, each mixer against the
+   reference fixed up front, scaled-dot (paired by seed), every comparison of the report (both
+   tasks, loss and accuracy) corrected together (--correction, default holm), and the published
+   claims read off those comparisons: on IMDB "quadratic, pooling and identity substitute
+   scaled-dot with no signs of decreasing accuracy", on Shakespeare "metric trains with not much
+   difference from a transformer". Each verdict is worse/better than scaled-dot (two-sided
+   test), worse/better by more than the margin (one-sided test against it), within margin
+   (TOST; --margin-accuracy, --margin-loss, stated at the top of the report before any number),
+   or not resolved with n seeds (with the smallest difference those seeds could resolve).
 
 Every run goes through `python -m attnzoo.train -m` (what a user runs; --parallel N uses
 `hydra/launcher=parallel`), in <out>/<task>/tune and <out>/<task>/final/lr_<value>. Running the
@@ -22,8 +25,9 @@ same command again skips the sweeps whose jobs all completed and resumes the oth
 (`train.resume=true`). A task whose corpus is not in --data-dir is skipped with a message.
 
 Outputs (in --out): mixer_ablation.md (the report: command, machine, wall time, seeds, budget,
-grid and selection, groups, comparisons, claims), mixer_ablation.json (the same numbers), and per
-task tune-summary/ (summarize's job table and selected.*) and report/ (its tables and figures
+grid and selection, groups, comparisons, claims), mixer_ablation.json (the same numbers),
+runs.csv (every fresh-seed run: configuration, seed, final values, status), and per task
+tune-summary/ (summarize's job table and selected.*) and report/ (its tables and figures
 over the fresh seeds).
 
     python scripts/mixer_ablation.py --data-dir DATA_DIR --parallel 2
@@ -46,13 +50,11 @@ from typing import Any
 
 from attnzoo import MIXERS
 from attnzoo.analysis import summarize
-from attnzoo.analysis.compare import comparisons
+from attnzoo.analysis.compare import comparisons, correct
 from attnzoo.analysis.groups import group_jobs, group_row
-from attnzoo.analysis.report import write_tuning
-from attnzoo.analysis.runs import find_jobs, row
+from attnzoo.analysis.report import protocol_text, write_runs, write_tuning
+from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt
-from attnzoo.analysis.verdicts import claim_verdict
-from attnzoo.stats import compare
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
@@ -95,10 +97,10 @@ CLAIMS = [
         "val_loss",
     ),
 ]
+REFERENCE = "scaled_dot"  # every mixer is compared with it, fixed before the runs
 # The toy size of --smoke: the whole pipeline in seconds.
 SMOKE = [*SMOKE_SIZE, "model.depth=1", "train.rank_measures=[relative_residual]"]
 SMOKE_TASK = {"imdb": ["task.tokenizer=bpe", "task.bpe_vocab_size=300"]}
-VERDICT_FORMS = ("resolved difference", "within margin", "not resolved with")
 
 
 # ---- the machine and the data ------------------------------------------------------------------
@@ -180,18 +182,22 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
         wandb_mode="disabled",
         script=SUMMARIZE,
     )
-    jobs = [j for folder in finals for j in find_jobs(folder)]
-    groups, _ = group_jobs(jobs, [row(j) for j in jobs])
+    jobs = find_sweep_jobs(finals)
+    runs = [row(j) for j in jobs]
+    groups, _ = group_jobs(jobs, runs)
     return {
         "task": task,
         "selected": selected,
         "chosen": chosen,
         "groups": groups,
         "table": [group_row(g, args.confidence) for g in groups],
-        "vs_best": {
-            on: comparisons(groups, "mixer.name", on, args.confidence, margin_on(on, args))
+        "vs_reference": {  # corrected later, with every comparison of the report
+            on: comparisons(
+                groups, "mixer.name", on, args.confidence, margin_on(on, args), REFERENCE, "none"
+            )  # fmt: skip
             for on in (("val_loss", "metric") if task == "imdb" else ("val_loss",))
         },
+        "runs": [r | {"job": f"{task}/{r['job']}"} for r in runs],
         "tune_overrides": tune,
         "jobs": len(jobs),
     }
@@ -204,20 +210,13 @@ def margin_on(on: str, args: argparse.Namespace) -> float:
 # ---- the report --------------------------------------------------------------------------------
 
 
-def claim_lines(result: dict, args: argparse.Namespace) -> list[str]:
+def claim_lines(result: dict) -> list[str]:
+    """Each published claim, read off the report's corrected comparisons with scaled-dot."""
     lines = []
-    by_mixer = {g.config.get("mixer.name"): g for g in result["groups"]}
-    for task, sentence, mixers, ref, on in CLAIMS:
-        if task != result["task"]:
-            continue
+    for _task, sentence, mixers, ref, on in (c for c in CLAIMS if c[0] == result["task"]):
         lines.append(f'- Claim: "{sentence}" (on {"accuracy" if on == "metric" else "val loss"})')
-        for m in mixers:
-            if m not in by_mixer or ref not in by_mixer:
-                lines.append(f"  - {m} vs {ref}: not resolved with 0 seeds (not run)")
-                continue
-            a, b = by_mixer[m].values(on), by_mixer[ref].values(on)
-            c = compare(a, b, args.confidence, margin_on(on, args))
-            lines.append("  - " + claim_verdict(m, ref, on, c, margin_on(on, args)))
+        rows = {r["value"]: r["sentence"] for r in result["vs_reference"].get(on, [])}
+        lines += [f"  - {rows.get(m, f'{m} vs {ref}: not run')}" for m in mixers]
     return lines
 
 
@@ -275,17 +274,20 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
             f"{metric} | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
             f"{fmt(r['params'])} | {r['note']} |"
         )
-    lines += ["", "### Against the best mixer", ""]
-    for on, rows in result["vs_best"].items():
+    lines += ["", f"### Against {REFERENCE}", ""]
+    for on, rows in result["vs_reference"].items():
         name = "validation loss" if on == "val_loss" else "accuracy"
-        lines.append(f"On {name} (TOST margin ±{margin_on(on, args):g}):")
+        lines += [f"On {name} (margin ±{margin_on(on, args):g}):"]
         lines += [f"- {c['sentence']}" for c in rows] or ["- nothing to compare"]
-        lines.append("")
-    lines += ["### Published claims", ""] + claim_lines(result, args) + [""]
+        lines += [""]
+    lines += ["### Published claims", ""] + claim_lines(result) + [""]
     return lines
 
 
 def write_report(results: list[dict], args: argparse.Namespace, header: dict) -> Path:
+    family = correct([r for t in results for rows in t.get("vs_reference", {}).values()
+                      for r in rows], args.correction)  # fmt: skip
+    write_runs([r for t in results for r in t.get("runs", [])], args.out / "runs.csv")
     lines = [
         "# Mixer ablation: replicated, tuned",
         "",
@@ -294,10 +296,9 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
         f"Wall time: {header['wall_s']:.0f} s (started {header['started']} UTC)",
         "",
         f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} validation loss "
-        f"(nats), ±{args.margin_accuracy:g} accuracy. Every verdict is one of: a resolved "
-        f"difference ({args.confidence:.0%} interval of the difference excludes 0), within "
-        "margin (two one-sided tests put the difference inside ±margin), or not resolved with n "
-        "seeds (neither; not the same as equal).",
+        f"(nats), ±{args.margin_accuracy:g} accuracy. "
+        + protocol_text(family, args.confidence, 0.0, args.correction).replace("±0", "the margin")
+        + " Per-seed values: `runs.csv`.",
         f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
         f"{', '.join(map(str, args.seeds))} (fresh: the numbers below are not the ones the "
         f"learning rate was chosen on). Mixers: {', '.join(args.mixers)}.",
@@ -340,6 +341,7 @@ def main() -> None:
     parser.add_argument("--margin-accuracy", type=float, default=0.02,
                         help="equivalence margin on accuracy (default 0.02: 2 points)")  # fmt: skip
     parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
     add_run_options(parser)
     parser.add_argument("--out", type=Path, default=Path("scripts/results/mixer_ablation"))
     parser.add_argument("--smoke", action="store_true",

@@ -12,18 +12,20 @@ evaluation):
               ablation
 
 For every configuration (mixer, residual, MLP, norm) and every hidden-state measure, the report
-takes the share of the input's spread that the last block keeps, per seed, on the run's fixed
-probe batch: last / first layer for relative residual, effective rank and stable rank (collapse
-sends each to its floor: 0, 1, 1), (1 − last) / (1 − first) for token similarity (collapse sends
-tokens' cosine to 1). Over the seeds, its mean and Student-t interval give the verdict, a rule
-fixed before any run (attnzoo.analysis.verdicts): **kept** when the interval's lower end is ≥
-KEPT, **collapsed** when its upper end is ≤ COLLAPSED, **partial** otherwise (with one seed the
-mean decides, and says so).
+takes the share of layer 0's distance from collapse that the last block keeps, per seed, on the
+run's fixed probe batch: (m_last − c) / (m_0 − c) with c the measure's collapse value (0 for the
+relative residual, 1 for effective and stable rank, 1 for token similarity), so a last layer at
+stable rank 1 is collapsed whatever the embedding's stable rank; n/a when layer 0 is already at
+c. Over the seeds, its mean and Student-t interval give the verdict, a rule fixed before any run
+(attnzoo.analysis.verdicts): **kept** when the interval's lower end is ≥ KEPT, **collapsed**
+when its upper end is ≤ COLLAPSED, **partial** otherwise (with one seed the mean decides, and
+says so).
 Attention entropy is reported as a value (n/a for pooling and identity).
 
 Outputs (in --out): rank_ablation.md (command, machine, wall time, seeds, budget, the verdict
 matrices at init and after training, validation loss, every configuration), rank_ablation.csv
-and .json (the same numbers), rank_ablation_<measure>.png (each measure through depth, init and
+and .json (the same numbers), runs.csv (one row per job: its configuration, seed, final values
+and status, from which every interval can be recomputed), rank_ablation_<measure>.png (each measure through depth, init and
 trained, one line per residual variant, one panel per mixer). Running the command again skips
 the sweeps whose jobs all completed and resumes the others.
 
@@ -46,7 +48,8 @@ from typing import Any
 from attnzoo import MIXERS
 from attnzoo.analysis.figures import plot_rank_ablation
 from attnzoo.analysis.groups import group_jobs
-from attnzoo.analysis.runs import find_jobs, get, group_choice, row
+from attnzoo.analysis.report import write_runs
+from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
 from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
 from attnzoo.analysis.verdicts import COLLAPSED, KEPT, SPREAD, RankConfig, rank_config, verdict
 from attnzoo.studies import (
@@ -77,11 +80,13 @@ def sweeps(args: argparse.Namespace) -> dict[str, tuple[list[str], int]]:
     }
 
 
-def configs(folders: list[Path], confidence: float) -> list[RankConfig]:
-    """Every configuration of the sweeps in `folders` (those that exist), with its verdicts."""
-    jobs = [j for folder in folders if folder.is_dir() for j in find_jobs(folder)]
-    groups, _ = group_jobs(jobs, [row(j) for j in jobs])
-    return [rank_config(g, confidence) for g in groups]
+def configs(folders: list[Path], confidence: float) -> tuple[list[RankConfig], list[dict]]:
+    """Every configuration of the sweeps in `folders` (those that exist), with its verdicts, and
+    one row per job (runs.csv; job names start with their sweep's)."""
+    jobs = find_sweep_jobs([folder for folder in folders if folder.is_dir()])
+    rows = [row(j) for j in jobs]
+    groups, _ = group_jobs(jobs, rows)
+    return [rank_config(g, confidence) for g in groups], rows
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -189,14 +194,16 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         + (" + the --smoke toy size" if args.smoke else "")
         + ".",
         "",
-        "How to read (the rule was fixed before the runs): for each measure of the hidden states, "
-        "the share of the input's spread that the last block keeps on the run's fixed probe "
-        "batch: last / first layer for the relative residual (`res`), effective rank (`erank`) "
-        "and stable rank (`srank`); (1 − last) / (1 − first) for token similarity (`sim`). "
+        "How to read (thresholds fixed before the runs): for each measure of the hidden states, "
+        "the share of layer 0's distance from collapse that the last block keeps on the run's "
+        "fixed probe batch, (m_last − c) / (m_0 − c) with c the measure's collapse value: 0 for "
+        "the relative residual (`res`), 1 for effective rank (`erank`) and stable rank (`srank`: "
+        "rank one), 1 for token similarity (`sim`: all tokens equal), i.e. (1 − s_last) / "
+        "(1 − s_0). A last layer at the collapse value has share 0 whatever layer 0's value; "
+        "n/a when layer 0 is already at it. "
         f"Over the seeds: **kept** when the {args.confidence:.0%} Student-t interval of that share "
         f"lies at or above {KEPT:g}, **collapsed** when it lies at or below {COLLAPSED:g}, "
-        "**partial** otherwise. Effective and stable rank cannot fall below 1, so their share "
-        "has a floor of 1 / (the embedding's value).",
+        "**partial** otherwise. Per-seed values: `runs.csv`.",
         "",
         "",
     ]
@@ -218,8 +225,9 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
     lines += [
         "## Every configuration",
         "",
-        "Share of spread kept by the last block, trained, mean [interval] (init mean in "
-        "parentheses); attention entropy of the last block in nats, trained.",
+        "Share of layer 0's distance from collapse kept by the last block, trained, mean "
+        "[interval] (init mean in parentheses); attention entropy of the last block in nats, "
+        "trained.",
         "",
         "| mixer | residual | MLP | norm | n | val loss | "
         + " | ".join(SPREAD.values())
@@ -326,10 +334,11 @@ def main() -> None:
         run_file.write_text(json.dumps(header, indent=2) + "\n")
     elif run_file.exists():
         header = json.loads(run_file.read_text()) | {"report_command": command}
-    cs = configs(folders, args.confidence)
+    cs, runs = configs(folders, args.confidence)
     if not cs:
         sys.exit(f"no completed jobs under {args.out} ({', '.join(args.sweeps)})")
     path = write_report(cs, args, header)
+    write_runs(runs, args.out / "runs.csv")
     plot_rank_ablation(cs, _mixers(cs), _variants(cs), args.out)
     print(path.read_text())
 

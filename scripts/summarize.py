@@ -6,7 +6,8 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 `metrics.jsonl` and `summary.json` (nothing from the network, nothing from W&B) and writes to
 --out (default: the sweep folder):
 
-- summary.md, summary.csv: one row per job: mixer, skip, residual (the variant the job ran,
+- summary.md, summary.csv: one row per job, the per-seed values behind every interval and test:
+  its configuration (`group` in the csv, as in groups.csv), mixer, skip, residual (the variant the job ran,
   `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
   task, seed, final validation loss and metric, final rank (the relative residual) and
   final_<measure> for each other collapse measure (effective_rank, stable_rank,
@@ -31,12 +32,16 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   flops, note. A configuration with one seed has an empty interval and says so; a seed that did
   not complete is left out and named in the note.
 - comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
-  sweep varied, the mixer when it varied several), each configuration against the best one
-  (lowest mean validation loss) with the other axes fixed: the paired t-test on the seeds both
-  ran (a seed fixes data order and initialisation, so matching seeds share noise that pairing
-  removes), Welch's t-test when their seed sets differ. "resolved" = the interval of the
-  difference excludes 0; with --margin, two one-sided tests (TOST) say "within margin" when the
-  difference is shown to be inside ±margin. "not resolved" is not "equal".
+  sweep varied, the mixer when it varied several), each configuration against a reference fixed
+  up front (--reference; default scaled_dot for the mixer, add for model.residual, else the
+  axis's first value in the sweep's grid), never the best of the same runs, with the other axes
+  fixed: the paired t-test on the seeds both ran (a seed fixes data order and initialisation, so
+  matching seeds share noise that pairing removes), Welch's t-test when their seed sets differ.
+  Every p-value is corrected over the report's comparisons (--correction, default holm);
+  comparisons.csv has both (p, p_adjusted) and the verdicts use the adjusted ones: "better" /
+  "worse" than the reference (two-sided test); with --margin δ, "worse (better) by more than the
+  margin" (one-sided test against δ) and "within margin" (two one-sided tests, TOST); "not
+  resolved with n seeds (could resolve |Δ| ≥ h)" otherwise, h the interval's half-width.
 - intervals.png: per configuration, the mean and its interval (whiskers) of the final
   validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss
   against step, mean over seeds with its interval as a band.
@@ -88,6 +93,12 @@ def main() -> None:
     parser.add_argument("--compare", default=None,
                         help="axis to compare along (e.g. mixer, model.skip); default: the axis "
                              "the sweep varied (the mixer when it varied several)")  # fmt: skip
+    parser.add_argument("--reference", default=None,
+                        help="the value of the compared axis every other is compared with "
+                             "(default: scaled_dot for mixer, add for model.residual, else the "
+                             "axis's first value in the sweep)")  # fmt: skip
+    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm",
+                        help="family-wise correction over the report's comparisons (default holm)")  # fmt: skip
     parser.add_argument("--margin", type=float, default=None,
                         help="equivalence margin on the validation loss for TOST (e.g. 0.01)")  # fmt: skip
     parser.add_argument("--confidence", type=float, default=0.95, help="default 0.95")
@@ -113,6 +124,8 @@ def main() -> None:
             args.out,
             compare_axis=args.compare,
             margin=args.margin,
+            reference=args.reference,
+            correction=args.correction,
             confidence=args.confidence,
             select_by=args.select_by,
             tune_axis=args.tune_axis,

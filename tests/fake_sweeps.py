@@ -193,7 +193,7 @@ SUMMARIZE_RUNS = {
 }
 SUMMARIZE_FILES = ("summary.md", "summary.csv", "groups.md", "groups.csv", "comparisons.csv",
                    "selected.json", "selected.md", "selected.sh")  # fmt: skip
-RANK_ABLATION_FILES = ("rank_ablation.md", "rank_ablation.csv", "rank_ablation.json")
+RANK_ABLATION_FILES = ("rank_ablation.md", "rank_ablation.csv", "rank_ablation.json", "runs.csv")
 
 
 def normalised(text: str, scripts: Path, work: Path) -> str:

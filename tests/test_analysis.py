@@ -67,10 +67,24 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     table = {r["group"]: r for r in sweep.group_table()}
     assert table[first.name]["val_loss_ci_low"] == ci.low
     assert "seed 101 failed (job 4)" in table["mixer=scaled_dot, train.lr=0.003"]["note"]
-    compared = sweep.compare("mixer", margin=0.05)  # per learning rate, against its best mixer
+    compared = sweep.compare("mixer", margin=0.05)  # per learning rate, against scaled_dot
     assert {r["block"] for r in compared} == {"train.lr=0.001", "train.lr=0.003", "train.lr=0.01"}
     assert all(r["on"] == "val_loss" and r["margin"] == 0.05 for r in compared)
-    assert sweep.compare() == sweep.compare("mixer")  # the mixer, when several axes vary
+    # the reference is fixed up front, even where another mixer has the best mean (lr 0.01)
+    assert {r["reference"] for r in compared} == {"scaled_dot"} and len(compared) == 6
+    assert all(r["tests"] == 5 and r["correction"] == "holm" for r in compared)
+    sentences = [r["sentence"] for r in compared]
+    assert [r["sentence"] for r in sweep.compare(margin=0.05)] == sentences  # mixer: several vary
+    by_pooling = sweep.compare("mixer", reference="pooling", correction="none")
+    assert {r["config"] for r in by_pooling} == {"scaled_dot", "metric"}
+    assert all(r["p_adjusted"] == r["p"] for r in by_pooling if r["p"] == r["p"])
+    with pytest.raises(ValueError, match="'quadratic' is not a value of mixer in this sweep"):
+        sweep.compare("mixer", reference="quadratic")
+    no_dot = analysis.Sweep(sweep.folders, sweep.jobs, sweep.rows, sweep.groups[3:], [])
+    assert {r["reference"] for r in no_dot.compare("mixer")} == {"pooling"}  # the first one
+    # another axis: its first value in the sweep, unless named
+    assert {r["reference"] for r in sweep.compare("train.lr")} == {"0.001"}
+    assert {r["reference"] for r in sweep.compare("train.lr", reference="1e-2")} == {"0.01"}
     chosen = {s["axes"]["mixer"]: s["value"] for s in sweep.select("train.lr")}
     assert chosen == BEST_LR
 
@@ -103,3 +117,34 @@ def test_rank_verdicts_and_the_collapse_rate():
     assert math.isnan(analysis.fit_rate([1.0, 0.9]))
     assert analysis.exponent_growth([1.0, 1.0]) is None
     assert json.dumps(sorted(analysis.__all__)) == json.dumps(analysis.__all__)
+
+
+def _collapse_verdict(name: str, profiles: list[list[float]]) -> str:
+    shares = [analysis.kept_share(name, p) for p in profiles]
+    return analysis.verdict(mean_interval([x for x in shares if math.isfinite(x)]))
+
+
+def test_collapse_is_judged_on_each_measures_own_scale():
+    """Constructed profiles over three seeds: a last layer at stable rank 1.000 is collapsed
+    whatever the embedding's stable rank (1.03 or 9.46: a share of the raw value would call both
+    'kept'); an unchanged profile keeps everything; similarity going to 1 is collapse."""
+    low, high = [1.03, 1.02, 1.0], [9.46, 4.0, 1.0]
+    assert analysis.kept_share("stable_rank", low) == 0.0
+    assert analysis.kept_share("stable_rank", high) == 0.0
+    assert low[-1] / low[0] > 0.9  # what the old last / first share said: kept
+    assert _collapse_verdict("stable_rank", [low, high, [3.0, 2.0, 1.0000001]]) == "collapsed"
+    for name, profile in (("stable_rank", [5.0, 5.0, 5.0]), ("effective_rank", [12.0, 12.0]),
+                          ("token_similarity", [0.3, 0.3]), ("relative_residual", [0.8, 0.8])):  # fmt: skip
+        assert analysis.kept_share(name, profile) == 1.0
+        assert _collapse_verdict(name, [profile] * 3) == "kept"
+    sim = [[0.2, 0.9, 1.0], [0.4, 0.99, 0.999999], [0.1, 0.5, 0.9999]]
+    assert analysis.kept_share("token_similarity", sim[0]) == 0.0
+    assert _collapse_verdict("token_similarity", sim) == "collapsed"
+    # halfway from the embedding's value to collapse on each scale: partial at best
+    assert analysis.kept_share("effective_rank", [9.0, 5.0]) == 0.5
+    assert analysis.kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
+    # layer 0 already at the collapse value: nothing to keep, no share, no verdict
+    for name, at in (("stable_rank", [1.0, 1.0]), ("token_similarity", [1.0, 0.5]),
+                     ("relative_residual", [0.0, 0.0])):  # fmt: skip
+        assert math.isnan(analysis.kept_share(name, at))
+        assert _collapse_verdict(name, [at] * 3) == "n/a"

@@ -6,7 +6,17 @@ import math
 import numpy as np
 import pytest
 
-from attnzoo.stats import compare, mean_interval, paired_t, t_cdf, t_ppf, welch_t
+from attnzoo.stats import (
+    adjust,
+    bonferroni,
+    compare,
+    holm,
+    mean_interval,
+    paired_t,
+    t_cdf,
+    t_ppf,
+    welch_t,
+)
 
 
 @pytest.mark.parametrize(
@@ -155,3 +165,53 @@ def test_tost_says_within_margin_only_when_the_interval_fits():
     # the (1 - 2 alpha) interval inside (-margin, margin) <=> TOST rejects
     half90 = t_ppf(0.95, c.df) * (c.high - c.low) / 2 / t_ppf(0.975, c.df)
     assert c.within_margin == (-margin < c.diff - half90 and c.diff + half90 < margin)
+
+
+def test_holm_step_down_by_hand():
+    """m = 5 sorted p = .001 .01 .02 .03 .2: × 5, 4, 3, 2, 1 = .005 .04 .06 .06 .2, each at least
+    the one before (the fourth, .03 × 2 = .06, equals it); given out of order, answered in order."""
+    p = [0.03, 0.2, 0.001, 0.02, 0.01]
+    assert holm(p) == pytest.approx([0.06, 0.2, 0.005, 0.06, 0.04])
+    # the step-down is monotone: sorted .01 .04 .045 give .03 .08 .045, the last raised to .08
+    assert holm([0.01, 0.045, 0.04]) == pytest.approx([0.03, 0.08, 0.08])
+    assert holm([0.4, 0.6]) == [0.8, 0.8]  # 0.4 × 2, then 0.6 × 1 raised to it
+    assert holm([0.3, 0.9]) == pytest.approx([0.6, 0.9])
+    # a test that was not made (NaN) stays NaN and is not counted in m
+    got = holm([0.01, math.nan, 0.04])
+    assert got[0] == pytest.approx(0.02) and math.isnan(got[1]) and got[2] == pytest.approx(0.04)
+    assert bonferroni([0.01, math.nan, 0.3])[::2] == pytest.approx([0.02, 0.6])
+    assert bonferroni([0.6, 0.1]) == pytest.approx([1.0, 0.2])
+    assert adjust([0.01, 0.04], "none") == [0.01, 0.04]
+    assert adjust([0.01, 0.04], "bonferroni") == pytest.approx([0.02, 0.08])
+    with pytest.raises(ValueError, match="allowed: holm, bonferroni, none"):
+        adjust([0.1], "fdr")
+
+
+def test_holm_is_never_less_powerful_than_bonferroni_and_controls_the_family():
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        p = rng.uniform(0, 0.2, size=rng.integers(1, 12)).tolist()
+        assert all(h <= b + 1e-15 for h, b in zip(holm(p), bonferroni(p), strict=True))
+    # 14 true nulls of 5 paired seeds: any false rejection in at most ~5% of the families
+    seed_effect = rng.normal(0, 0.1, size=(1000, 14, 5))
+    a = seed_effect + rng.normal(0, 0.02, size=(1000, 14, 5))
+    b = seed_effect + rng.normal(0, 0.02, size=(1000, 14, 5))
+    raw = np.array([[paired_t(x, y).p_value for x, y in zip(fa, fb, strict=True)]
+                    for fa, fb in zip(a, b, strict=True)])  # fmt: skip
+    assert np.mean((raw < 0.05).any(axis=1)) > 0.4  # uncorrected: about 1 - 0.95^14
+    assert np.mean([min(holm(row)) < 0.05 for row in raw]) <= 0.07
+
+
+def test_one_sided_test_against_the_margin_by_hand():
+    a, b = [1.3, 1.4, 1.5], [1.0, 1.0, 1.0]  # differences 0.3, 0.4, 0.5: mean 0.4, se 0.1/sqrt(3)
+    se = 0.1 / math.sqrt(3)
+    c = paired_t(a, b, margin=0.1)
+    # H0: diff <= 0.1, one-sided p = P(T_2 > (0.4 - 0.1) / se), counted for both sides
+    assert c.p_margin == pytest.approx(2 * (1 - t_cdf(0.3 / se, 2)))
+    assert c.p_margin < 0.05 and c.half_width == pytest.approx(4.302652730 * se)
+    # the mirror image: better by more than the margin, the same p
+    assert paired_t(b, a, margin=0.1).p_margin == pytest.approx(c.p_margin)
+    # a difference near the margin is not "beyond" it; at margin 0 it is the two-sided test
+    assert paired_t(a, b, margin=0.38).p_margin > 0.5
+    assert paired_t(a, b, margin=0.0).p_margin == pytest.approx(c.p_value)
+    assert paired_t(a, b).p_margin is None

@@ -192,7 +192,7 @@ def read_groups(out: Path) -> dict[str, dict[str, str]]:
     return {r["group"]: r for r in csv.DictReader((out / "groups.csv").open())}
 
 
-def test_groups_average_seeds_and_compare_against_the_best(tmp_path):
+def test_groups_average_seeds_and_compare_against_the_reference(tmp_path):
     sweep, losses = tmp_path / "sweep", {}
     losses["scaled_dot"] = [2.00, 2.05, 1.98, 2.03, 2.01]
     losses["pooling"] = [2.02, 2.08, 2.01, 2.04, 9.99]  # seed 4 failed
@@ -229,7 +229,8 @@ def test_groups_average_seeds_and_compare_against_the_best(tmp_path):
     assert ident["val_loss_ci_low"] == "nan" and "one seed: no interval" in ident["note"]
 
     compared = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
-    assert set(compared) == {"pooling", "identity"} and compared["pooling"]["best"] == "scaled_dot"
+    assert set(compared) == {"pooling", "identity"}
+    assert compared["pooling"]["reference"] == "scaled_dot"
     assert compared["pooling"]["method"] == "Welch t"  # seed 4 is missing from pooling
     assert compared["identity"]["verdict"] == "too few seeds"
     md = (out / "groups.md").read_text()
@@ -248,10 +249,70 @@ def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(
     analysis.summarize(sweep, out, compare_axis="mixer", margin=0.01)
     (row_,) = csv.DictReader((out / "comparisons.csv").open())
     assert row_["method"] == "paired t" and row_["n"] == "8"
-    assert row_["verdict"] == "resolved, within margin"  # real (exactly 0.001) but negligible
+    assert row_["verdict"] == "worse, within margin"  # real (exactly 0.001) but negligible
+    assert row_["tests"] == "1" and row_["p_adjusted"] == row_["p"]  # a family of one
     assert float(row_["diff"]) == pytest.approx(0.001, abs=1e-9)
     with pytest.raises(ValueError, match="not an axis this sweep varied"):
         analysis.summarize(sweep, out, compare_axis="model.skip")
+
+
+def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path, monkeypatch):
+    """Five mixers against scaled_dot on 5 paired seeds, differences built per seed: the verdicts
+    come from Holm-adjusted p-values over the 4 tests (comparisons.csv keeps both), "by more
+    than the margin" from the one-sided test against it, and "not resolved" says what the
+    seeds could resolve."""
+    sweep, job = tmp_path / "sweep", 0
+    noise = [0.0, 0.01, -0.01, 0.02, -0.02]  # the per-seed wobble of every difference
+    shift = {"scaled_dot": 0.0, "quadratic": 0.2, "metric": 0.02, "pooling": -0.001,
+             "identity": 0.05}  # fmt: skip
+    scale = {"scaled_dot": 0.0, "quadratic": 1.0, "metric": 0.9, "pooling": 0.1, "identity": 5.0}
+    for mixer in shift:
+        for seed in range(5):
+            loss = 2.0 + 0.1 * seed + shift[mixer] + scale[mixer] * noise[seed]
+            make_run(sweep / str(job), mixer, seed, loss)
+            job += 1
+    out = tmp_path / "report"
+    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out), "--margin",
+                                      "0.02", "--wandb", "disabled"])  # fmt: skip
+    summarize.main()
+    rows = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
+    assert set(rows) == {"quadratic", "metric", "pooling", "identity"}
+    p = {m: float(r["p"]) for m, r in rows.items()}
+    order = sorted(p, key=p.get)
+    holm = {m: min(1.0, max((4 - i) * p[k] for i, k in enumerate(order[: order.index(m) + 1])))
+            for m in p}  # fmt: skip
+    for m, r in rows.items():
+        assert float(r["p_adjusted"]) == pytest.approx(holm[m], rel=1e-6)
+        assert r["tests"] == "4" and r["correction"] == "holm"
+    assert 0.01 < p["metric"] < 0.05 < float(rows["metric"]["p_adjusted"])  # Holm takes it back
+    assert rows["metric"]["verdict"] == "not resolved"
+    assert rows["quadratic"]["verdict"] == "worse by more than the margin"
+    assert (
+        "worse than scaled_dot by more than the margin 0.02 (one-sided test against 0.02"
+        in (rows["quadratic"]["sentence"])
+    )
+    assert rows["pooling"]["verdict"] == "within margin"
+    ident = rows["identity"]
+    assert ident["verdict"] == "not resolved" and float(ident["resolvable"]) > float(
+        ident["half_width"]
+    )
+    assert (
+        f"not resolved with 5 seeds (could resolve |Δ| ≥ {float(ident['resolvable']):.2g}"
+        in (ident["sentence"])
+    )
+    md = (out / "groups.md").read_text()
+    assert "4 test(s) in this report, with Holm's step-down correction" in md
+    # without the correction, the raw p decides, and says so
+    analysis.summarize(sweep, out, margin=0.02, correction="none", wandb_mode="disabled")
+    raw = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
+    assert raw["metric"]["verdict"] == "worse" and raw["metric"]["p_adjusted"] == raw["metric"]["p"]
+    assert "with no correction for multiple testing" in (out / "groups.md").read_text()
+    # another reference, named on the command line
+    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out),
+                                      "--reference", "pooling", "--wandb", "disabled"])  # fmt: skip
+    summarize.main()
+    rows = list(csv.DictReader((out / "comparisons.csv").open()))
+    assert {r["reference"] for r in rows} == {"pooling"} and len(rows) == 4
 
 
 def test_interval_contains_the_mean_and_shrinks_as_seeds_are_added(tmp_path):
@@ -327,7 +388,7 @@ def test_several_sweeps_are_summarised_together(tmp_path, monkeypatch, capsys):
     groups = read_groups(out)
     assert list(groups) == ["mixer=scaled_dot, train.lr=0.003", "mixer=pooling, train.lr=0.01"]
     assert all(g["n_seeds"] == "3" for g in groups.values())
-    sentence = "pooling (train.lr=0.01) vs scaled_dot (train.lr=0.003): resolved with 3 seeds"
+    sentence = "pooling (train.lr=0.01) vs scaled_dot (train.lr=0.003): worse than scaled_dot"
     assert sentence in stdout
     monkeypatch.setattr(sys, "argv", ["summarize.py", *sweeps])
     with pytest.raises(SystemExit):
@@ -348,7 +409,7 @@ def test_repeated_seeds_are_kept_and_not_paired(tmp_path):
     assert [g["n_seeds"] for g in groups.values()] == ["6", "6"]
     assert float(groups["mixer=scaled_dot"]["val_loss_mean"]) == pytest.approx(2.105)
     (c,) = csv.DictReader((out / "comparisons.csv").open())
-    assert c["method"] == "Welch t" and (c["n"], c["n_best"]) == ("6", "6")
+    assert c["method"] == "Welch t" and (c["n"], c["n_reference"]) == ("6", "6")
 
 
 # ---- a real sweep -------------------------------------------------------------------------
@@ -406,7 +467,7 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
         assert g["params"] == members[0]["params"] and g["tokens"] == str(4 * 64 * 8)
         assert float(g["wall_s_mean"]) > 0
     (c,) = csv.DictReader((out / "comparisons.csv").open())
-    assert c["method"] == "paired t" and c["n"] == "3" and c["best"] in ("scaled_dot", "pooling")
+    assert c["method"] == "paired t" and c["n"] == "3" and c["reference"] == "scaled_dot"
 
 
 def _record_compute(folder: Path, tokens_per_step: int, flops_per_token: float, s_per_step: float):

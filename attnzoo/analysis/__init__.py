@@ -8,12 +8,12 @@ the keep/collapse verdicts on rank, the rate of collapse, and the figures.
     for group in sweep.groups:                       # one per configuration, seeds as replicates
         ci = group.interval("val_loss")              # mean, std, Student-t interval over seeds
         print(group.name, ci.n, ci.mean, ci.low, ci.high)
-    rows = sweep.compare("mixer", margin=0.05)       # each mixer against the best, per block
+    rows = sweep.compare("mixer", margin=0.05)       # each mixer against scaled_dot, Holm-corrected
     chosen = sweep.select("train.lr")                # the best learning rate per configuration
 
 Modules, each readable alone: `metrics` (a run's metrics.jsonl and its rank keys), `runs` (a
 job folder, a sweep folder, one row per job), `groups` (configurations and their intervals),
-`compare` (comparisons along an axis), `selection` (a tuned value per configuration), `verdicts`
+`compare` (comparisons along an axis against a fixed reference, corrected as a family), `selection` (a tuned value per configuration), `verdicts`
 (what keeping rank means; claims in words), `fits` (the rate of collapse), `figures`, `tables`
 (how numbers are written), `sweep` (the Sweep object), `report` (the sweep summary's files).
 The statistics are attnzoo.stats'.

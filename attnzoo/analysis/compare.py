@@ -1,34 +1,64 @@
 """Comparisons along one axis of a sweep: within each block of configurations that differ only in
-that axis, every configuration against the best one (attnzoo.stats.compare: the paired t-test on
-the seeds both ran, Welch's t-test when the seed sets differ, TOST against ±margin)."""
+that axis, every configuration against a reference fixed before the runs (attnzoo.stats.compare:
+the paired t-test on the seeds both ran, Welch's t-test when the seed sets differ; with a margin
+δ, the one-sided test against δ and TOST), the p-values of the whole report corrected together
+(Holm by default), and each verdict in words from the test that supports it.
+
+The reference of an axis: `reference=` when given (an error if the sweep did not run it);
+otherwise DEFAULT_REFERENCE when the sweep ran it (the mixer: scaled_dot, the residual: add);
+otherwise the axis's first value in the sweep's order (the order of the grid on the command
+line, which Hydra numbers its jobs by). Never the best of the same
+runs: a reference picked after seeing the data favours itself.
+
+Verdicts, at α = 1 − confidence, each on the family-wise adjusted p of its test:
+- "worse/better by more than the margin": the one-sided test against δ (stats.Comparison.p_margin);
+- "worse/better": the two-sided paired (or Welch) t-test, with ", within margin" when TOST also
+  puts the difference inside ±δ (a real but negligible difference);
+- "within margin": TOST;
+- "not resolved": none of these; the sentence says the smallest |Δ| the seeds could have
+  resolved in this family (`resolvable`): the half-width of the interval of the difference at
+  level α/m (Bonferroni's simultaneous interval over the m tests; at α without a correction), so
+  that an observed difference that large would have been resolved whatever the other tests gave.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from attnzoo.analysis.groups import Group, axis_name
 from attnzoo.analysis.runs import task_attr
 from attnzoo.analysis.tables import fmt
-from attnzoo.stats import Comparison, compare
+from attnzoo.stats import CORRECTIONS, Comparison, adjust, compare, t_ppf
 
 COMPARISON_COLUMNS = (
     "block",
     "config",
-    "best",
+    "reference",
     "on",
     "method",
     "n",
-    "n_best",
+    "n_reference",
     "diff",
     "diff_ci_low",
     "diff_ci_high",
-    "p_value",
+    "half_width",
+    "resolvable",
+    "p",
+    "p_adjusted",
     "margin",
+    "p_margin",
+    "p_margin_adjusted",
     "p_tost",
+    "p_tost_adjusted",
+    "correction",
+    "tests",
     "verdict",
     "sentence",
 )
+# the reference of an axis when none is given (any other axis: its first value in the sweep)
+DEFAULT_REFERENCE = {"mixer.name": "scaled_dot", "model.residual": "add"}
 
 
 def resolve_axis(name: str, axes: list[str]) -> str:
@@ -102,19 +132,156 @@ def config_name(g: Group, axis: str, attached: list[str]) -> str:
     return fmt(g.label.get(axis)) + (f" ({extra})" if extra else "")
 
 
-def sentence(a: str, best: str, c: Comparison, on: str) -> str:
-    """One comparison in words: the verdict, the seeds, the test, the difference and its
-    interval, the p-values."""
-    n = f"{min(c.n_a, c.n_b)} seeds" if c.method == "paired t" else f"{c.n_a}+{c.n_b} seeds"
-    if c.verdict == "too few seeds":
-        return f"{a} vs {best}: too few seeds to tell ({c.n_a} and {c.n_b}; 2 each needed)"
-    text = (
-        f"{a} vs {best}: {c.verdict} with {n} ({c.method}, Δ{on} = {c.diff:+.3g}, "
-        f"{c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], p = {c.p_value:.2g}"
+def _same(value: Any, reference: Any) -> bool:
+    """A config value and a reference given as text (`--reference true`, `0.01`) or a value."""
+    if value == reference and type(value) is type(reference):
+        return True
+    text = str(reference).strip()
+    if isinstance(value, bool):
+        return text.lower() == str(value).lower()
+    if isinstance(value, (int, float)):
+        try:
+            return float(text) == float(value)
+        except ValueError:
+            return False
+    return str(value) == text
+
+
+def reference_value(groups: list[Group], axis: str, reference: Any = None) -> Any:
+    """The value of `axis` every other is compared with (see the module docstring); a ValueError
+    naming the axis's values when the reference is not one of them."""
+    values: list[Any] = []
+    for g in groups:
+        if repr(g.label.get(axis)) not in map(repr, values):
+            values.append(g.label.get(axis))
+    if reference is None:  # the axis's default when the sweep ran it, else its first value
+        default = DEFAULT_REFERENCE.get(axis)
+        found = [v for v in values if default is not None and _same(v, default)]
+        return found[0] if found else (values[0] if values else None)
+    for v in values:
+        if _same(v, reference):
+            return v
+    shown = ", ".join(fmt(v) for v in values)
+    raise ValueError(
+        f"--reference {fmt(reference)!r} is not a value of {axis_name(axis)} in this sweep "
+        f"({shown})"
     )
-    if c.margin is not None and c.p_tost is not None:
-        text += f"; TOST ±{c.margin:g}: p = {c.p_tost:.2g}"
-    return text + ")"
+
+
+def _seeds(r: dict[str, Any]) -> str:
+    if r["method"] == "paired t":
+        return f"{min(r['n'], r['n_reference'])} seeds"
+    return f"{r['n']}+{r['n_reference']} seeds"
+
+
+def _small(p: Any, alpha: float) -> bool:
+    return isinstance(p, float) and not math.isnan(p) and p < alpha
+
+
+def judge(r: dict[str, Any]) -> str:
+    """The verdict of one comparison row from its adjusted p-values (the module docstring)."""
+    alpha = 1.0 - r["confidence"]
+    if not isinstance(r["p"], float) or math.isnan(r["p"]):
+        return "too few seeds"
+    lower_better = r["lower_is_better"]
+    side = "better" if (r["diff"] < 0) == lower_better else "worse"
+    if _small(r["p_margin_adjusted"], alpha):
+        return f"{side} by more than the margin"
+    if _small(r["p_adjusted"], alpha):
+        return side + (", within margin" if _small(r["p_tost_adjusted"], alpha) else "")
+    if _small(r["p_tost_adjusted"], alpha):
+        return "within margin"
+    return "not resolved"
+
+
+def _p(p: Any) -> str:
+    return "n/a" if p is None or (isinstance(p, float) and math.isnan(p)) else f"{p:.2g}"
+
+
+def sentence(r: dict[str, Any]) -> str:
+    """One comparison in words: the verdict and the test it rests on, then the seeds, the
+    difference with its interval, and every p-value (raw and adjusted)."""
+    a, ref, v = r["config"], r["reference"], r["verdict"]
+    if v == "too few seeds":
+        return (f"{a} vs {ref}: too few seeds to tell ({r['n']} and {r['n_reference']}; "
+                "2 each needed)")  # fmt: skip
+    how = "" if r["correction"] == "none" else f" {r['correction'].capitalize()}-adjusted"
+    margin = r["margin"]
+    if v.endswith("by more than the margin"):
+        head = (f"{v.split()[0]} than {ref} by more than the margin {margin:g} (one-sided test "
+                f"against {margin:g}:{how} p = {_p(r['p_margin_adjusted'])})")  # fmt: skip
+    elif v in ("better", "worse", "better, within margin", "worse, within margin"):
+        head = f"{v.split(',')[0]} than {ref} (two-sided test:{how} p = {_p(r['p_adjusted'])})"
+        if v.endswith("within margin"):
+            head += (f", and within margin ±{margin:g} (TOST:{how} p = "
+                     f"{_p(r['p_tost_adjusted'])}), a real but negligible difference")  # fmt: skip
+    elif v == "within margin":
+        head = f"within margin ±{margin:g} (TOST:{how} p = {_p(r['p_tost_adjusted'])})"
+    else:
+        head = (f"not resolved with {_seeds(r)} (could resolve |Δ| ≥ {r['resolvable']:.2g}; "
+                "not the same as equal)")  # fmt: skip
+    stats = (
+        f"{r['method']}, {_seeds(r)}, Δ{r['on']} = {r['diff']:+.3g}, {r['confidence']:.0%} CI "
+        f"[{r['diff_ci_low']:+.3g}, {r['diff_ci_high']:+.3g}], p = {_p(r['p'])}"
+    )
+    if margin is not None:
+        stats += f"; beyond ±{margin:g}: p = {_p(r['p_margin'])}; TOST ±{margin:g}: p = {_p(r['p_tost'])}"
+    return f"{a} vs {ref}: {head} [{stats}]"
+
+
+def comparison_row(a: str, ref: str, on: str, c: Comparison, lower_is_better: bool) -> dict:
+    """One comparison (COMPARISON_COLUMNS and what `judge` needs), not yet adjusted: its
+    adjusted p-values are its own until `correct` puts it in a family."""
+    return {
+        "config": a,
+        "reference": ref,
+        "on": on,
+        "method": c.method,
+        "n": c.n_a,
+        "n_reference": c.n_b,
+        "diff": c.diff,
+        "diff_ci_low": c.low,
+        "diff_ci_high": c.high,
+        "half_width": c.half_width,
+        "df": c.df,
+        "p": c.p_value,
+        "margin": c.margin,
+        "p_margin": c.p_margin,
+        "p_tost": c.p_tost,
+        "confidence": c.confidence,
+        "lower_is_better": lower_is_better,
+    }
+
+
+def _resolvable(r: dict[str, Any], m: int) -> float:
+    """The half-width of the interval of the difference at level α/m (see the module docstring)."""
+    alpha, df, half = 1.0 - r["confidence"], r["df"], r["half_width"]
+    if not (isinstance(half, float) and math.isfinite(half)) or m < 1:
+        return math.nan
+    if half == 0.0:
+        return 0.0
+    return half * t_ppf(1.0 - alpha / (2 * m), df) / t_ppf(1.0 - alpha / 2, df)
+
+
+def correct(rows: list[dict[str, Any]], correction: str = "holm") -> list[dict[str, Any]]:
+    """Adjust the p-values of `rows`, one family (every comparison of a report), each kind of
+    test over the whole family: the two-sided p, the one-sided p against the margin and TOST's;
+    then each row's verdict and sentence from the adjusted ones. `tests` is the family's size
+    (the comparisons that could be tested). Returns `rows`, changed in place."""
+    if correction not in CORRECTIONS:
+        raise ValueError(f"--correction {correction!r}: allowed: {', '.join(CORRECTIONS)}")
+    nan = math.nan
+    for key in ("p", "p_margin", "p_tost"):
+        raw = [r[key] if isinstance(r[key], float) else nan for r in rows]
+        for r, q in zip(rows, adjust(raw, correction), strict=True):
+            r[f"{key}_adjusted"] = None if r[key] is None else q
+    tests = sum(isinstance(r["p"], float) and not math.isnan(r["p"]) for r in rows)
+    for r in rows:
+        r["correction"], r["tests"] = correction, tests
+        r["resolvable"] = _resolvable(r, tests if correction != "none" else 1)
+        r["verdict"] = judge(r)
+        r["sentence"] = sentence(r)
+    return rows
 
 
 def comparisons(
@@ -123,43 +290,31 @@ def comparisons(
     on: str = "val_loss",
     confidence: float = 0.95,
     margin: float | None = None,
+    reference: Any = None,
+    correction: str = "holm",
 ) -> list[dict[str, Any]]:
-    """Within each block (the other axes fixed), every configuration against the best one on
-    `on` (by mean over seeds): attnzoo.stats.compare, i.e. the paired t-test on the seeds both
-    ran, Welch's t-test when the seed sets differ, and TOST against ±margin. One row
-    (COMPARISON_COLUMNS) per configuration that is not the best of its block."""
+    """Within each block (the other axes fixed), every configuration against the reference
+    (`reference_value`) on `on`: attnzoo.stats.compare, i.e. the paired t-test on the seeds both
+    ran, Welch's t-test when the seed sets differ, with `margin` the one-sided test against it
+    and TOST; the p-values corrected together by `correction` (holm, bonferroni, none). One row
+    (COMPARISON_COLUMNS) per configuration that is not the reference; a block without the
+    reference is left out. To correct over several calls (axes, tasks, metrics of one report),
+    `correct` their rows together."""
     lower = lower_is_better(on, groups)
     attached = attached_keys(groups, axis)
+    ref_value = reference_value(groups, axis, reference)
     rows = []
     for block, members in blocks(groups, axis).items():
         scored = [g for g in members if g.values(on)]
-        if len(scored) < 2:
+        refs = [g for g in scored if _same(g.label.get(axis), ref_value)]
+        if not refs:
             continue
-        means = {id(g): sum(g.values(on).values()) / len(g.values(on)) for g in scored}
-        best = (min if lower else max)(scored, key=lambda g: means[id(g)])
+        ref = refs[0]
         for g in scored:
-            if g is best:
+            if g is ref:
                 continue
-            c = compare(g.values(on), best.values(on), confidence, margin)
+            c = compare(g.values(on), ref.values(on), confidence, margin)
             a_name = config_name(g, axis, attached)
-            b_name = config_name(best, axis, attached)
-            rows.append(
-                {
-                    "block": block,
-                    "config": a_name,
-                    "best": b_name,
-                    "on": on,
-                    "method": c.method,
-                    "n": c.n_a,
-                    "n_best": c.n_b,
-                    "diff": c.diff,
-                    "diff_ci_low": c.low,
-                    "diff_ci_high": c.high,
-                    "p_value": c.p_value,
-                    "margin": margin,
-                    "p_tost": c.p_tost,
-                    "verdict": c.verdict,
-                    "sentence": sentence(a_name, b_name, c, on),
-                }
-            )
-    return rows
+            row = comparison_row(a_name, config_name(ref, axis, attached), on, c, lower)
+            rows.append({"block": block, **row, "value": g.label.get(axis)})
+    return correct(rows, correction)

@@ -110,6 +110,9 @@ def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group]
     for key in varying_axes(found):
         for g in found:
             g.label[key] = g.config.get(key)
+    for g in found:  # each job's row names its configuration, as groups.csv does
+        for _, r in g.members:
+            r["group"] = g.name
     return found, orphans
 
 

@@ -19,13 +19,21 @@ from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt, md_table, write_cs
 from attnzoo.replicates import NON_SEMANTIC, REPLICATE_KEY
 
 
-def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:
-    """summary.csv and summary.md: one row per job (COLUMNS), its status in bold where the job
-    did not complete."""
-    with open(out / "summary.csv", "w", newline="") as f:
+def write_runs(rows: list[dict[str, Any]], path: Path) -> None:
+    """The per-seed table behind every interval and comparison: one row per job (COLUMNS) with
+    its configuration (`group`, as in groups.csv), seed, final values and status. summarize
+    writes it as summary.csv; the study commands write it as runs.csv beside their reports."""
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
-        writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
+        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in COLUMNS} for r in rows)
+
+
+def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:
+    """summary.csv (write_runs) and summary.md: one row per job (COLUMNS but the group), its
+    status in bold where the job did not complete."""
+    write_runs(rows, out / "summary.csv")
+    shown = [c for c in COLUMNS if c != "group"]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -41,13 +49,13 @@ def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> No
         "tokens = steps × train.batch_size × context from the resolved config, and wall_s = "
         "summary.json's time.total_s.",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(shown) + " |",
+        "|" + "---|" * len(shown),
     ]
     for r in rows:
-        cells = [fmt(r[c]).replace("|", "/") for c in COLUMNS]
+        cells = [fmt(r[c]).replace("|", "/") for c in shown]
         if r["status"] != "completed":
-            cells[COLUMNS.index("status")] = f"**{r['status']}**"
+            cells[shown.index("status")] = f"**{r['status']}**"
         lines.append("| " + " | ".join(cells) + " |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
@@ -61,6 +69,7 @@ def write_groups(
     axis: str | None,
     confidence: float,
     margin: float | None,
+    correction: str = "holm",
 ) -> None:
     """groups.csv and groups.md: one row per configuration, then the comparisons along `axis`
     in words."""
@@ -96,21 +105,37 @@ def write_groups(
     lines += md_table(short, cells)
     if axis is not None:
         lines += ["", f"## Differences along `{axis_name(axis)}`", ""]
-        how = (
-            "Each configuration against the best one (lowest mean validation loss) with the other "
-            f"axes fixed: the paired t-test on the seeds both ran (Welch's t-test when the seed "
-            f'sets differ), at {confidence:.0%}; "resolved" = the interval of the difference '
-            'excludes 0. "Not resolved" is not "equal"'
-        )
-        how += (
-            f': "within margin" = two one-sided tests put the difference inside ±{margin:g}.'
-            if margin is not None
-            else "; pass --margin for an equivalence test (TOST)."
-        )
+        how = protocol_text(compared, confidence, margin, correction)
         lines += [how, ""]
         lines += [f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
-                  for c in compared] or ["- nothing to compare (fewer than two configurations with a completed seed)"]  # fmt: skip
+                  for c in compared] or ["- nothing to compare (no block holds the reference and another configuration with a completed seed)"]  # fmt: skip
     (out / "groups.md").write_text("\n".join(lines) + "\n")
+
+
+def protocol_text(
+    compared: list[dict[str, Any]], confidence: float, margin: float | None, correction: str
+) -> str:
+    """How the comparisons of a report were made and read: the reference, the tests, how many,
+    the correction, and what each verdict rests on."""
+    refs = sorted({str(c["reference"]) for c in compared})
+    tests = compared[0]["tests"] if compared else 0
+    fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
+    text = (
+        f"Each configuration against the reference fixed before the runs ({', '.join(refs) or 'none'}) "
+        "with the other axes fixed: the paired t-test on the seeds both ran (Welch's t-test when "
+        f"the seed sets differ), at {confidence:.0%}. {tests} test(s) in this report, with "
+        f"{fixed} correction for multiple testing"
+        + ("" if correction == "none" else " (verdicts from the adjusted p-values)")
+        + '. "better"/"worse": the two-sided test rejects "no difference"; "not resolved with n '
+        'seeds" is not "equal": it says the smallest |Δ| those seeds could have resolved in this '
+        "family (the half-width of the interval of the difference at level α/m, m the tests)"
+    )
+    if margin is None:
+        return text + "; pass --margin for the tests against a margin."
+    return text + (
+        f'; "worse/better by more than the margin": the one-sided test against ±{margin:g}; '
+        f'"within margin": two one-sided tests (TOST) put the difference inside ±{margin:g}.'
+    )
 
 
 def write_selection(
@@ -215,6 +240,8 @@ def summarize(
     x_axis: str = "steps",
     wandb_mode: str = "auto",
     script: str = "scripts/summarize.py",
+    reference: Any = None,
+    correction: str = "holm",
 ) -> list[dict[str, Any]]:
     """Write the per-job and per-configuration tables and figures (see the module docstring);
     return the per-job rows. Several sweep folders are summarised as one (job names then start
@@ -249,8 +276,10 @@ def summarize(
         r = group_row(g, confidence)
         r["_values"] = {w: list(g.values(w).values()) for w in VALUES}
         table.append(r)
-    compared = comparisons(groups, axis, "val_loss", confidence, margin) if axis else []
-    write_groups(groups, table, compared, orphans, out, axis, confidence, margin)
+    compared = []
+    if axis:
+        compared = comparisons(groups, axis, "val_loss", confidence, margin, reference, correction)
+    write_groups(groups, table, compared, orphans, out, axis, confidence, margin, correction)
     mode = wandb_mode_for(jobs, wandb_mode)
     if mode != "disabled":
         group_columns = ["group", *(axis_name(k) for k in (groups[0].label if groups else {}))]

@@ -30,6 +30,7 @@ OTHER_MEASURES = tuple(m for m in MEASURES if m != "relative_residual")
 
 COLUMNS = (
     "job",
+    "group",  # the configuration (groups.csv's `group`): a seed's row of that group's intervals
     "mixer",
     "skip",
     "residual",
@@ -320,6 +321,7 @@ def row(job: Job) -> dict[str, Any]:
     summary = job.summary or {}
     return {
         "job": job.name,
+        "group": None,  # set when the sweep's jobs are grouped (attnzoo.analysis.groups)
         "mixer": group_choice(cfg, "mixer", overrides),
         "skip": get(cfg, "model.skip"),
         "residual": residual_kind(cfg),

@@ -50,12 +50,20 @@ class Sweep:
         on: str = "val_loss",
         confidence: float = 0.95,
         margin: float | None = None,
+        reference: Any = None,
+        correction: str = "holm",
     ) -> list[dict[str, Any]]:
-        """Along `axis` (default: `default_axis()`), each configuration against the best of its
-        block on `on` (val_loss, metric, rank or a collapse measure): paired t-test on shared
-        seeds, Welch's otherwise, TOST with `margin`. The rows of comparisons.csv."""
+        """Along `axis` (default: `default_axis()`), each configuration against the reference
+        fixed up front (`reference`; by default scaled_dot for the mixer, add for the residual
+        when the sweep ran them, else the axis's first value in the sweep) within its block,
+        on `on` (val_loss, metric, rank or a collapse measure): paired t-test on shared seeds,
+        Welch's otherwise, with `margin` the one-sided test against it and TOST; p-values
+        corrected together by `correction` (holm, bonferroni, none). The rows of
+        comparisons.csv."""
         key = self.axis(axis) if axis else self.default_axis()
-        return comparisons(self.groups, key, on, confidence, margin) if key else []
+        if not key:
+            return []
+        return comparisons(self.groups, key, on, confidence, margin, reference, correction)
 
     def select(
         self,

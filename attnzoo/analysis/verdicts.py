@@ -1,17 +1,26 @@
 """What "keeps rank" and "collapses" mean, and how a comparison is put in words for a claim.
 
-Rank. For each measure of the hidden states, the share of the input's spread that the last block
-keeps, per seed, on a run's fixed probe batch: last / first layer for the relative residual,
-effective rank and stable rank (collapse sends each to its floor: 0, 1, 1), (1 − last) /
-(1 − first) for token similarity (collapse sends the tokens' cosine to 1). Over the seeds, its
-mean and Student-t interval give the verdict, a rule fixed before any run: **kept** when the
-interval's lower end is ≥ KEPT, **collapsed** when its upper end is ≤ COLLAPSED, **partial**
-otherwise (with one seed the mean decides, and says so). Attention entropy has no verdict, only
-a value (n/a without softmax attention).
+Rank. Each measure of the hidden states has a collapse value c (COLLAPSE): 0 for the relative
+residual, 1 for effective and stable rank (rank one: every token the same direction), 1 for
+token similarity (every token equal). The share of layer 0's distance from collapse that the last
+block keeps, per seed, on a run's fixed probe batch, is
 
-Claims. A comparison against a reference is one of three forms: a resolved difference (the
-interval of the difference excludes 0), within margin (two one-sided tests put it inside
-±margin), or not resolved with n seeds (neither; not the same as equal).
+    share = (m_last − c) / (m_0 − c)        (token similarity: (1 − s_last) / (1 − s_0))
+
+so 1 is "as far from collapse as the input", 0 is "collapsed", whatever the input's own value:
+a last layer at stable rank 1.000 has share 0 however high or low the embedding's stable rank
+was. A layer 0 already at the collapse value (no distance to keep) gives no share (n/a). Over
+the seeds, its mean and Student-t interval give the verdict, a rule fixed before any run:
+**kept** when the interval's lower end is ≥ KEPT (0.5: at least half the distance kept),
+**collapsed** when its upper end is ≤ COLLAPSED (0.2: at most a fifth left), **partial**
+otherwise (with one seed the mean decides, and says so); n/a when no seed has a share.
+Attention entropy has no verdict, only a value (n/a without softmax attention).
+
+Claims. A comparison against a reference is worded from the test that supports it
+(attnzoo.analysis.compare): better or worse than the reference (the two-sided test), worse or
+better by more than the margin (the one-sided test against it), within margin (two one-sided
+tests), or not resolved with n seeds (none of them; not the same as equal), with the smallest
+difference those seeds could resolve.
 """
 
 from __future__ import annotations
@@ -20,11 +29,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnzoo.analysis.compare import comparison_row, correct
 from attnzoo.analysis.groups import Group, group_row
 from attnzoo.analysis.runs import Job
 from attnzoo.stats import Comparison, Interval, mean_interval
 
-KEPT, COLLAPSED = 0.5, 0.2  # the verdict thresholds on the share of spread kept
+KEPT, COLLAPSED = 0.5, 0.2  # the verdict thresholds on the share of the distance from collapse
+# each measure's value at collapse (all tokens equal, or one direction): the share's zero
+COLLAPSE = {
+    "relative_residual": 0.0,
+    "effective_rank": 1.0,
+    "stable_rank": 1.0,
+    "token_similarity": 1.0,
+}
 # hidden-state measures with a verdict, and their short names
 SPREAD = {
     "relative_residual": "res",
@@ -36,14 +53,18 @@ WHEN = ("init", "trained")
 
 
 def kept_share(name: str, values: list[float]) -> float:
-    """The share of the input's spread the last block keeps, from measure `name` at every layer
-    (see the module docstring); NaN where the first value is not positive or not finite."""
+    """The share of layer 0's distance from collapse that the last block keeps, from measure
+    `name` at every layer: (last − c) / (first − c), c = COLLAPSE[name] (see the module
+    docstring); NaN (n/a) where layer 0 is at the collapse value or a value is not finite."""
+    c = COLLAPSE[name]
     first, last = values[0], values[-1]
-    if name == "token_similarity":
-        first, last = 1.0 - first, 1.0 - last
-    if not (math.isfinite(first) and math.isfinite(last)) or first <= 0:
+    if not (math.isfinite(first) and math.isfinite(last)):
         return math.nan
-    return last / first
+    sign = -1.0 if name == "token_similarity" else 1.0  # similarity rises to its collapse value
+    start, end = sign * (first - c), sign * (last - c)
+    if start <= 1e-12 * max(1.0, abs(c)):  # no distance from collapse to keep
+        return math.nan
+    return end / start
 
 
 def verdict(ci: Interval) -> str:
@@ -108,7 +129,8 @@ def rank_config(group: Group, confidence: float = 0.95) -> RankConfig:
             profiles = [p for j in done if (p := j.profile(name, when)) is not None]
             if name in SPREAD:
                 shares = [kept_share(name, p) for p in profiles]
-                c.shares[when, name] = mean_interval(shares, confidence)
+                finite = [x for x in shares if math.isfinite(x)]  # n/a seeds: no share
+                c.shares[when, name] = mean_interval(finite, confidence)
             c.last[when, name] = mean_interval([p[-1] for p in profiles], confidence)
             if profiles:
                 n_layers = max(len(p) for p in profiles)
@@ -118,26 +140,11 @@ def rank_config(group: Group, confidence: float = 0.95) -> RankConfig:
     return c
 
 
-def claim_verdict(a: str, b: str, on: str, c: Comparison, margin: float) -> str:
-    """`a` against the reference `b` on `on` (val_loss, or the task metric: accuracy) in one of
-    the three forms of the module docstring, with the numbers behind it."""
-    name = "accuracy" if on == "metric" else "val loss"
-    n = min(c.n_a, c.n_b)
-    if math.isnan(c.p_value):
-        return f"{a} vs {b}: not resolved with {n} seeds (2 seeds each are needed to test)"
-    stats = (
-        f"Δ{name} = {c.diff:+.3g}, {c.confidence:.0%} CI [{c.low:+.3g}, {c.high:+.3g}], "
-        f"{c.method}, p = {c.p_value:.2g}"
-        + (f", TOST ±{margin:g}: p = {c.p_tost:.2g}" if c.p_tost is not None else "")
-    )
-    if c.within_margin:
-        extra = " (also a resolved difference, smaller than the margin)" if c.resolved else ""
-        return f"{a} vs {b}: within margin ±{margin:g} {name}{extra} ({stats})"
-    if c.resolved:
-        better = c.diff > 0 if on == "metric" else c.diff < 0
-        side = f"{a} {'better' if better else 'worse'} than {b}"
-        return f"{a} vs {b}: resolved difference, {side} ({stats})"
-    return (
-        f"{a} vs {b}: not resolved with {n} seeds (neither a difference nor equivalence within "
-        f"±{margin:g}; {stats})"
-    )
+def claim_verdict(a: str, b: str, on: str, c: Comparison, margin: float | None = None) -> str:
+    """`a` against the reference `b` on `on` (val_loss, or the task metric: accuracy, higher is
+    better) in words, from one comparison taken alone (no family-wise correction: a report of
+    several comparisons corrects them together with attnzoo.analysis.compare.correct)."""
+    if margin is not None and c.margin != margin:
+        raise ValueError(f"the comparison was made with margin {c.margin}, not {margin}")
+    row = comparison_row(a, b, on, c, lower_is_better=on != "metric")
+    return correct([row], "none")[0]["sentence"]
