@@ -148,3 +148,26 @@ def test_collapse_is_judged_on_each_measures_own_scale():
                      ("relative_residual", [0.0, 0.0])):  # fmt: skip
         assert math.isnan(analysis.kept_share(name, at))
         assert _collapse_verdict(name, [at] * 3) == "n/a"
+
+
+def test_the_held_out_test_numbers_and_their_counts_are_read_per_run_and_per_group(tmp_path):
+    """A completed run's whole-split final evaluation (summary.json's final test/<metric>,
+    val/n, test/n) reaches the per-run table and the groups, so claims can be made on test."""
+    from fake_sweeps import _config, _records, _write_job
+
+    from attnzoo.analysis import load_sweep
+
+    for seed in range(3):
+        folder = tmp_path / "sweep" / str(seed)
+        records = _records(2.0 + seed / 10, 3, 0.5, None)
+        final = {"val/loss": 2.0 + seed / 10, "val/accuracy": 0.5, "val/n": 4096,
+                 "test/loss": 2.1 + seed / 10, "test/accuracy": 0.4 + seed / 100, "test/n": 4096}  # fmt: skip
+        summary = {"status": "completed", "step": 20, "final": final}
+        _write_job(folder, _config("scaled_dot", seed, 1e-3, folder), [f"train.seed={seed}"],
+                   records, summary)  # fmt: skip
+    sweep = load_sweep(tmp_path / "sweep")
+    assert sorted(r["final_test_loss"] for r in sweep.rows) == pytest.approx([2.1, 2.2, 2.3])
+    assert {(r["val_n"], r["test_n"]) for r in sweep.rows} == {(4096, 4096)}
+    (group,) = sweep.groups
+    assert group.interval("test_loss").mean == pytest.approx(2.2)
+    assert group.interval("test_metric").mean == pytest.approx(0.41)

@@ -18,6 +18,8 @@ from attnzoo.stats import Interval, mean_interval
 VALUES = {
     "val_loss": "final_val_loss",
     "metric": "final_metric",
+    "test_loss": "final_test_loss",
+    "test_metric": "final_test_metric",
     "rank": "final_rank",
     **{m: f"final_{m}" for m in OTHER_MEASURES},
 }

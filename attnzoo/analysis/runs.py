@@ -42,6 +42,10 @@ COLUMNS = (
     "final_val_loss",
     "metric",
     "final_metric",
+    "final_test_loss",
+    "final_test_metric",
+    "val_n",
+    "test_n",
     "final_rank",
     *(f"final_{m}" for m in OTHER_MEASURES),
     "steps_per_s",
@@ -333,6 +337,12 @@ def row(job: Job) -> dict[str, Any]:
         "final_val_loss": job.value("val/loss"),
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,
+        # held-out test, and how many examples each whole-split final number covers (empty for a
+        # run without the final evaluation: its val numbers are the last sampled ones)
+        "final_test_loss": job.value("test/loss"),
+        "final_test_metric": job.value("test/" + metric.removeprefix("val/")) if metric else None,
+        "val_n": job.value("val/n"),
+        "test_n": job.value("test/n"),
         "final_rank": job.value("rank/last"),
         **{f"final_{m}": job.final_measure(m) for m in OTHER_MEASURES},
         "steps_per_s": summary.get("steps_per_s"),
