@@ -86,7 +86,7 @@ def aot_specs() -> list[AotSpec]:
                 unit = {n: 1 for n in names if n.startswith("stride_") and n[-1] in "fd"}
                 for n in unit:
                     signature[n] = "constexpr"
-                configs = kept_configs(GPU_CONFIGS, w, w)
+                configs = kept_configs(GPU_CONFIGS, w, w, dtype == torch.float32)
                 for i, cfg in enumerate(configs):
                     for causal, mask in ((True, True), (False, False)):
                         if i > 0 and not causal:
