@@ -10,6 +10,12 @@ arithmetic: the Triton path is checked in fp32 and fp16 here.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -204,6 +210,25 @@ def test_strided_upstream_gradient_matches():
         assert_close(a, b, 1e-5, g)
 
 
+@pytest.mark.parametrize("chunk", [16, 32])
+def test_smaller_chunks_fp32_runs_on_a_gpu_compute_the_same(chunk, monkeypatch):
+    """The GPU configs run fp32 (and the widest half-precision states) in chunks of 16 or 32
+    tokens; the interpreter's one config has 64. The same kernels with the smaller chunk, here
+    crossing three to six chunk boundaries, match the recurrence too."""
+    import triton
+    from attnzoo.kernels.linear import _jit, tuning
+
+    config = [triton.Config({"BT": chunk}, num_warps=8, num_stages=1)]
+    for name, fn in [
+        ("_fwd", _jit._linear_fwd_kernel),
+        ("_bwd_dq", _jit._linear_bwd_dq_kernel),
+        ("_bwd_dkdv", _jit._linear_bwd_dkdv_kernel),
+    ]:
+        monkeypatch.setattr(launch, name, tuning.autotuned(fn, config))
+    q, k, v = inputs(3, 1, 90, 16, 24)
+    check("triton", q, k, v, True, padding(3, 90))
+
+
 def test_auto_takes_pytorch_on_cpu():
     q, k, v = inputs(1, 2, 30, 16, 8)
     want = reference.linear_attention(q, k, v, True, None, EPS)
@@ -356,6 +381,19 @@ def test_compiles_with_fullgraph(impl):
         assert_close(a, b, 1e-5, b)
 
 
+def test_flops_follow_the_documented_counts():
+    from attnzoo.kernels.flops import linear_attention_flops, op_flops
+
+    b, h, n, f, dv, c = 2, 3, 256, 32, 16, 64
+    state = 2 * b * h * n * f * dv
+    blocks = b * h * n * c * (f + dv)
+    assert linear_attention_flops(b, h, n, f, dv, False) == 2 * state
+    assert linear_attention_flops(b, h, n, f, dv, True) == 2 * state + blocks
+    assert linear_attention_flops(b, h, n, f, dv, True, True) == 5 * state + 3 * blocks
+    assert linear_attention_flops(b, h, n, f, dv, True, True, recompute=False) == 4 * state
+    assert op_flops("linear", b, h, n, f, True) == linear_attention_flops(b, h, n, f, f, True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Slow tier: the whole grid of lengths x widths x masks x dtypes
 # ---------------------------------------------------------------------------------------------
@@ -371,3 +409,26 @@ def test_compiles_with_fullgraph(impl):
 def test_full_grid_matches_the_recurrence(impl, dtype, causal, masked, n, f, dv):
     q, k, v = inputs(3, 1, n, f, dv, dtype)
     check(impl, q, k, v, causal, padding(3, n) if masked else None, dtype)
+
+
+@pytest.mark.slow
+def test_the_compile_report_compiles_each_kernel_for_sm80_and_sm90(tmp_path):
+    """One config of each kernel, every switch on, through scripts/kernel_report.py (no GPU)."""
+    root = Path(__file__).resolve().parents[1]
+    only = "bf16 causal mask F=dv=64 BT=64 w4 s2"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, str(root / "scripts" / "kernel_report.py"), "--only", only]
+    done = subprocess.run(
+        [*cmd, "--json", str(tmp_path / "rows.json")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [
+        r
+        for r in json.loads((tmp_path / "rows.json").read_text())
+        if r["kernel"].startswith("linear.")
+    ]
+    kernels = {(r["kernel"], r["cc"]) for r in rows}
+    names = ("linear.linear_fwd", "linear.linear_bwd_dq", "linear.linear_bwd_dkdv")
+    assert kernels == {(k, cc) for k in names for cc in (80, 90)}
+    assert all(not r["error"] and 0 < r["registers"] <= 255 for r in rows)
