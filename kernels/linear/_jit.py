@@ -378,9 +378,10 @@ def _linear_bwd_dkdv_kernel(
         keep_t = _kept(pad_b, rows_t, N, stride_pn, HAS_MASK)
         k_tf = _rows(k_bh, rows_t, cols_f, stride_kn, stride_kf, F, keep_t)
         v_tv = _rows(v_bh, rows_t, cols_v, stride_vn, stride_vd, DV, in_t)
-        dk_tf = tl.dot(v_tv, tl.trans(_operand(ds_fv, dt)), input_precision=DOT_PREC)
-        dk_tf += dz_f[None, :]
-        dv_tv = tl.dot(k_tf, _operand(ds_fv, dt), input_precision=DOT_PREC)
+        ds_op = _operand(ds_fv, dt)
+        # dv first, stored before dk is formed: its accumulator and the block k qᵀ are dead by
+        # the time dk's block v aᵀ is live (fewer tiles at once: the kernel holds the most)
+        dv_tv = tl.dot(k_tf, ds_op, input_precision=DOT_PREC)
         if CAUSAL:
             q_tf = _rows(q_bh, rows_t, cols_f, stride_qn, stride_qf, F, in_t)
             g_tv, gy_t, den_t = _weights(
@@ -390,24 +391,27 @@ def _linear_bwd_dkdv_kernel(
             a_tv = _operand(g_tv.to(tl.float32) / den_t[:, None], dt)
             c_t = -gy_t / den_t
             later_tt = offs_t[None, :] >= offs_t[:, None]  # [key j, query i]: i >= j
-            mt_tt = tl.dot(v_tv, tl.trans(a_tv), input_precision=DOT_PREC) + c_t[None, :]
-            mt_tt = tl.where(later_tt, mt_tt, 0.0)
-            dk_tf += tl.dot(_operand(mt_tt, dt), q_tf, input_precision=DOT_PREC)
             pt_tt = tl.dot(k_tf, tl.trans(q_tf), input_precision=DOT_PREC)
             pt_tt = tl.where(later_tt, pt_tt, 0.0)
             dv_tv += tl.dot(_operand(pt_tt, dt), a_tv, input_precision=DOT_PREC)
-            ds_fv += tl.dot(tl.trans(q_tf), a_tv, input_precision=DOT_PREC)
-            dz_f += tl.sum(q_tf.to(tl.float32) * c_t[:, None], 0)
         # padding keys (and rows past N) get 0: where, not a product, so no inf·0 reaches them
-        dk_tf = tl.where(keep_t[:, None], dk_tf, 0.0)
         dv_tv = tl.where(keep_t[:, None], dv_tv, 0.0)
-        tl.store(
-            dk_bh + rows_t[:, None] * F + cols_f[None, :],
-            dk_tf.to(dk_ptr.dtype.element_ty),
-            mask=in_t[:, None] & (cols_f < F)[None, :],
-        )
         tl.store(
             dv_bh + rows_t[:, None] * DV + cols_v[None, :],
             dv_tv.to(dv_ptr.dtype.element_ty),
             mask=in_t[:, None] & (cols_v < DV)[None, :],
+        )
+        dk_tf = tl.dot(v_tv, tl.trans(ds_op), input_precision=DOT_PREC)
+        dk_tf += dz_f[None, :]
+        if CAUSAL:
+            mt_tt = tl.dot(v_tv, tl.trans(a_tv), input_precision=DOT_PREC) + c_t[None, :]
+            mt_tt = tl.where(later_tt, mt_tt, 0.0)
+            dk_tf += tl.dot(_operand(mt_tt, dt), q_tf, input_precision=DOT_PREC)
+            ds_fv += tl.dot(tl.trans(q_tf), a_tv, input_precision=DOT_PREC)
+            dz_f += tl.sum(q_tf.to(tl.float32) * c_t[:, None], 0)
+        dk_tf = tl.where(keep_t[:, None], dk_tf, 0.0)
+        tl.store(
+            dk_bh + rows_t[:, None] * F + cols_f[None, :],
+            dk_tf.to(dk_ptr.dtype.element_ty),
+            mask=in_t[:, None] & (cols_f < F)[None, :],
         )
