@@ -9,7 +9,13 @@ loading the modules a second time would register the `torch.ops.attnzoo` operato
 """
 
 if __name__ == "attnzoo.kernels":
-    from .ops import metric_attention, pool_mix, quadratic_attention, scaled_dot_attention
+    from .ops import (
+        linear_attention,
+        metric_attention,
+        pool_mix,
+        quadratic_attention,
+        scaled_dot_attention,
+    )
 
     # Benchmark mode (kernels/dispatch.py), off by default as torch.backends.cudnn.benchmark is:
     # on CUDA, impl="auto" then times the Triton kernel against PyTorch on the first call of each
@@ -18,6 +24,7 @@ if __name__ == "attnzoo.kernels":
 
     __all__ = [
         "benchmark_mode",
+        "linear_attention",
         "metric_attention",
         "pool_mix",
         "quadratic_attention",

@@ -228,3 +228,26 @@ def check_saved(
             f"{name} must be a {dense}{dtype} tensor of shape {shape} on {like.device}, got "
             f"{t.dtype} {tuple(t.shape)} strides {t.stride()} on {t.device}"
         )
+
+
+def check_eps(eps: float) -> float:
+    """linear_attention's denominator offset as a float: finite and not negative (a negative one
+    could make a denominator 0)."""
+    if not _real(eps) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite real number >= 0 (a Python float), got {eps!r}")
+    return float(eps)
+
+
+def check_linear(
+    q_bhnf: torch.Tensor,
+    k_bhnf: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    eps: float,
+) -> float:
+    """linear_attention's arguments: q, k (batch, heads, tokens, F) and v (batch, heads, tokens,
+    dv) as for attention, the mask, `causal` and `eps`; returns eps as a float."""
+    check_attention(q_bhnf, k_bhnf, v_bhnv, key_padding_mask)
+    check_causal(causal)
+    return check_eps(eps)

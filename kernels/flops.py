@@ -18,6 +18,15 @@ One call, all heads, per op (B batch, H heads, N tokens, dk head dim, D = H dk):
     metric_attention(p, M)          2 B H N dk²  +  attention_flops(B, H, N, dk, causal)
     quadratic_attention(x, U, v)    2 B H N D²   +  attention_flops(B, H, N, D, causal, dv=dk)
     pool_mix(x, window)             0 (window sums are additions)
+    linear_attention(q, k, v)       linear_attention_flops(B, H, N, F, dv, causal)
+
+Linear attention (q, k of width F, v of width dv) counts its F × dv state products and, causal,
+its chunk × chunk blocks (chunks of C = 64 tokens, half counted like causal scores): per head,
+forward 4 N F dv (+ N C (F + dv) causal), backward 10 N F dv (+ 3 N C (F + dv) causal), where
+the kernels rebuild the forward's state S once and walk the chunk blocks three times. With
+`recompute=False`, the model's work of the recurrent form: 4 N F dv forward, 8 N F dv backward
+(dq, the state's gradient, dk, dv), causal or not. The normaliser's vector products (q·z,
+g·y, O(N (F + dv)) per head) are left out, as softmax is.
 """
 
 from __future__ import annotations
@@ -58,9 +67,12 @@ def op_flops(
     *,
     recompute: bool = True,
 ) -> float:
-    """FLOPs of one call of `op` ("scaled_dot", "metric" or "quadratic"), forward or backward,
-    by the table in the module docstring; quadratic's width is D = heads × head_dim."""
+    """FLOPs of one call of `op` ("scaled_dot", "metric", "quadratic" or "linear"), forward or
+    backward, by the table in the module docstring; quadratic's width is D = heads × head_dim,
+    linear's F = dv = head_dim."""
     bh, d = batch * heads, head_dim
+    if op == "linear":
+        return linear_attention_flops(batch, heads, n, d, d, causal, backward, recompute=recompute)
     if op == "scaled_dot":
         return attention_flops(batch, heads, n, d, causal, backward, recompute=recompute)
     if op == "metric":
@@ -73,3 +85,31 @@ def op_flops(
     else:
         raise ValueError(f"no FLOP formula for op {op!r}; known: {ATTENTION_OPS}")
     return attn + 2 * proj if backward else proj + attn
+
+
+LINEAR_CHUNK = 64  # the chunk of kernels/linear (and of the causal reference)
+
+
+def linear_attention_flops(
+    batch: int,
+    heads: int,
+    n: int,
+    f: int,
+    dv: int,
+    causal: bool,
+    backward: bool = False,
+    *,
+    recompute: bool = True,
+    chunk: int = LINEAR_CHUNK,
+) -> float:
+    """FLOPs of normalised linear attention over `batch × heads` sequences of `n` tokens, q and k
+    of width `f`, v of width `dv`: what the chunked kernels execute, or with `recompute=False`
+    the model's work of the recurrent form (the module docstring has the counts)."""
+    bh = batch * heads
+    state = 2 * bh * n * f * dv  # one product of n tokens with an f × dv state
+    if not recompute:
+        return (4 if backward else 2) * state
+    blocks = bh * n * chunk * (f + dv) if causal else 0  # chunk blocks, half counted
+    if backward:
+        return 5 * state + 3 * blocks
+    return 2 * state + blocks

@@ -12,9 +12,10 @@ tracing into Triton's launcher.
 | `quadratic_attention` | x, u, v, mask?, causal, scale, dropout_p, seed? | out |
 | `metric_attention` | p, m, mask?, causal, scale, dropout_p, seed? | out, lse |
 | `pool_mix` | x, window, causal, mask? | out, rcount |
+| `linear_attention` | q, k, v, mask?, causal, eps | out, den |
 
-`lse` (the rows' log-sum-exp) and `rcount` (reciprocal window counts) are what the backward
-needs; they are outputs so that nothing is recomputed. The backward passes are ops too
+`lse` (the rows' log-sum-exp), `rcount` (reciprocal window counts) and `den` (linear
+attention's denominators) are what the backward needs; they are outputs so that nothing is recomputed. The backward passes are ops too
 (`*_backward`), so a compiled graph holds them as single nodes. `quadratic_attention` is a
 composite op: q = x·U[h] as one batched matmul, then `scaled_dot_attention` with k = x read for
 every head through a zero head stride (docs/kernels.md says why q is formed outside the
@@ -49,6 +50,7 @@ from ._checks import (
     check_attention,
     check_causal,
     check_dropout,
+    check_linear,
     check_metric,
     check_pool,
     check_quadratic,
@@ -495,5 +497,92 @@ def _register_autocast(name: str, device_type: str) -> None:
 
 
 for _name in OPS:
+    for _device in ("cpu", "cuda"):
+        _register_autocast(_name, _device)
+
+
+# --------------------------------------------------------------------------------------------
+# linear_attention (kernels/linear/): registered after the rule above, with its own autocast
+# --------------------------------------------------------------------------------------------
+
+LINEAR_OPS = ("linear_attention",)
+
+
+def _check_linear_call(q, k, v, key_padding_mask, causal, eps) -> None:
+    check_linear(q, k, v, key_padding_mask, causal, eps)
+    check_triton("q", q)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::linear_attention", mutates_args=())
+def linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+    eps: float,
+) -> tuple[Tensor, Tensor]:
+    _check_linear_call(q, k, v, key_padding_mask, causal, eps)
+    return triton_module("linear").linear_attention_forward(q, k, v, key_padding_mask, causal, eps)
+
+
+@linear_attention.register_fake
+def _(q, k, v, key_padding_mask, causal, eps):
+    b, h, n, _ = q.shape
+    return q.new_empty((b, h, n, v.shape[-1])), _empty_like_rows(q, b * h, n)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::linear_attention_backward", mutates_args=())
+def linear_attention_backward(
+    d_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    den: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    _check_linear_call(q, k, v, key_padding_mask, causal, 0.0)
+    b, h, n, _ = q.shape
+    check_saved("d_out", d_out, (b, h, n, v.shape[-1]), q)
+    check_saved("out", out, (b, h, n, v.shape[-1]), q)
+    check_saved("den", den, (b * h, n), q, torch.float32, contiguous=True)
+    return triton_module("linear").linear_attention_backward(
+        d_out, q, k, v, out, den, key_padding_mask, causal
+    )
+
+
+@linear_attention_backward.register_fake
+def _(d_out, q, k, v, out, den, key_padding_mask, causal):
+    return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
+
+
+def _linear_setup(ctx, inputs, output) -> None:
+    q, k, v, mask, causal, _ = inputs
+    out, den = output
+    ctx.save_for_backward(q, k, v, out, den, mask)
+    ctx.causal = causal
+    _no_gradient_for(ctx, den)
+
+
+def _linear_backward(ctx, d_out, d_den):
+    q, k, v, out, den, mask = ctx.saved_tensors
+    dq, dk, dv = _backward(
+        ctx, "linear_attention_backward", d_out, q, k, v, out, den, mask, ctx.causal
+    )
+    return dq, dk, dv, None, None, None
+
+
+linear_attention.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+_FORMULAS["linear_attention"] = (
+    _kernel("linear", "linear_attention_forward"),
+    _linear_setup,
+    _linear_backward,
+)
+_BACKWARDS["linear_attention_backward"] = _kernel("linear", "linear_attention_backward")
+
+for _name in LINEAR_OPS:
     for _device in ("cpu", "cuda"):
         _register_autocast(_name, _device)

@@ -61,6 +61,7 @@ from ._checks import (
     check_causal,
     check_dropout,
     check_impl,
+    check_linear,
     check_metric,
     check_pool,
     check_quadratic,
@@ -409,3 +410,54 @@ def _tuning_candidates(op: str) -> dispatch.CandidateMaker:
 
 for _op in dispatch.OPS:
     dispatch.CANDIDATES[_op] = _tuning_candidates(_op)
+
+
+# --------------------------------------------------------------------------------------------
+# linear_attention: normalised linear attention on feature-mapped q and k
+# --------------------------------------------------------------------------------------------
+
+
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Normalised linear attention (Katharopoulos et al. 2020): y_i = q_iᵀ S_i / (q_iᵀ z_i + eps).
+
+    q, k: (B, H, N, F), already feature-mapped (non-negative, e.g. elu(x) + 1); v: (B, H, N, dv)
+    -> (B, H, N, dv). S_i = Σ_j k_j v_jᵀ and z_i = Σ_j k_j over the non-padding keys j (causal:
+    j ≤ i). `key_padding_mask` masks keys only: a padding query is computed like any other, and
+    a query with no visible key gets 0. eps ≥ 0 keeps the denominator off zero. The Triton path
+    takes F and dv up to 128.
+    """
+    (q, k, v), _ = _apply_dtype_policy((q, k, v))
+    eps = check_linear(q, k, v, key_padding_mask, causal, eps)
+    with _autocast_off(q):
+        b, h, n, f = q.shape
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), f, v.shape[-1])
+        if _use_triton(impl, "linear_attention", "q", (q, k, v), causal, f, n, shape):
+            out, _ = library.run("linear_attention", q, k, v, key_padding_mask, causal, eps)
+            return out
+        return reference.linear_attention(q, k, v, causal, key_padding_mask, eps)
+
+
+def _linear_candidates(dtype, causal, shape, window, device, grad):
+    """What benchmark mode times for linear_attention: the kernel against the reference, on
+    non-negative features (elu + 1 of a normal draw)."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    b, h, n, f, dv = shape
+    feature = lambda: torch.nn.functional.elu(torch.randn(b, h, n, f, generator=gen)) + 1
+    leaves = tuple(
+        t.to(device=device, dtype=dtype)
+        for t in (feature(), feature(), torch.randn(b, h, n, dv, generator=gen))
+    )
+    ours = lambda q, k, v: library.run("linear_attention", q, k, v, None, causal, 1e-6)[0]
+    theirs = lambda q, k, v: reference.linear_attention(q, k, v, causal, None, 1e-6)
+    return _timed_call(ours, leaves, grad), _timed_call(theirs, leaves, grad)
+
+
+dispatch.CANDIDATES["linear_attention"] = _linear_candidates
