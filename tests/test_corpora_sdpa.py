@@ -89,7 +89,7 @@ def test_auto_takes_the_fused_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> No
     """The fused path is really taken (the reference is not called) for fp32 on CPU."""
     from attnzoo.kernels import reference
 
-    def fail(*args: object) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("impl='auto' fell back to the reference")
 
     for name in ("scaled_dot_attention", "quadratic_attention", "metric_attention"):
