@@ -153,6 +153,19 @@ def check_seeds(tune_seeds: list[int], seeds: list[int]) -> str | None:
     return None
 
 
+def chosen_lrs(
+    selected: list[dict[str, Any]], mixers: list[str]
+) -> tuple[dict[str, float], dict[float, list[str]]]:
+    """The learning rate each mixer chose, and the mixers per chosen value (in `mixers` order):
+    one fresh-seed sweep per value."""
+    chosen = {s["axes"].get("mixer"): float(s["value"]) for s in selected
+              if s["axes"].get("mixer") in mixers and s["value"] is not None}  # fmt: skip
+    by_lr: dict[float, list[str]] = {}
+    for mixer in (m for m in mixers if m in chosen):
+        by_lr.setdefault(chosen[mixer], []).append(mixer)
+    return chosen, by_lr
+
+
 def tune_lr(
     base: list[str],
     mixers: list[str],

@@ -53,6 +53,7 @@ from pathlib import Path
 from attnzoo import MIXERS
 from attnzoo.analysis import summarize
 from attnzoo.analysis.compare import comparisons, correct
+from attnzoo.analysis.convergence import flattened, flattened_text
 from attnzoo.analysis.groups import group_jobs, group_row
 from attnzoo.analysis.report import protocol_text, write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, row
@@ -61,6 +62,7 @@ from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
     check_seeds,
+    chosen_lrs,
     float_list,
     int_list,
     lr_text,
@@ -149,15 +151,7 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
     selected, extensions, tune_folders = tune_lr(
         base, args.mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
     )
-    chosen: dict[str, float] = {}
-    for s in selected:
-        mixer = s["axes"].get("mixer")
-        if mixer in args.mixers and s["value"] is not None:
-            chosen[mixer] = float(s["value"])
-    by_lr: dict[float, list[str]] = {}
-    for mixer in args.mixers:
-        if mixer in chosen:
-            by_lr.setdefault(chosen[mixer], []).append(mixer)
+    chosen, by_lr = chosen_lrs(selected, args.mixers)
     tune_runs = [row(j) | {"job": f"{task}/{j.folder.relative_to(root) if j.folder else j.name}"}
                  for j in find_sweep_jobs(tune_folders)]  # fmt: skip
     seeds = ",".join(map(str, args.seeds))
@@ -196,6 +190,7 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
         "chosen": chosen,
         "groups": groups,
         "table": [group_row(g, args.confidence) for g in groups],
+        "flat": {g.config.get("mixer.name"): flattened(g) for g in groups},
         "vs_reference": {  # corrected later, with every comparison of the report
             on: comparisons(
                 groups, "mixer.name", on, args.confidence, margin_on(on, args), REFERENCE, "none"
@@ -218,7 +213,9 @@ def claim_lines(result: dict) -> list[str]:
     """Each published claim, read off the report's corrected comparisons with scaled-dot."""
     lines = []
     for _task, sentence, mixers, ref, on in (c for c in CLAIMS if c[0] == result["task"]):
-        lines.append(f'- Claim: "{sentence}" (on {ON_TEXT[on]})')
+        moving = [m for m in [ref, *mixers] if result["flat"].get(m, {}).get("flattened") is False]
+        budget = f"; at this budget: {', '.join(moving)} not flattened" if moving else ""
+        lines.append(f'- Claim: "{sentence}" (on {ON_TEXT[on]}{budget})')
         rows = {r["value"]: r["sentence"] for r in result["vs_reference"].get(on, [])}
         lines += [f"  - {rows.get(m, f'{m} vs {ref}: not run')}" for m in mixers]
     return lines
@@ -250,11 +247,13 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         "",
         f"Mean over the completed seeds [{args.confidence:.0%} Student-t interval]. Test loss "
         "and test metric are on the held-out test split (the whole split, read once at the end "
-        "of each run, never used for a choice); val loss is on the whole validation split.",
+        "of each run, never used for a choice); val loss is on the whole validation split. "
+        "flattened: whether the sampled val loss moved by less than the seed sd over the last "
+        "fifth of training (where no, the numbers hold at this budget, not at convergence).",
         "",
         "| mixer | train.lr | n_seeds | seeds | test loss | test metric | val loss | final rank "
-        "| params | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| flattened | params | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r, g in zip(result["table"], result["groups"], strict=True):
         metric = (f"{r['metric']} " if r["metric"] else "") + ci_text(
@@ -267,6 +266,7 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
             f"{metric} | "
             f"{ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
             f"{ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{flattened_text(result['flat'][g.config.get('mixer.name')])} | "
             f"{fmt(r['params'])} | {r['note']} |"
         )
     lines += ["", f"### Against {REFERENCE} (held-out test)", ""]

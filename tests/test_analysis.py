@@ -108,6 +108,21 @@ def test_selection_follows_the_direction_asked_and_steps_beyond_an_edge(tmp_path
     assert extend(worst["pooling"]) == pytest.approx(1e-3 / (3e-3 / 1e-3))  # past the low edge
 
 
+def test_a_budget_flattened_when_its_last_fifth_moved_less_than_the_seed_sd(tmp_path: Path):
+    from attnzoo.analysis.convergence import flattened, flattened_text, tail_change
+
+    curve = [(0, 3.0), (50, 2.0), (80, 1.52), (90, 1.51), (100, 1.5)]
+    records = [{"step": s, "val/loss": v} for s, v in curve] + [{"step": 100, "train/loss": 1}]
+    assert tail_change(records) == pytest.approx(-0.02)  # from step 80 (the last fifth) to 100
+    assert tail_change(records, tail=0.5) == pytest.approx(-0.5)
+    assert tail_change(records[:1]) is None
+    sweep = analysis.load_sweep(make_tune_sweep(tmp_path / "tune"))
+    first = flattened(sweep.groups[0])  # the fake curves fall 1 nat between steps 10 and 20
+    assert first["change"] == pytest.approx(-1.0) and first["sd"] < 0.1
+    assert first["flattened"] is False and flattened_text(first) == "no"
+    assert [flattened_text({"flattened": f}) for f in (True, None)] == ["yes", "n/a"]
+
+
 def test_the_flops_of_a_run_that_did_not_record_them_are_the_trainers(tmp_path: Path):
     """Rebuilt from the run's saved config with the trainer's own count (its heads, not a
     default), and not available for a mixer without a formula."""

@@ -191,6 +191,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
         on = "val accuracy (max)" if task == "imdb" else "val loss (min)"
         assert f"selected on whole-split {on}" in grid.replace("\n", " ")
         assert "| test loss | test metric | val loss |" in sec and "read once at the end" in sec
+        assert re.search(r"\| (yes|no|n/a) \| \d+ \| ", sec)  # the flattened column
         tune_rows = [r for r in tune_runs if r["job"].startswith(f"{task}/tune/")]
         assert len(tune_rows) == 20 and {r["seed"] for r in tune_rows} == {"100", "101"}
         assert (out / task / "report" / "groups.csv").exists()
