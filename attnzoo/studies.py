@@ -99,10 +99,14 @@ def float_list(text: str) -> list[float]:
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """--parallel, --device, --data-dir and --override, as every study driver takes them."""
+    """--parallel, --device, --preset, --data-dir and --override, as every study driver takes
+    them."""
     parser.add_argument("--parallel", type=int, default=0, metavar="N",
                         help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
+    parser.add_argument("--device", default=None,
+                        help="train.device (auto picks a GPU); default cpu, cuda with --preset gpu")  # fmt: skip
+    parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
+                        help="the study's sizes: cpu (default) or gpu (one H100, docs/sweeps.md)")  # fmt: skip
     parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
 
@@ -111,7 +115,9 @@ def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list
     """What every run of a study sets: no W&B, no progress bar, resume where a run left off, the
     device, the corpora folder (when given) and the parallel launcher (with --parallel)."""
     out = ["logger.mode=disabled", "train.progress=false", "train.resume=true"]
-    out += [f"train.device={args.device}"] + ([f"data_dir={data_dir}"] if data_dir else [])
+    gpu = getattr(args, "preset", "cpu") == "gpu" and not getattr(args, "smoke", False)
+    device = args.device or ("cuda" if gpu else "cpu")  # a --smoke of the GPU preset: on CPU
+    out += [f"train.device={device}"] + ([f"data_dir={data_dir}"] if data_dir else [])
     if args.parallel:
         out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
     return out

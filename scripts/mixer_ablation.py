@@ -35,6 +35,7 @@ selected.*) and report/ (its tables and figures over the fresh seeds).
 
     python scripts/mixer_ablation.py --data-dir DATA_DIR --parallel 2
     python scripts/mixer_ablation.py --smoke           # the whole pipeline at toy size, ~1 min
+    python scripts/mixer_ablation.py --preset gpu --data-dir DATA_DIR --parallel 4  # one GPU
 
 Only the learning rate is tuned; every other setting is the task's preset (flags/--override
 change it for every run).
@@ -81,6 +82,9 @@ TASKS = {
     "shakespeare_char": ["experiment=shakespeare_char"],  # nanoGPT's CPU recipe
     "imdb": ["experiment=imdb", "model.depth=1"],  # NLP-MetaFormer's IMDB claim is for one block
 }
+# --preset gpu: one H100 in about 25 minutes (docs/sweeps.md, "GPU presets")
+GPU_TASKS = {"shakespeare_char": ["experiment=shakespeare_char_study_gpu"],
+             "imdb": ["experiment=imdb_gpu"]}  # fmt: skip
 # What the learning rate is selected on, per task: the quantity its claim is about, on the
 # whole validation split (summary key, maximize, as the report states it).
 SELECT_BY = {
@@ -136,7 +140,8 @@ def has_corpus(task: str, data_dir: Path) -> bool:
 
 def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[str]:
     smoke = SMOKE + SMOKE_TASK.get(task, []) if args.smoke else []
-    return [*TASKS[task], *run_overrides(args, data_dir), *smoke, *args.override]
+    preset = (GPU_TASKS if args.preset == "gpu" else TASKS)[task]
+    return [*preset, *run_overrides(args, data_dir), *smoke, *args.override]
 
 
 def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str, str]) -> dict:
@@ -231,7 +236,8 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         cfg.get(k) for k in ("train.max_steps", "train.batch_size", "task.seq_len")
     )
     lines += [
-        f"Preset and overrides (every run): `{' '.join(TASKS[task])}`"
+        f"Preset and overrides (every run): "
+        f"`{' '.join((GPU_TASKS if args.preset == 'gpu' else TASKS)[task])}`"
         + (" + the --smoke toy size" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
         + ".",
@@ -379,17 +385,10 @@ def main() -> None:
             results.append({"task": task, "skipped": msg})
             continue
         results.append(run_task(task, args, data_dir, env))
-    header = {
-        "command": command,
-        "machine": machine(),
-        "started": started,
-        "wall_s": time.perf_counter() - start,
-        "lrs": args.lrs,
-        "tune_seeds": args.tune_seeds,
-        "seeds": args.seeds,
-        "margin_loss": args.margin_loss,
-        "margin_accuracy": args.margin_accuracy,
-    }
+    header = {"command": command, "machine": machine(), "started": started,
+              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
+              "tune_seeds": args.tune_seeds, "seeds": args.seeds,
+              "margin_loss": args.margin_loss, "margin_accuracy": args.margin_accuracy}  # fmt: skip
     path = write_report(results, args, header)
     print(path.read_text())
 

@@ -355,3 +355,48 @@ def test_rank_ablation_smoke_writes_the_report_and_pure_attention_collapses(tmp_
     assert "| none, no norm | " in md and "## At init, MLP on" in md
     again = run_script("rank_ablation.py", "--smoke", "--out", str(out))
     assert again.stdout.count("done already") == 3
+
+
+def test_the_gpu_presets_compose_at_their_gpu_sizes():
+    """What `--preset gpu` runs, before any --smoke override: the sizes docs/sweeps.md times
+    for one H100."""
+    import importlib.util
+
+    from attnzoo.train import compose
+
+    spec = importlib.util.spec_from_file_location("ma", ROOT / "scripts/mixer_ablation.py")
+    ma = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ma)
+    sizes = {  # task: (width, depth, heads, context, batch, steps)
+        "shakespeare_char": (384, 6, 6, 256, 32, 2000),
+        "imdb": (256, 4, 4, 256, 32, 2000),
+    }
+    for task, want in sizes.items():
+        cfg = compose(ma.GPU_TASKS[task])
+        got = (cfg.model.dim, cfg.model.depth, cfg.model.heads, cfg.task.seq_len,
+               cfg.train.batch_size, cfg.train.max_steps)  # fmt: skip
+        assert got == want and cfg.task.name == task and not cfg.train.compile
+    rank = compose(["experiment=rank_ablation_gpu"])
+    assert (rank.model.dim, rank.model.depth, rank.train.max_steps) == (128, 8, 600)
+
+
+@pytest.mark.slow
+def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
+    """`--preset gpu --smoke`: the GPU experiment files, their sizes overridden tiny, on CPU."""
+    pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
+    out = tmp_path / "ma"
+    run_script("mixer_ablation.py", "--preset", "gpu", "--smoke", "--tasks", "shakespeare_char",
+               "--mixers", "scaled_dot", "pooling", "--out", str(out))  # fmt: skip
+    job = next((out / "shakespeare_char" / "tune").glob("[0-9]*"))
+    overrides = (job / ".hydra" / "overrides.yaml").read_text()
+    assert "experiment=shakespeare_char_study_gpu" in overrides
+    assert "train.device=cpu" in overrides and "model.dim=16" in overrides
+    md = (out / "mixer_ablation.md").read_text()
+    assert "`experiment=shakespeare_char_study_gpu` + the --smoke toy size" in md
+    out = tmp_path / "ra"
+    run_script("rank_ablation.py", "--preset", "gpu", "--smoke", "--sweeps", "grid", "--mixers",
+               "pooling", "--residuals", "add", "--out", str(out))  # fmt: skip
+    job = next((out / "grid").glob("[0-9]*"))
+    overrides = (job / ".hydra" / "overrides.yaml").read_text()
+    assert "experiment=rank_ablation_gpu" in overrides and "train.device=cpu" in overrides
+    assert "Preset `experiment=rank_ablation_gpu`" in (out / "rank_ablation.md").read_text()
