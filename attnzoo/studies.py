@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def machine() -> str:
@@ -98,10 +99,14 @@ def float_list(text: str) -> list[float]:
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """--parallel, --device, --data-dir and --override, as every study driver takes them."""
+    """--parallel, --device, --preset, --data-dir and --override, as every study driver takes
+    them."""
     parser.add_argument("--parallel", type=int, default=0, metavar="N",
                         help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="train.device (auto picks a GPU)")
+    parser.add_argument("--device", default=None,
+                        help="train.device (auto picks a GPU); default cpu, cuda with --preset gpu")  # fmt: skip
+    parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
+                        help="the study's sizes: cpu (default) or gpu (one H100, docs/sweeps.md)")  # fmt: skip
     parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
 
@@ -110,7 +115,9 @@ def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list
     """What every run of a study sets: no W&B, no progress bar, resume where a run left off, the
     device, the corpora folder (when given) and the parallel launcher (with --parallel)."""
     out = ["logger.mode=disabled", "train.progress=false", "train.resume=true"]
-    out += [f"train.device={args.device}"] + ([f"data_dir={data_dir}"] if data_dir else [])
+    gpu = getattr(args, "preset", "cpu") == "gpu" and not getattr(args, "smoke", False)
+    device = args.device or ("cuda" if gpu else "cpu")  # a --smoke of the GPU preset: on CPU
+    out += [f"train.device={device}"] + ([f"data_dir={data_dir}"] if data_dir else [])
     if args.parallel:
         out += ["hydra/launcher=parallel", f"hydra.launcher.n_jobs={args.parallel}"]
     return out
@@ -129,3 +136,121 @@ SMOKE_SIZE = [
     "train.log_every=1",
     "train.probe_batch_size=4",
 ]
+
+
+def lr_text(lr: float) -> str:
+    """A learning rate as the folder names and overrides write it."""
+    return f"{lr:g}"
+
+
+def check_seeds(tune_seeds: list[int], seeds: list[int]) -> str | None:
+    """Why the tuning and fresh seeds cannot be used (None when they can): the study needs at
+    least two tuning seeds, two fresh seeds, and no seed in both (the reported numbers must not
+    be the ones the choice was made on)."""
+    if len(tune_seeds) < 2 or len(seeds) < 2:
+        return "the study needs ≥ 2 tuning seeds (--tune-seeds) and ≥ 2 fresh seeds (--seeds)"
+    both = sorted(set(tune_seeds) & set(seeds))
+    if both:
+        return (
+            f"--seeds {','.join(map(str, seeds))} and --tune-seeds "
+            f"{','.join(map(str, tune_seeds))} share seed(s) {','.join(map(str, both))}: the "
+            "fresh seeds must be disjoint from the tuning seeds"
+        )
+    return None
+
+
+def chosen_lrs(
+    selected: list[dict[str, Any]], mixers: list[str]
+) -> tuple[dict[str, float], dict[float, list[str]]]:
+    """The learning rate each mixer chose, and the mixers per chosen value (in `mixers` order):
+    one fresh-seed sweep per value."""
+    chosen = {s["axes"].get("mixer"): float(s["value"]) for s in selected
+              if s["axes"].get("mixer") in mixers and s["value"] is not None}  # fmt: skip
+    by_lr: dict[float, list[str]] = {}
+    for mixer in (m for m in mixers if m in chosen):
+        by_lr.setdefault(chosen[mixer], []).append(mixer)
+    return chosen, by_lr
+
+
+def tune_lr(
+    base: list[str],
+    mixers: list[str],
+    lrs: list[float],
+    tune_seeds: list[int],
+    root: Path,
+    env: dict[str, str],
+    select: dict[str, Any],
+    max_extensions: int = 2,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Path]]:
+    """Tune `train.lr` per mixer on the tuning seeds: the grid in `root`/tune, then, while a
+    mixer's choice sits at the edge of its grid, one more step beyond that edge (the grid's own
+    factor) in `root`/tune-ext<k>/lr_<value>, at most `max_extensions` times. `select` holds
+    write_tuning's keyword arguments (by, maximize, fresh_seeds, final_dir, script); the choice
+    is remade over every folder after each extension. Returns the selection, the extensions
+    ({round, lr, mixers, edge}) and the tuning folders."""
+    from attnzoo.analysis.report import write_tuning
+    from attnzoo.analysis.selection import extend
+
+    seeds = ",".join(map(str, tune_seeds))
+    tune = [*base, f"mixer={','.join(mixers)}", f"train.lr={','.join(map(lr_text, lrs))}"]
+    sweep([*tune, f"train.seed={seeds}"], root / "tune", len(mixers) * len(lrs) * len(tune_seeds),
+          env, root / "tune.log")  # fmt: skip
+    folders = [root / "tune"]
+    extensions: list[dict[str, Any]] = []
+    for k in range(max_extensions + 1):
+        selected = write_tuning(folders, root / "tune-summary", "train.lr", **select)
+        beyond: dict[float, list[str]] = {}
+        for s in selected:
+            mixer, lr = s["axes"].get("mixer"), extend(s, cap_reached=k == max_extensions)
+            if mixer in mixers and lr is not None:
+                beyond.setdefault(float(f"{lr:.3g}"), []).append(mixer)
+        if not beyond:
+            return selected, extensions, folders
+        for lr, group in sorted(beyond.items()):
+            edge = "high" if lr > max(lrs) else "low"
+            print(f"  extension {k + 1}: train.lr={lr_text(lr)} for {', '.join(group)} ({edge})")
+            folder = root / f"tune-ext{k + 1}" / f"lr_{lr_text(lr)}"
+            over = [*base, f"mixer={','.join(group)}", f"train.lr={lr_text(lr)}"]
+            sweep([*over, f"train.seed={seeds}"], folder, len(group) * len(tune_seeds), env,
+                  root / "tune.log")  # fmt: skip
+            folders.append(folder)
+            extensions.append({"round": k + 1, "lr": lr, "mixers": group, "edge": edge})
+    return selected, extensions, folders
+
+
+def tuning_lines(
+    result: dict[str, Any], lrs: list[float], tune_seeds: list[int], on: str, cap: int
+) -> list[str]:
+    """The report's learning-rate section for one task: the grid, what the choice was made on,
+    every extension of the grid past an edge, and per mixer the choice and its candidates."""
+    from attnzoo.analysis.tables import fmt
+
+    lines = [
+        "### Learning rate: grid and selection",
+        "",
+        f"Grid `train.lr` = {', '.join(map(lr_text, lrs))} on tuning seeds "
+        f"{', '.join(map(str, tune_seeds))}; per mixer the value with the best mean over the "
+        f"tuning seeds, selected on {on} (attnzoo.analysis.selection.select). A choice at an "
+        f"edge of a grid of more than two values extends it one step beyond that edge (the "
+        f"grid's factor), at most {cap} time(s). Every tuning run: `tune_runs.csv`.",
+        "",
+    ]
+    ext = result.get("extensions", [])
+    lines += [
+        f"- Extension {e['round']}: train.lr={lr_text(e['lr'])} for {', '.join(e['mixers'])} "
+        f"(beyond the {e['edge']} edge)"
+        for e in ext
+    ] or ["- No extension: every choice was interior (or the grid has two values)."]
+    lines += [
+        "",
+        f"| mixer | chosen train.lr | mean {on} (tuning) | candidates (lr: mean) | note |",
+        "|---|---|---|---|---|",
+    ]
+    for s in result["selected"]:
+        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
+        note = s["note"] + (f"; still at an edge after {cap} extension(s)" if s.get("edge") else "")
+        lines.append(
+            f"| {s['axes'].get('mixer')} | {fmt(s['value'])} | {fmt(s['mean'])} | {cands} | "
+            f"{note.strip('; ')} |"
+        )
+    return lines + [""]

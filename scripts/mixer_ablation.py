@@ -3,15 +3,18 @@
 For each task (`shakespeare_char` at nanoGPT's CPU recipe, `experiment=shakespeare_char`; `imdb`
 with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), every mixer:
 
-1. tune: a log-spaced `train.lr` grid per mixer on the tuning seeds (default 100, 101), one
-   `python -m attnzoo.train -m` sweep;
-2. select: per mixer, the learning rate with the lowest mean validation loss over the tuning
-   seeds (scripts/summarize.py's selection, which flags a choice at the edge of the grid);
+1. tune: a log-spaced `train.lr` grid per mixer on ≥ 2 tuning seeds (default 100, 101; disjoint
+   from the fresh seeds), one `python -m attnzoo.train -m` sweep; a choice at an edge of the grid
+   extends it one step beyond that edge (the grid's factor), up to --max-extensions times;
+2. select: per mixer, the learning rate with the best mean over the tuning seeds of the quantity
+   the claim is about, on the whole validation split: accuracy (max) on IMDB, loss (min) on
+   Shakespeare (attnzoo.analysis.selection.select);
 3. rerun: fresh seeds (default 0-4) at each mixer's chosen learning rate, one sweep per chosen
    value (the mixers that chose it);
-4. report: the groups over the fresh seeds with Student-t intervals, each mixer against the
-   reference fixed up front, scaled-dot (paired by seed), every comparison of the report (both
-   tasks, loss and accuracy) corrected together (--correction, default holm), and the published
+4. report: the groups over the fresh seeds with Student-t intervals on the held-out test split
+   (read once at the end of each run), each mixer against the reference fixed up front,
+   scaled-dot (paired by seed, on test), every comparison of the report (both tasks, test loss
+   and test accuracy) corrected together (--correction, default holm), and the published
    claims read off those comparisons: on IMDB "quadratic, pooling and identity substitute
    scaled-dot with no signs of decreasing accuracy", on Shakespeare "metric trains with not much
    difference from a transformer". Each verdict is worse/better than scaled-dot (two-sided
@@ -20,18 +23,19 @@ with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), ev
    or not resolved with n seeds (with the smallest difference those seeds could resolve).
 
 Every run goes through `python -m attnzoo.train -m` (what a user runs; --parallel N uses
-`hydra/launcher=parallel`), in <out>/<task>/tune and <out>/<task>/final/lr_<value>. Running the
+`hydra/launcher=parallel`), in <out>/<task>/tune, tune-ext<k>/lr_<value> and final/lr_<value>. Running the
 same command again skips the sweeps whose jobs all completed and resumes the others
 (`train.resume=true`). A task whose corpus is not in --data-dir is skipped with a message.
 
 Outputs (in --out): mixer_ablation.md (the report: command, machine, wall time, seeds, budget,
 grid and selection, groups, comparisons, claims), mixer_ablation.json (the same numbers),
-runs.csv (every fresh-seed run: configuration, seed, final values, status), and per task
-tune-summary/ (summarize's job table and selected.*) and report/ (its tables and figures
-over the fresh seeds).
+runs.csv (every fresh-seed run: configuration, seed, final values, status), tune_runs.csv (every
+tuning run, extensions included), and per task tune-summary/ (the tuning runs' table and
+selected.*) and report/ (its tables and figures over the fresh seeds).
 
     python scripts/mixer_ablation.py --data-dir DATA_DIR --parallel 2
     python scripts/mixer_ablation.py --smoke           # the whole pipeline at toy size, ~1 min
+    python scripts/mixer_ablation.py --preset gpu --data-dir DATA_DIR --parallel 4  # one GPU
 
 Only the learning rate is tuned; every other setting is the task's preset (flags/--override
 change it for every run).
@@ -46,23 +50,28 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from attnzoo import MIXERS
 from attnzoo.analysis import summarize
 from attnzoo.analysis.compare import comparisons, correct
+from attnzoo.analysis.convergence import flattened, flattened_text
 from attnzoo.analysis.groups import group_jobs, group_row
-from attnzoo.analysis.report import protocol_text, write_runs, write_tuning
+from attnzoo.analysis.report import protocol_text, write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
+    check_seeds,
+    chosen_lrs,
     float_list,
     int_list,
+    lr_text,
     machine,
     run_overrides,
     sweep,
+    tune_lr,
+    tuning_lines,
     write_smoke_data,
 )
 
@@ -72,6 +81,15 @@ SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summ
 TASKS = {
     "shakespeare_char": ["experiment=shakespeare_char"],  # nanoGPT's CPU recipe
     "imdb": ["experiment=imdb", "model.depth=1"],  # NLP-MetaFormer's IMDB claim is for one block
+}
+# --preset gpu: one H100 in about 25 minutes (docs/sweeps.md, "GPU presets")
+GPU_TASKS = {"shakespeare_char": ["experiment=shakespeare_char_study_gpu"],
+             "imdb": ["experiment=imdb_gpu"]}  # fmt: skip
+# What the learning rate is selected on, per task: the quantity its claim is about, on the
+# whole validation split (summary key, maximize, as the report states it).
+SELECT_BY = {
+    "shakespeare_char": ("val_loss", False, "whole-split val loss (min)"),
+    "imdb": ("metric", True, "whole-split val accuracy (max)"),
 }
 # The files (under the data folder) whose presence means the corpus is there.
 CORPUS = {
@@ -86,7 +104,7 @@ CLAIMS = [
         "accuracy (NLP-MetaFormer, IMDB, one block)",
         ["quadratic", "pooling", "identity"],
         "scaled_dot",
-        "metric",
+        "test_metric",
     ),
     (
         "shakespeare_char",
@@ -94,9 +112,10 @@ CLAIMS = [
         "character-level language model)",
         ["metric"],
         "scaled_dot",
-        "val_loss",
+        "test_loss",
     ),
 ]
+ON_TEXT = {"test_loss": "test loss", "test_metric": "test accuracy"}
 REFERENCE = "scaled_dot"  # every mixer is compared with it, fixed before the runs
 # The toy size of --smoke: the whole pipeline in seconds.
 SMOKE = [*SMOKE_SIZE, "model.depth=1", "train.rank_measures=[relative_residual]"]
@@ -119,60 +138,43 @@ def has_corpus(task: str, data_dir: Path) -> bool:
 # ---- the sweeps --------------------------------------------------------------------------------
 
 
-def _lr_text(lr: float) -> str:
-    return f"{lr:g}"
-
-
 def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[str]:
     smoke = SMOKE + SMOKE_TASK.get(task, []) if args.smoke else []
-    return [*TASKS[task], *run_overrides(args, data_dir), *smoke, *args.override]
-
-
-def select_lr(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """summarize's selection on the tuning sweep (per mixer, the LR with the lowest mean
-    validation loss): tune-summary/summary.{md,csv} and selected.{json,md,sh}. Its figures are
-    left out (`python scripts/summarize.py <out>/<task>/tune` draws them)."""
-    fresh = ",".join(map(str, args.seeds))
-    return write_tuning(root / "tune", root / "tune-summary", "train.lr", "val_loss", fresh,
-                        str(root / "final"), SUMMARIZE)  # fmt: skip
+    preset = (GPU_TASKS if args.preset == "gpu" else TASKS)[task]
+    return [*preset, *run_overrides(args, data_dir), *smoke, *args.override]
 
 
 def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str, str]) -> dict:
     """Tune, select, rerun at fresh seeds and summarise one task; the numbers for the report."""
     root = args.out / task
     base = base_overrides(task, args, data_dir)
-    mixers = ",".join(args.mixers)
-    lrs = ",".join(_lr_text(lr) for lr in args.lrs)
-    tune_seeds = ",".join(map(str, args.tune_seeds))
-    print(f"{task}: tuning train.lr over {lrs} on seeds {tune_seeds}")
-    n_tune = len(args.mixers) * len(args.lrs) * len(args.tune_seeds)
-    tune = [*base, f"mixer={mixers}", f"train.lr={lrs}", f"train.seed={tune_seeds}"]
-    sweep(tune, root / "tune", n_tune, env, root / "tune.log")
-    selected = select_lr(root, args)
-    chosen: dict[str, float] = {}
-    for s in selected:
-        mixer = s["axes"].get("mixer")
-        if mixer in args.mixers and s["value"] is not None:
-            chosen[mixer] = float(s["value"])
-    by_lr: dict[float, list[str]] = {}
-    for mixer in args.mixers:
-        if mixer in chosen:
-            by_lr.setdefault(chosen[mixer], []).append(mixer)
+    by, maximize, _ = SELECT_BY[task]
+    print(f"{task}: tuning train.lr over {', '.join(map(lr_text, args.lrs))} on seeds "
+          f"{', '.join(map(str, args.tune_seeds))}")  # fmt: skip
+    select = {"by": by, "maximize": maximize, "fresh_seeds": ",".join(map(str, args.seeds)),
+              "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
+    selected, extensions, tune_folders = tune_lr(
+        base, args.mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
+    )
+    chosen, by_lr = chosen_lrs(selected, args.mixers)
+    tune_runs = [row(j) | {"job": f"{task}/{j.folder.relative_to(root) if j.folder else j.name}"}
+                 for j in find_sweep_jobs(tune_folders)]  # fmt: skip
     seeds = ",".join(map(str, args.seeds))
     finals = []
     for lr, group in sorted(by_lr.items()):
-        print(f"{task}: fresh seeds {seeds} at train.lr={_lr_text(lr)} for {', '.join(group)}")
-        folder = root / "final" / f"lr_{_lr_text(lr)}"
+        print(f"{task}: fresh seeds {seeds} at train.lr={lr_text(lr)} for {', '.join(group)}")
+        folder = root / "final" / f"lr_{lr_text(lr)}"
         final = [
             *base,
             f"mixer={','.join(group)}",
-            f"train.lr={_lr_text(lr)}",
+            f"train.lr={lr_text(lr)}",
             f"train.seed={seeds}",
         ]
         sweep(final, folder, len(group) * len(args.seeds), env, root / "final.log")
         finals.append(folder)
     if not finals:
-        return {"task": task, "selected": selected, "groups": [], "error": "no LR was selected"}
+        return {"task": task, "selected": selected, "extensions": extensions, "groups": [],
+                "tune_runs": tune_runs, "error": "no LR was selected"}  # fmt: skip
     summarize(
         finals,
         root / "report",
@@ -188,23 +190,25 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
     return {
         "task": task,
         "selected": selected,
+        "extensions": extensions,
+        "tune_runs": tune_runs,
         "chosen": chosen,
         "groups": groups,
         "table": [group_row(g, args.confidence) for g in groups],
+        "flat": {g.config.get("mixer.name"): flattened(g) for g in groups},
         "vs_reference": {  # corrected later, with every comparison of the report
             on: comparisons(
                 groups, "mixer.name", on, args.confidence, margin_on(on, args), REFERENCE, "none"
             )  # fmt: skip
-            for on in (("val_loss", "metric") if task == "imdb" else ("val_loss",))
+            for on in (("test_loss", "test_metric") if task == "imdb" else ("test_loss",))
         },
         "runs": [r | {"job": f"{task}/{r['job']}"} for r in runs],
-        "tune_overrides": tune,
         "jobs": len(jobs),
     }
 
 
 def margin_on(on: str, args: argparse.Namespace) -> float:
-    return args.margin_loss if on == "val_loss" else args.margin_accuracy
+    return args.margin_loss if on.endswith("loss") else args.margin_accuracy
 
 
 # ---- the report --------------------------------------------------------------------------------
@@ -214,7 +218,9 @@ def claim_lines(result: dict) -> list[str]:
     """Each published claim, read off the report's corrected comparisons with scaled-dot."""
     lines = []
     for _task, sentence, mixers, ref, on in (c for c in CLAIMS if c[0] == result["task"]):
-        lines.append(f'- Claim: "{sentence}" (on {"accuracy" if on == "metric" else "val loss"})')
+        moving = [m for m in [ref, *mixers] if result["flat"].get(m, {}).get("flattened") is False]
+        budget = f"; at this budget: {', '.join(moving)} not flattened" if moving else ""
+        lines.append(f'- Claim: "{sentence}" (on {ON_TEXT[on]}{budget})')
         rows = {r["value"]: r["sentence"] for r in result["vs_reference"].get(on, [])}
         lines += [f"  - {rows.get(m, f'{m} vs {ref}: not run')}" for m in mixers]
     return lines
@@ -230,7 +236,8 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         cfg.get(k) for k in ("train.max_steps", "train.batch_size", "task.seq_len")
     )
     lines += [
-        f"Preset and overrides (every run): `{' '.join(TASKS[task])}`"
+        f"Preset and overrides (every run): "
+        f"`{' '.join((GPU_TASKS if args.preset == 'gpu' else TASKS)[task])}`"
         + (" + the --smoke toy size" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
         + ".",
@@ -238,46 +245,39 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         f"{cfg.get('model.dim')}, depth {cfg.get('model.depth')}, {cfg.get('model.heads')} heads. "
         f"{result.get('jobs', 0)} fresh-seed runs.",
         "",
-        "### Learning rate: grid and selection",
-        "",
-        f"Grid `train.lr` = {', '.join(_lr_text(x) for x in args.lrs)} on tuning seeds "
-        f"{', '.join(map(str, args.tune_seeds))}; per mixer the value with the lowest mean "
-        "validation loss over the tuning seeds (scripts/summarize.py --select-by val_loss "
-        "--tune-axis train.lr).",
-        "",
-        "| mixer | chosen train.lr | mean val loss (tuning) | candidates (lr: mean) | note |",
-        "|---|---|---|---|---|",
     ]
-    for s in result["selected"]:
-        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
-        lines.append(
-            f"| {s['axes'].get('mixer')} | {fmt(s['value'])} | {fmt(s['mean'])} | "
-            f"{cands} | {s['note']} |"
-        )
+    on, cap = SELECT_BY[task][2], args.max_extensions
+    lines += tuning_lines(result, args.lrs, args.tune_seeds, on, cap)
     lines += [
-        "",
         f"### Fresh seeds {', '.join(map(str, args.seeds))} at the chosen learning rates",
         "",
-        f"Mean over the completed seeds [{args.confidence:.0%} Student-t interval].",
+        f"Mean over the completed seeds [{args.confidence:.0%} Student-t interval]. Test loss "
+        "and test metric are on the held-out test split (the whole split, read once at the end "
+        "of each run, never used for a choice); val loss is on the whole validation split. "
+        "flattened: whether the sampled val loss moved by less than the seed sd over the last "
+        "fifth of training (where no, the numbers hold at this budget, not at convergence).",
         "",
-        "| mixer | train.lr | n_seeds | seeds | val loss | metric | final rank | params | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mixer | train.lr | n_seeds | seeds | test loss | test metric | val loss | final rank "
+        "| flattened | params | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r, g in zip(result["table"], result["groups"], strict=True):
         metric = (f"{r['metric']} " if r["metric"] else "") + ci_text(
-            r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]
+            r["test_metric_mean"], r["test_metric_ci_low"], r["test_metric_ci_high"]
         )
         lines.append(
             f"| {g.config.get('mixer.name')} | {fmt(g.config.get('train.lr'))} | "
             f"{r['n_seeds']} | {r['seeds']} | "
+            f"{ci_text(r['test_loss_mean'], r['test_loss_ci_low'], r['test_loss_ci_high'])} | "
+            f"{metric} | "
             f"{ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])} | "
-            f"{metric} | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{flattened_text(result['flat'][g.config.get('mixer.name')])} | "
             f"{fmt(r['params'])} | {r['note']} |"
         )
-    lines += ["", f"### Against {REFERENCE}", ""]
+    lines += ["", f"### Against {REFERENCE} (held-out test)", ""]
     for on, rows in result["vs_reference"].items():
-        name = "validation loss" if on == "val_loss" else "accuracy"
-        lines += [f"On {name} (margin ±{margin_on(on, args):g}):"]
+        lines += [f"On {ON_TEXT[on]} (margin ±{margin_on(on, args):g}):"]
         lines += [f"- {c['sentence']}" for c in rows] or ["- nothing to compare"]
         lines += [""]
     lines += ["### Published claims", ""] + claim_lines(result) + [""]
@@ -288,6 +288,7 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
     family = correct([r for t in results for rows in t.get("vs_reference", {}).values()
                       for r in rows], args.correction)  # fmt: skip
     write_runs([r for t in results for r in t.get("runs", [])], args.out / "runs.csv")
+    write_runs([r for t in results for r in t.get("tune_runs", [])], args.out / "tune_runs.csv")
     lines = [
         "# Mixer ablation: replicated, tuned",
         "",
@@ -298,7 +299,7 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
         f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} validation loss "
         f"(nats), ±{args.margin_accuracy:g} accuracy. "
         + protocol_text(family, args.confidence, 0.0, args.correction).replace("±0", "the margin")
-        + " Per-seed values: `runs.csv`.",
+        + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`.",
         f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
         f"{', '.join(map(str, args.seeds))} (fresh: the numbers below are not the ones the "
         f"learning rate was chosen on). Mixers: {', '.join(args.mixers)}.",
@@ -315,6 +316,8 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
             "task": r["task"],
             **({"skipped": r["skipped"]} if "skipped" in r else {}),
             "chosen_lr": r.get("chosen", {}),
+            "selected_on": SELECT_BY[r["task"]][2],
+            "extensions": r.get("extensions", []),
             "groups": r.get("table", []),
         }
         for r in results
@@ -333,7 +336,10 @@ def main() -> None:
     parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
     parser.add_argument("--lrs", type=float_list, default=[5e-4, 1e-3, 2e-3, 4e-3],
                         help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)")  # fmt: skip
-    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101], help="default 100,101")
+    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101],
+                        help="≥ 2, disjoint from --seeds (default 100,101)")  # fmt: skip
+    parser.add_argument("--max-extensions", type=int, default=2,
+                        help="times the grid grows one step past an edge choice (default 2)")  # fmt: skip
     parser.add_argument("--seeds", type=int_list, default=[0, 1, 2, 3, 4],
                         help="fresh seeds at the chosen LR (default 0,1,2,3,4)")  # fmt: skip
     parser.add_argument("--margin-loss", type=float, default=0.05,
@@ -362,10 +368,10 @@ def main() -> None:
             args.data_dir = str(args.out / "smoke_data")
             env |= write_smoke_data(Path(args.data_dir))
             env["ATTNZOO_CACHE_DIR"] = str(args.out / "smoke_cache")  # its tokenizer, not yours
-    if len(args.lrs) < 2 or len(args.seeds) < 2 or not args.tune_seeds:
-        parser.error("the study needs ≥ 2 learning rates, ≥ 2 fresh seeds and a tuning seed")
-    if set(args.seeds) & set(args.tune_seeds):
-        parser.error("--seeds must be fresh: they overlap --tune-seeds")
+    if len(args.lrs) < 2:
+        parser.error("the study needs ≥ 2 learning rates (--lrs)")
+    if problem := check_seeds(args.tune_seeds, args.seeds):
+        parser.error(problem)
     args.out.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir_of(args)
     results = []
@@ -379,17 +385,10 @@ def main() -> None:
             results.append({"task": task, "skipped": msg})
             continue
         results.append(run_task(task, args, data_dir, env))
-    header = {
-        "command": command,
-        "machine": machine(),
-        "started": started,
-        "wall_s": time.perf_counter() - start,
-        "lrs": args.lrs,
-        "tune_seeds": args.tune_seeds,
-        "seeds": args.seeds,
-        "margin_loss": args.margin_loss,
-        "margin_accuracy": args.margin_accuracy,
-    }
+    header = {"command": command, "machine": machine(), "started": started,
+              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
+              "tune_seeds": args.tune_seeds, "seeds": args.seeds,
+              "margin_loss": args.margin_loss, "margin_accuracy": args.margin_accuracy}  # fmt: skip
     path = write_report(results, args, header)
     print(path.read_text())
 

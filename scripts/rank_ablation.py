@@ -31,6 +31,7 @@ the sweeps whose jobs all completed and resumes the others.
 
     python scripts/rank_ablation.py --parallel 2                 # 300 jobs
     python scripts/rank_ablation.py --smoke                      # toy size, synthetic data, ~1 min
+    python scripts/rank_ablation.py --preset gpu --parallel 8 --data-dir DATA_DIR  # depth 8, one GPU
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         f"{at('train.max_steps')} steps of batch {at('train.batch_size')} at train.lr "
         f"{at('train.lr')} (one learning rate for every configuration, not tuned); seeds "
         f"{', '.join(map(str, args.seeds))}; {n_jobs} completed runs in {len(cs)} configurations. "
-        f"Preset `experiment=rank_ablation`"
+        f"Preset `experiment=rank_ablation{'_gpu' if args.preset == 'gpu' else ''}`"
         + (f" + `{' '.join(args.override)}`" if args.override else "")
         + (" + the --smoke toy size" if args.smoke else "")
         + ".",
@@ -307,7 +308,7 @@ def main() -> None:
             env |= write_smoke_data(Path(args.data_dir))
     plan = sweeps(args)
     common = [
-        "experiment=rank_ablation",
+        "experiment=rank_ablation" + ("_gpu" if args.preset == "gpu" else ""),
         f"mixer={','.join(args.mixers)}",
         f"train.seed={','.join(map(str, args.seeds))}",
         f"model.mlp={','.join(str(v).lower() for v in mlp_values(args))}",

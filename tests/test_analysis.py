@@ -89,6 +89,40 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     assert chosen == BEST_LR
 
 
+def test_selection_follows_the_direction_asked_and_steps_beyond_an_edge(tmp_path: Path):
+    """The rule the study drivers call: the best mean in the direction of `by` (or the one
+    asked), where the choice sits in the grid, and the next value of the grid past an edge."""
+    from attnzoo.analysis.selection import extend
+
+    sweep = analysis.load_sweep(make_tune_sweep(tmp_path / "tune"))
+    chosen = {s["axes"]["mixer"]: s for s in sweep.select("train.lr")}
+    assert {m: s["value"] for m, s in chosen.items()} == BEST_LR  # the loss: lowest
+    assert all(not s["maximize"] for s in chosen.values())
+    assert chosen["pooling"]["edge"] == "high" and chosen["scaled_dot"]["edge"] is None
+    assert chosen["pooling"]["grid"] == [1e-3, 3e-3, 1e-2]
+    assert extend(chosen["pooling"]) == pytest.approx(1e-2 * (1e-2 / 3e-3))  # the grid's step
+    assert extend(chosen["scaled_dot"]) is None  # interior: nothing to extend
+    assert extend(chosen["pooling"], cap_reached=True) is None
+    worst = {s["axes"]["mixer"]: s for s in sweep.select("train.lr", maximize=True)}
+    assert worst["pooling"]["value"] == 1e-3 and worst["pooling"]["maximize"]
+    assert extend(worst["pooling"]) == pytest.approx(1e-3 / (3e-3 / 1e-3))  # past the low edge
+
+
+def test_a_budget_flattened_when_its_last_fifth_moved_less_than_the_seed_sd(tmp_path: Path):
+    from attnzoo.analysis.convergence import flattened, flattened_text, tail_change
+
+    curve = [(0, 3.0), (50, 2.0), (80, 1.52), (90, 1.51), (100, 1.5)]
+    records = [{"step": s, "val/loss": v} for s, v in curve] + [{"step": 100, "train/loss": 1}]
+    assert tail_change(records) == pytest.approx(-0.02)  # from step 80 (the last fifth) to 100
+    assert tail_change(records, tail=0.5) == pytest.approx(-0.5)
+    assert tail_change(records[:1]) is None
+    sweep = analysis.load_sweep(make_tune_sweep(tmp_path / "tune"))
+    first = flattened(sweep.groups[0])  # the fake curves fall 1 nat between steps 10 and 20
+    assert first["change"] == pytest.approx(-1.0) and first["sd"] < 0.1
+    assert first["flattened"] is False and flattened_text(first) == "no"
+    assert [flattened_text({"flattened": f}) for f in (True, None)] == ["yes", "n/a"]
+
+
 def test_the_flops_of_a_run_that_did_not_record_them_are_the_trainers(tmp_path: Path):
     """Rebuilt from the run's saved config with the trainer's own count (its heads, not a
     default), and not available for a mixer without a formula."""

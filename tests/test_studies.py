@@ -127,7 +127,7 @@ def test_path_length_study_evaluates_every_length_next_to_the_full_model(tmp_pat
 
 
 VERDICT = re.compile(
-    r"vs scaled_dot: ((better|worse) than scaled_dot (by more than the margin [0-9.]+ )?\("
+    r"vs scaled_dot( \(train\.lr=[^)]*\))?: ((better|worse) than scaled_dot (by more than the margin [0-9.]+ )?\("
     r"|within margin ±[0-9.]+ \(TOST: Holm-adjusted p = "
     r"|not resolved with \d+ seeds \(could resolve \|Δ\| ≥ [0-9.e+-]+;"
     r"|too few seeds to tell)"
@@ -155,6 +155,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     assert "Seeds: tuning 100, 101; reported 0, 1" in head
     assert re.search(r"\d+ test\(s\) in this report, with Holm's step-down correction", head)
     runs = list(csv.DictReader((out / "runs.csv").open()))  # every fresh-seed run, per seed
+    tune_runs = list(csv.DictReader((out / "tune_runs.csv").open()))  # and every tuning run
     assert len(runs) == 10 * len(tasks) and {r["seed"] for r in runs} == {"0", "1"}
     saved = json.loads((out / "mixer_ablation.json").read_text())
     for task in tasks:
@@ -183,13 +184,22 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
         for mixer, lr, n, seeds, mean, low, high in rows:
             assert int(n) == 2 and seeds == "0 1" and float(lr) == chosen[mixer]
             assert float(low) <= float(mean) <= float(high)
-        assert " vs scaled_dot: " in sec.split("### Against scaled_dot", 1)[1]
+        against = sec.split("### Against scaled_dot (held-out test)", 1)[1]
+        assert re.search(r" vs scaled_dot( \(train\.lr=[^)]*\))?: ", against)
+        # selection read val (the claim's quantity), the claims read test; every tuning run is
+        # in tune_runs.csv
+        on = "val accuracy (max)" if task == "imdb" else "val loss (min)"
+        assert f"selected on whole-split {on}" in grid.replace("\n", " ")
+        assert "| test loss | test metric | val loss |" in sec and "read once at the end" in sec
+        assert re.search(r"\| (yes|no|n/a) \| \d+ \| ", sec)  # the flattened column
+        tune_rows = [r for r in tune_runs if r["job"].startswith(f"{task}/tune/")]
+        assert len(tune_rows) == 20 and {r["seed"] for r in tune_rows} == {"100", "101"}
         assert (out / task / "report" / "groups.csv").exists()
     # the claims: each compared mixer against scaled-dot, with one of the three verdict forms
     claims = [line for line in md.splitlines() if line.startswith("  - ")]
     expected = {"imdb": {"quadratic", "pooling", "identity"}, "shakespeare_char": {"metric"}}
     assert md.count("- Claim: ") == len(tasks)
-    assert sorted(line.split(" vs ")[0].strip(" -") for line in claims) == sorted(
+    assert sorted(line.split(" vs ")[0].split(" (")[0].strip(" -") for line in claims) == sorted(
         m for t in tasks for m in expected[t]
     )
     for line in claims:
@@ -233,6 +243,57 @@ def test_mixer_ablation_skips_a_task_without_its_corpus(tmp_path):
     assert "skipping task 'imdb'" in proc.stdout
     md = (out / "mixer_ablation.md").read_text()
     assert "## imdb\n\nskipping task 'imdb'" in md and not (out / "imdb").exists()
+
+
+def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint():
+    from attnzoo.studies import check_seeds
+
+    assert check_seeds([100, 101], [0, 1, 2]) is None
+    assert "≥ 2 tuning seeds (--tune-seeds)" in check_seeds([100], [0, 1])
+    both = check_seeds([1, 100], [0, 1, 2])
+    assert "--seeds 0,1,2 and --tune-seeds 1,100 share seed(s) 1" in both
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/mixer_ablation.py"), "--seeds",
+                           "0,1", "--tune-seeds", "1,2"], capture_output=True, text=True)  # fmt: skip
+    assert (
+        proc.returncode == 2 and "--seeds 0,1 and --tune-seeds 1,2 share seed(s) 1" in proc.stderr
+    )
+
+
+def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_path, monkeypatch):
+    """tune_lr's loop with the sweeps and the selection stubbed: a mixer whose best LR keeps
+    sitting at the high edge gets one more step (the grid's factor) per round, up to the cap;
+    one whose choice is interior gets none."""
+    from attnzoo import studies
+    from attnzoo.analysis import report
+
+    ran = []
+    monkeypatch.setattr(studies, "sweep", lambda over, folder, *a: ran.append((over, folder)))
+
+    def fake_select(folders, out, key, **kw):
+        grid = [1e-3, 2e-3, 4e-3] + [4e-3 * 2**k for k in range(1, len(folders))]
+        same = {"mean": 0.5, "candidates": [], "note": ""}
+        return [{"axes": {"mixer": "pooling"}, "value": grid[-1], "grid": grid, "edge": "high"} | same,
+                {"axes": {"mixer": "metric"}, "value": 2e-3, "grid": grid[:3], "edge": None} | same]  # fmt: skip
+
+    monkeypatch.setattr(report, "write_tuning", fake_select)
+    selected, ext, folders = studies.tune_lr(
+        ["experiment=imdb"], ["pooling", "metric"], [1e-3, 2e-3, 4e-3], [100, 101], tmp_path,
+        {}, {"by": "metric", "maximize": True}, max_extensions=2,
+    )  # fmt: skip
+    assert [(e["round"], e["lr"], e["mixers"], e["edge"]) for e in ext] == [
+        (1, 8e-3, ["pooling"], "high"),
+        (2, 1.6e-2, ["pooling"], "high"),
+    ]
+    assert folders == [tmp_path / "tune", tmp_path / "tune-ext1/lr_0.008",
+                       tmp_path / "tune-ext2/lr_0.016"]  # fmt: skip
+    assert "train.lr=0.016" in ran[-1][0] and "mixer=pooling" in ran[-1][0]
+    assert "train.seed=100,101" in ran[-1][0]
+    lines = studies.tuning_lines({"selected": selected, "extensions": ext}, [1e-3, 2e-3, 4e-3],
+                                 [100, 101], "whole-split val accuracy (max)", 2)  # fmt: skip
+    text = "\n".join(lines)
+    assert "- Extension 2: train.lr=0.016 for pooling (beyond the high edge)" in text
+    assert "selected on whole-split val accuracy (max)" in text
+    assert "still at an edge after 2 extension(s)" in text
 
 
 def test_rank_ablation_share_of_spread_and_verdicts():
@@ -294,3 +355,48 @@ def test_rank_ablation_smoke_writes_the_report_and_pure_attention_collapses(tmp_
     assert "| none, no norm | " in md and "## At init, MLP on" in md
     again = run_script("rank_ablation.py", "--smoke", "--out", str(out))
     assert again.stdout.count("done already") == 3
+
+
+def test_the_gpu_presets_compose_at_their_gpu_sizes():
+    """What `--preset gpu` runs, before any --smoke override: the sizes docs/sweeps.md times
+    for one H100."""
+    import importlib.util
+
+    from attnzoo.train import compose
+
+    spec = importlib.util.spec_from_file_location("ma", ROOT / "scripts/mixer_ablation.py")
+    ma = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ma)
+    sizes = {  # task: (width, depth, heads, context, batch, steps)
+        "shakespeare_char": (384, 6, 6, 256, 32, 2000),
+        "imdb": (256, 4, 4, 256, 32, 2000),
+    }
+    for task, want in sizes.items():
+        cfg = compose(ma.GPU_TASKS[task])
+        got = (cfg.model.dim, cfg.model.depth, cfg.model.heads, cfg.task.seq_len,
+               cfg.train.batch_size, cfg.train.max_steps)  # fmt: skip
+        assert got == want and cfg.task.name == task and not cfg.train.compile
+    rank = compose(["experiment=rank_ablation_gpu"])
+    assert (rank.model.dim, rank.model.depth, rank.train.max_steps) == (128, 8, 600)
+
+
+@pytest.mark.slow
+def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
+    """`--preset gpu --smoke`: the GPU experiment files, their sizes overridden tiny, on CPU."""
+    pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
+    out = tmp_path / "ma"
+    run_script("mixer_ablation.py", "--preset", "gpu", "--smoke", "--tasks", "shakespeare_char",
+               "--mixers", "scaled_dot", "pooling", "--out", str(out))  # fmt: skip
+    job = next((out / "shakespeare_char" / "tune").glob("[0-9]*"))
+    overrides = (job / ".hydra" / "overrides.yaml").read_text()
+    assert "experiment=shakespeare_char_study_gpu" in overrides
+    assert "train.device=cpu" in overrides and "model.dim=16" in overrides
+    md = (out / "mixer_ablation.md").read_text()
+    assert "`experiment=shakespeare_char_study_gpu` + the --smoke toy size" in md
+    out = tmp_path / "ra"
+    run_script("rank_ablation.py", "--preset", "gpu", "--smoke", "--sweeps", "grid", "--mixers",
+               "pooling", "--residuals", "add", "--out", str(out))  # fmt: skip
+    job = next((out / "grid").glob("[0-9]*"))
+    overrides = (job / ".hydra" / "overrides.yaml").read_text()
+    assert "experiment=rank_ablation_gpu" in overrides and "train.device=cpu" in overrides
+    assert "Preset `experiment=rank_ablation_gpu`" in (out / "rank_ablation.md").read_text()

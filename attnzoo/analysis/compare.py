@@ -79,7 +79,7 @@ def default_axis(axes: list[str]) -> str | None:
 
 def lower_is_better(which: str, groups: list[Group]) -> bool:
     """Loss and rank: lower / higher is better; the task metric: the task's own direction."""
-    if which == "val_loss":
+    if which in ("val_loss", "test_loss"):
         return True
     if which == "rank":
         return False  # a higher relative residual is less collapse

@@ -171,23 +171,25 @@ def write_selection(
 
 
 def write_tuning(
-    sweep: Path,
+    sweep: Path | list[Path],
     out: Path,
     tune_key: str,
     by: str = "val_loss",
     fresh_seeds: str = "0,1,2,3,4",
     final_dir: str = "multirun/final",
     script: str = "scripts/summarize.py",
+    maximize: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """The summary's selection on a tuning sweep, without its figures and groups: summary.{md,
-    csv} and selected.{json,md,sh} in `out`; the selected entries (none when the sweep did not
-    vary `tune_key`)."""
+    """The summary's selection on a tuning sweep (or several folders read as one: a grid and
+    its extensions), without its figures and groups: summary.{md,csv} and selected.{json,md,sh}
+    in `out`; the selected entries (none when the sweep did not vary `tune_key`)."""
     out.mkdir(parents=True, exist_ok=True)
-    tuned = load_sweep(sweep)
-    write_tables(tuned.rows, out, sweep)
+    folders = sweep if isinstance(sweep, list) else [sweep]
+    tuned = load_sweep(*folders)
+    write_tables(tuned.rows, out, folders[0])
     if tune_key not in tuned.axes:
         return []
-    selected = select(tuned.groups, tune_key, by, fresh_seeds, final_dir)
+    selected = select(tuned.groups, tune_key, by, fresh_seeds, final_dir, maximize)
     write_selection(selected, out, final_dir, tuned.default_axis(without=tune_key), script)
     return selected
 

@@ -29,11 +29,15 @@ def select(
     by: str = "val_loss",
     fresh_seeds: str = "0,1,2,3,4",
     final_dir: str = "multirun/final",
+    maximize: bool | None = None,
 ) -> list[dict[str, Any]]:
     """For each configuration of the other axes, the value of `tune_key` with the best mean of
-    `by` over the tuning seeds, and the Hydra overrides that rerun it with fresh seeds (the
-    sweep of the i-th configuration into `final_dir`/<i>)."""
-    lower = lower_is_better(by, groups)
+    `by` over the tuning seeds (the highest when `maximize`, the lowest when not; by default the
+    direction of `by`: lowest loss, the task's own direction for its metric), and the Hydra
+    overrides that rerun it with fresh seeds (the sweep of the i-th configuration into
+    `final_dir`/<i>). `edge` says whether the choice sits at the "low" or "high" end of a grid
+    of more than two values (None when interior): `extend` gives the value beyond it."""
+    lower = lower_is_better(by, groups) if maximize is None else not maximize
     out = []
     for i, (block, members) in enumerate(blocks(groups, tune_key, attach=False).items()):
         scored = [g for g in members if g.values(by)]
@@ -47,7 +51,9 @@ def select(
         )
         chosen = best.config.get(tune_key)
         notes = []
+        edge = None
         if len(grid) > 2 and chosen in (grid[0], grid[-1]):
+            edge = "low" if chosen == grid[0] else "high"
             notes.append(f"{chosen} is at the edge of the grid {grid}: widen it")
         member = next(
             (j for j, r in best.members if r["status"] == "completed"), best.members[0][0]
@@ -70,6 +76,9 @@ def select(
                 "tune_axis": tune_key,
                 "value": chosen,
                 "select_by": by,
+                "maximize": not lower,
+                "edge": edge,
+                "grid": grid,
                 "mean": ci.mean,
                 "n_seeds": ci.n,
                 "candidates": [
@@ -87,3 +96,17 @@ def select(
             }
         )
     return out
+
+
+def extend(entry: dict[str, Any], cap_reached: bool = False) -> float | None:
+    """The next value of a log-spaced grid beyond the edge a selection landed on: the edge
+    value times the grid's own step (the ratio of its two outermost values on that side), or
+    None when the choice is interior, the grid is not numeric, or `cap_reached`."""
+    grid, edge = entry.get("grid") or [], entry.get("edge")
+    if cap_reached or edge is None or len(grid) < 2:
+        return None
+    if not all(isinstance(v, (int, float)) and v > 0 for v in grid):
+        return None
+    if edge == "low":
+        return grid[0] / (grid[1] / grid[0])
+    return grid[-1] * (grid[-1] / grid[-2])

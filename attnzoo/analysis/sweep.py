@@ -71,11 +71,13 @@ class Sweep:
         by: str = "val_loss",
         fresh_seeds: str = "0,1,2,3,4",
         final_dir: str = "multirun/final",
+        maximize: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Per configuration of the other axes, the value of `tune_axis` (e.g. `train.lr`) with
-        the best mean of `by` over the tuning seeds, and the overrides that rerun it with
-        `fresh_seeds`. The entries of selected.json."""
-        return select(self.groups, self.axis(tune_axis), by, fresh_seeds, final_dir)
+        the best mean of `by` over the tuning seeds (highest when `maximize`, lowest when not;
+        by default the direction of `by`), and the overrides that rerun it with `fresh_seeds`.
+        The entries of selected.json."""
+        return select(self.groups, self.axis(tune_axis), by, fresh_seeds, final_dir, maximize)
 
 
 def load_sweep(*folders: Path | str) -> Sweep:

@@ -1,0 +1,50 @@
+"""Whether a configuration's training budget converged: from each seed's sampled validation
+curve (metrics.jsonl's `val/loss`), how much the loss moved over the last part of training,
+against how much the final validation loss varies between seeds."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from attnzoo.analysis.groups import Group
+
+
+def tail_change(records: list[dict[str, Any]], tail: float = 0.2) -> float | None:
+    """The sampled validation loss at the last point minus that at the last point at or before
+    the start of the last `tail` of training (its first point when none is); None with fewer
+    than two points."""
+    points = sorted(
+        (r["step"], r["val/loss"])
+        for r in records
+        if "step" in r
+        and isinstance(r.get("val/loss"), (int, float))
+        and math.isfinite(r["val/loss"])
+    )
+    if len(points) < 2:
+        return None
+    start = points[-1][0] * (1 - tail)
+    before = [p for p in points[:-1] if p[0] <= start] or points[:1]
+    return points[-1][1] - before[-1][1]
+
+
+def flattened(group: Group, tail: float = 0.2) -> dict[str, Any]:
+    """`flattened` is True when the mean change of the sampled validation loss over the last
+    `tail` of training (over the completed seeds) is smaller in size than the seed standard
+    deviation of the final validation loss, False when not, None with fewer than two seeds or
+    curves. Also `change` (that mean) and `sd`."""
+    changes = [
+        c for job, r in group.members if r["status"] == "completed"
+        if (c := tail_change(job.records, tail)) is not None
+    ]  # fmt: skip
+    finals = list(group.values("val_loss").values())
+    if len(changes) < 2 or len(finals) < 2:
+        return {"flattened": None, "change": None, "sd": None}
+    change, sd = sum(changes) / len(changes), statistics.stdev(finals)
+    return {"flattened": abs(change) < sd, "change": change, "sd": sd}
+
+
+def flattened_text(result: dict[str, Any]) -> str:
+    """yes / no / n/a, as a report's column writes `flattened`."""
+    return {True: "yes", False: "no"}.get(result["flattened"], "n/a")
