@@ -1,5 +1,7 @@
 """Mixers, the MetaFormer block and the model: what a researcher relies on when ablating."""
 
+import re
+
 import pytest
 import torch
 
@@ -51,6 +53,8 @@ def test_metric_mixer_equals_attention_with_q_pm_k_v_p():
 
 @pytest.mark.parametrize("name", sorted(MIXERS))
 def test_causal_mixers_never_look_ahead(name):
+    if not getattr(MIXERS[name], "supports_causal", True):
+        pytest.skip(f"{name} cannot be causal (supports_causal = False)")
     mixer = build_mixer(name, dim=D, heads=H, causal=True)
     x = torch.randn(2, 12, D)
     t = 5
@@ -155,7 +159,7 @@ def test_shared_blocks_make_a_recurrent_model():
     [
         (
             lambda: build_mixer("softmax", dim=D),
-            r"unknown mixer 'softmax'; registered mixers: \['identity', 'metric', 'pooling', 'quadratic', 'scaled_dot'\]",
+            r"unknown mixer 'softmax'; registered mixers: " + re.escape(str(sorted(MIXERS))),
         ),
         (
             lambda: build_mixer("scaled_dot", dim=30, heads=4),
