@@ -30,6 +30,9 @@ trains and is measured, and the feature says "not available for this mixer":
     deepnet_init_(beta)
         which weights are queries/keys and which values/outputs: DeepNet's init, which
         `model.residual=deepnorm` applies (attnzoo.residual); needed by a mixer with weights
+    supports_causal = False   (a class attribute; True when absent)
+        the mixer cannot be causal: its constructor refuses `causal=True`, and the trainer
+        refuses it with a causal task before any work (attnzoo.config.validate)
 """
 
 from __future__ import annotations
