@@ -1,5 +1,5 @@
 """The token mixers, each an nn.Module mapping (B, N, D) -> (B, N, D), and their registry (five
-here, five more in attnzoo.mixers_zoo, all in `MIXERS`).
+here, six more in attnzoo.mixers_zoo, all in `MIXERS`).
 
 A mixer is a class: an `nn.Module` whose constructor takes `dim, heads, causal, impl` (what the
 block gives every mixer) and its own options as keyword arguments, and whose
@@ -621,5 +621,5 @@ class Identity(_OneHead):
         return x_bnd
 
 
-# The efficient-attention mixers live in their own module and register into MIXERS above.
+# The further mixers live in their own module and register into MIXERS above.
 from attnzoo import mixers_zoo  # noqa: E402, F401

@@ -21,7 +21,7 @@ from attnzoo import Model, ModelConfig, rank_profile
 from attnzoo.attention_maps import attention_maps, has_attention, learned_matrices
 from attnzoo.config import ConfigError, mixer_label
 from attnzoo.flops import flops_formula, mixer_flops_per_token
-from attnzoo.mixers import MIXERS, build_mixer, mixer_class, name_of_target
+from attnzoo.mixers import MIXERS, build_mixer, mixer_class, mixer_options, name_of_target
 from attnzoo.tracking import read_metrics
 from attnzoo.train import compose, run
 
@@ -60,6 +60,11 @@ TINY = [
     "logger.mode=disabled",
     "logger.media_budget=0",
 ]
+
+
+def sized(name: str, n: int = 32) -> dict:
+    """The `max_len` a Model gives a mixer that takes one (token_mlp), for one built alone."""
+    return {"max_len": n} if "max_len" in mixer_options(name) else {}
 
 
 @pytest.fixture
@@ -125,7 +130,7 @@ def test_the_package_mixers_describe_themselves():
     mask = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
     for name, cls in MIXERS.items():
         causal = getattr(cls, "supports_causal", True)
-        mixer = build_mixer(name, dim=8, heads=2, causal=causal, impl="torch")
+        mixer = build_mixer(name, dim=8, heads=2, causal=causal, impl="torch", **sized(name))
         if not has_attention(mixer):
             continue
         probs = mixer.attention_probs(x, mask)

@@ -104,7 +104,7 @@ def test_favor_approaches_softmax_attention_as_features_grow():
             mixer.qkv.weight.data.copy_(qkv_weight)
             q, k, v = qkv(mixer, x.double())
             exact = softmax_attention(q, k, v)
-            runs.append(float((mixer.attend(x.double()) - exact).norm() / exact.norm()))
+            runs.append(float(((mixer.attend(x.double()) - exact).norm() / exact.norm()).detach()))
         errors.append(sum(runs) / len(runs))
     assert errors[0] > errors[1] > errors[2], errors
     assert errors[2] < 0.25, errors
@@ -193,10 +193,11 @@ def test_the_cli_exits_2_naming_causal(tmp_path):
     assert "causal" in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["linear", "favor", "nystrom", "fourier", "local"])
+@pytest.mark.parametrize("name", ["linear", "favor", "nystrom", "fourier", "local", "token_mlp"])
 def test_each_trains_under_bf16_autocast(name):
     torch.manual_seed(0)
-    mixer = build_mixer(name, dim=D, heads=H, impl="torch")
+    extra = {"max_len": 10} if name == "token_mlp" else {}
+    mixer = build_mixer(name, dim=D, heads=H, impl="torch", **extra)
     x = torch.randn(2, 10, D, requires_grad=True)
     mask = torch.zeros(2, 10, dtype=torch.bool)
     mask[1, 7:] = True
@@ -206,3 +207,45 @@ def test_each_trains_under_bf16_autocast(name):
     assert torch.isfinite(out.float()).all() and torch.isfinite(x.grad).all()
     for p in mixer.parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+def token_mlp_reference(mixer, x, mask, causal):
+    """The token-mixing MLP written out per token position, float64."""
+    n, length = x.shape[1], mixer.seq_len
+    x = torch.nn.functional.pad(x.masked_fill(mask[..., None], 0.0), (0, 0, 0, length - n))
+    w1, w2 = mixer.w1_ul.detach().double(), mixer.w2_lu.detach().double()
+    place = torch.arange(mixer.hidden) * length // mixer.hidden
+    out = torch.zeros_like(x)
+    for i in range(length):
+        for u in range(mixer.hidden):
+            if causal and place[u] > i:
+                continue
+            js = [j for j in range(length) if not causal or j <= place[u]]
+            h = torch.nn.functional.gelu(
+                sum(w1[u, j] * x[:, j] for j in js) + mixer.b1_u.double()[u]
+            )
+            out[:, i] += w2[i, u] * h
+        out[:, i] += mixer.b2_l.double()[i]
+    return out[:, :n]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_token_mlp_matches_the_mlp_across_tokens(causal):
+    torch.manual_seed(0)
+    mixer = build_mixer("token_mlp", dim=4, causal=causal, max_len=6, hidden_ratio=1.5).double()
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True
+    torch.testing.assert_close(mixer(x, mask), token_mlp_reference(mixer, x, mask, causal))
+
+
+def test_token_mlp_takes_the_models_max_len_and_refuses_longer_inputs():
+    from attnzoo import Model, ModelConfig
+
+    cfg = ModelConfig(dim=D, depth=1, heads=H, mixer="token_mlp")
+    model = Model(cfg, out_features=3, max_len=12, vocab_size=5)
+    assert model.blocks[0].mixer.seq_len == 12
+    with pytest.raises(ValueError, match="needs max_len"):
+        build_mixer("token_mlp", dim=D)
+    with pytest.raises(ValueError, match="at most max_len=4"):
+        build_mixer("token_mlp", dim=D, max_len=4)(torch.randn(1, 5, D))
