@@ -204,10 +204,10 @@ class Favor(_QKVHeads):
     token to later ones under a causal mask: ωᵀk − ‖k‖²/2 ≤ ‖ω‖²/2 for every k, so they stay
     below max ‖ω‖²/2 (about dk/2). `redraw_every` > 0 draws new features every that many
     forward calls in training mode (a counter buffer `redraw_step` counts them; reading it is a
-    host synchronisation); 0 keeps the first draw. 4 D² parameters; `attn_dropout` accepted and
-    unused, as linear's. No `flops_per_token`: the fixed projection ωᵀq takes no weight
-    gradient, so training does not cost three forwards as the convention of attnzoo.flops has
-    it.
+    host synchronisation, and a graph break under torch.compile); 0 keeps the first draw.
+    4 D² parameters; `attn_dropout` accepted and unused, as linear's. No `flops_per_token`:
+    the fixed projection ωᵀq takes no weight gradient, so training does not cost three
+    forwards as the convention of attnzoo.flops has it.
     """
 
     def __init__(
