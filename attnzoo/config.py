@@ -351,10 +351,16 @@ def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Check what the schemas cannot; raise ConfigError naming the key and the allowed values."""
-    check_mixer(cfg.mixer)
+    mixer_cls = check_mixer(cfg.mixer)
     task = cfg.get("task")
     name = None if task is None else task.get("name")
     _require(name in TASKS, "task.name", name, f"one of {sorted(TASKS)}")
+    if TASKS[name].causal and not getattr(mixer_cls, "supports_causal", True):
+        raise ConfigError(
+            f"mixer={mixer_label(cfg.mixer)} is not allowed with task={name}: the task is causal "
+            "(a language model) and this mixer cannot be causal (every output mixes every "
+            "token); allowed: a non-causal task, or a mixer that can be causal"
+        )
     m, t = cfg.model, cfg.train
     _require(m.dim >= 1, "model.dim", m.dim, "a positive int")
     _require(m.depth >= 1, "model.depth", m.depth, "a positive int")

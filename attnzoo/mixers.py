@@ -1,4 +1,5 @@
-"""The five token mixers, each an nn.Module mapping (B, N, D) -> (B, N, D), and their registry.
+"""The token mixers, each an nn.Module mapping (B, N, D) -> (B, N, D), and their registry (five
+here, six more in attnzoo.mixers_zoo, all in `MIXERS`).
 
 A mixer is a class: an `nn.Module` whose constructor takes `dim, heads, causal, impl` (what the
 block gives every mixer) and its own options as keyword arguments, and whose
@@ -29,6 +30,9 @@ trains and is measured, and the feature says "not available for this mixer":
     deepnet_init_(beta)
         which weights are queries/keys and which values/outputs: DeepNet's init, which
         `model.residual=deepnorm` applies (attnzoo.residual); needed by a mixer with weights
+    supports_causal = False   (a class attribute; True when absent)
+        the mixer cannot be causal: its constructor refuses `causal=True`, and the trainer
+        refuses it with a causal task before any work (attnzoo.config.validate)
 """
 
 from __future__ import annotations
@@ -615,3 +619,7 @@ class Identity(_OneHead):
     ) -> torch.Tensor:
         _check_input(x_bnd, self.dim)
         return x_bnd
+
+
+# The further mixers live in their own module and register into MIXERS above.
+from attnzoo import mixers_zoo  # noqa: E402, F401

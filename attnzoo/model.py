@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from attnzoo import residual as res
-from attnzoo.mixers import build_mixer
+from attnzoo.mixers import build_mixer, mixer_options
 from attnzoo.residual import AttnresForm, Residual, RezeroAlpha
 
 # The std of the normal init of token embeddings and learned positions (GPT-2's).
@@ -238,9 +238,15 @@ class Model(nn.Module):
             self.register_buffer("pos", table, persistent=False)
         self.drop = nn.Dropout(c.dropout)
 
+        # A mixer with a `max_len` option left at None (token_mlp) mixes the positions the model
+        # has.
+        mixer_opts = dict(c.mixer_options)
+        if "max_len" in mixer_options(c.mixer) and mixer_opts.get("max_len") is None:
+            mixer_opts["max_len"] = max_len
+
         def new_block() -> Block:
             mixer = build_mixer(
-                c.mixer, dim=c.dim, heads=c.heads, causal=c.causal, impl=c.impl, **c.mixer_options
+                c.mixer, dim=c.dim, heads=c.heads, causal=c.causal, impl=c.impl, **mixer_opts
             )
             return Block(
                 c.dim,

@@ -26,13 +26,20 @@ Path = tuple[tuple[int, int], ...]
 
 
 def check_decomposable(model: Model) -> None:
-    """ValueError unless every block is skip + mixer with no norm and no MLP."""
+    """ValueError unless every block is skip + mixer with no norm and no MLP, and the mixer
+    gives its heads' outputs."""
     c, residual = model.config, model.residual.kind
     if residual != "add" or c.mlp or c.norm != "none":
         raise ValueError(
             "the path decomposition needs blocks x + mixer(x): model.residual=add, "
             f"model.mlp=false, model.norm=none; got residual={residual!r}, mlp={c.mlp}, "
             f"norm={c.norm!r}"
+        )
+    mixer = model.blocks[0].mixer
+    if not hasattr(mixer, "head_outputs"):
+        raise ValueError(
+            f"the path decomposition is not available for mixer {type(mixer).__name__}: it has "
+            "no head_outputs (a mixer not linear in its input once its weights are frozen)"
         )
 
 

@@ -20,6 +20,8 @@ from attnzoo.mixers import MIXERS as REGISTRY
 
 MIXERS = tuple(sorted(REGISTRY))
 ATTENTION = tuple(n for n in MIXERS if hasattr(REGISTRY[n], "attention_probs"))
+# attention mixers that drop attention probabilities (linear attention forms none to drop)
+DROPOUT = tuple(n for n in ATTENTION if getattr(REGISTRY[n], "drops_attention", True))
 ATTENTION_OPS = ("scaled_dot", "quadratic", "metric")  # attnzoo.kernels.<op>_attention
 
 
@@ -183,8 +185,9 @@ def test_fp64_is_never_cast_by_autocast() -> None:
 def _model(mixer: str, impl: str, attn_dropout: float = 0.0) -> Model:
     torch.manual_seed(1)
     options = {"attn_dropout": attn_dropout} if mixer in ATTENTION else {}
+    causal = getattr(REGISTRY[mixer], "supports_causal", True)  # a language model where it can
     cfg = ModelConfig(
-        dim=32, depth=2, heads=2, mixer=mixer, causal=True, impl=impl, mixer_options=options
+        dim=32, depth=2, heads=2, mixer=mixer, causal=causal, impl=impl, mixer_options=options
     )
     return Model(cfg, out_features=11, max_len=24, vocab_size=11, head="lm")
 
@@ -349,7 +352,7 @@ def test_dropout_zero_compiles_the_kernel_without_dropout() -> None:
 
 
 @pytest.mark.parametrize("impl", ["auto", "triton"])
-@pytest.mark.parametrize("mixer", ATTENTION)
+@pytest.mark.parametrize("mixer", DROPOUT)
 def test_mixer_dropout_is_on_in_training_and_off_in_eval(mixer: str, impl: str) -> None:
     tokens = torch.randint(0, 11, (2, 21))
     model, plain = _model(mixer, impl, attn_dropout=0.5), _model(mixer, impl)

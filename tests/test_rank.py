@@ -55,7 +55,12 @@ def pure_model(mixer: str, skip: bool, depth: int = 6) -> Model:
 )
 def test_pure_attention_collapses_and_skip_connections_prevent_it(mixer):
     tokens = torch.randint(0, 50, (8, 32))
-    pure = rank_profile(pure_model(mixer, skip=False), tokens)
+    model = pure_model(mixer, skip=False)
+    probs = model.blocks[0].mixer.attention_probs(torch.randn(1, 32, 64))
+    if not (probs > 0).all():
+        pytest.skip(f"{mixer}'s attention does not reach every token: the collapse at this rate "
+                    "(Dong et al. 2021) needs every query to weigh every key")  # fmt: skip
+    pure = rank_profile(model, tokens)
     assert len(pure.mean) == 7
     assert pure.mean[0] > 0.5
     assert pure.mean[-1] < 1e-4

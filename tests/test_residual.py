@@ -60,9 +60,9 @@ def config(residual: str = "add", **kw) -> ModelConfig:
     return ModelConfig(residual=residual, **kw)
 
 
-def build(cfg: ModelConfig, seed: int = 0) -> Model:
+def build(cfg: ModelConfig, seed: int = 0, max_len: int = 8) -> Model:
     torch.manual_seed(seed)
-    return Model(cfg, out_features=5, max_len=8, vocab_size=VOCAB)
+    return Model(cfg, out_features=5, max_len=max_len, vocab_size=VOCAB)
 
 
 def tokens(batch: int = 2, seed: int = 1) -> torch.Tensor:
@@ -76,7 +76,9 @@ def test_every_variant_trains_every_mixer(residual, mixer):
     the variant's own included, gets a finite gradient and moves (rezero's branches need a step
     before α leaves 0, attnres's RMSNorm gains one before the queries do, so the check is on the
     last step). Each variant in its default form (the authors') and in its other forms."""
-    model = build(config(residual, mixer=mixer, depth=2))
+    # as many positions as the batch fills: a parameter per position (token_mlp's weights)
+    # gets a gradient only from positions that hold a token
+    model = build(config(residual, mixer=mixer, depth=2), max_len=N)
     x = tokens(batch=16)
     y = x.sort(dim=1).values
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
