@@ -148,6 +148,12 @@ def mixer_class(mixer: str | type[nn.Module]) -> type[nn.Module]:
     return cls
 
 
+def causal_mixers() -> list[str]:
+    """The registered mixers that can run a causal task (language modelling), in registry order:
+    those without `supports_causal = False`."""
+    return [name for name, cls in MIXERS.items() if getattr(cls, "supports_causal", True)]
+
+
 def mixer_options(mixer: str | type[nn.Module]) -> dict[str, object]:
     """The mixer-specific options of a mixer's constructor with their defaults
     (`inspect.Parameter.empty` for one without a default); a `**kwargs` is left out."""

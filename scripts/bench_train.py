@@ -58,7 +58,7 @@ from attnzoo.bench.train import (
     table_sequential,
 )
 from attnzoo.config import Impl, enum_value
-from attnzoo.mixers import MIXERS
+from attnzoo.mixers import MIXERS, causal_mixers
 from attnzoo.train import device_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--mixers",
-        default=",".join([*MIXERS, PLAIN]),
+        default=",".join([*causal_mixers(), PLAIN]),  # its tasks include causal ones
         help=f"mixers, and {PLAIN!r} for the plain GPT",
     )
     add("--steps", type=int, default=None, help="train.max_steps (default: the recipe's)")

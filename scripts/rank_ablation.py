@@ -53,6 +53,7 @@ from attnzoo.analysis.report import write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
 from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
 from attnzoo.analysis.verdicts import COLLAPSED, KEPT, SPREAD, RankConfig, rank_config, verdict
+from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
@@ -272,7 +273,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
+    parser.add_argument("--mixers", nargs="+", default=causal_mixers(), choices=list(MIXERS))
     parser.add_argument("--residuals", nargs="+", default=RESIDUALS, choices=RESIDUALS,
                         help="the grid's model.residual values (deepnorm is its own sweep)")  # fmt: skip
     parser.add_argument("--sweeps", nargs="+", default=["grid", "deepnorm", "no_norm"],
