@@ -177,6 +177,9 @@ class TrainConfig:
     eval_batches: int = 4  # batches sampled from val at each evaluation during training
     # batch size of the final whole-split evaluation of val and test; null: train.batch_size
     eval_batch_size: int | None = None
+    # the splits that final evaluation covers, whole, at the end of the run: a tuning run that
+    # must not see test (its choice is made on val) says [val]
+    final_splits: list[str] = field(default_factory=lambda: ["val", "test"])
     probe_batch_size: int = 16  # examples in the fixed batch the rank profile is measured on
     # the collapse measures (attnzoo.rank.MEASURES) the probe logs as rank/<measure>/layer_<k>;
     # rank/layer_<k> and rank/last (the relative residual) are logged whatever the list
@@ -393,6 +396,10 @@ def validate(cfg: DictConfig) -> None:
         t.eval_batch_size,
         "null or a positive int (>= 1)",
     )
+    splits = list(t.final_splits)
+    for split in splits:
+        _require(split in ("val", "test"), "train.final_splits", split, "a list of val, test")
+    _require(len(set(splits)) == len(splits), "train.final_splits", splits, "no split twice")
     for name in t.rank_measures:
         _require(name in MEASURES, "train.rank_measures", name, f"a list of {list(MEASURES)}")
     threads = t.threads

@@ -192,6 +192,7 @@ def tune_lr(
     from attnzoo.analysis.selection import extend
 
     seeds = ",".join(map(str, tune_seeds))
+    base = [*base, "train.final_splits=[val]"]  # the choice sees val only: test is never read
     tune = [*base, f"mixer={','.join(mixers)}", f"train.lr={','.join(map(lr_text, lrs))}"]
     sweep([*tune, f"train.seed={seeds}"], root / "tune", len(mixers) * len(lrs) * len(tune_seeds),
           env, root / "tune.log")  # fmt: skip

@@ -503,3 +503,18 @@ def test_a_run_resumed_with_its_budget_spent_is_evaluated_on_its_last_line(
     assert [r["step"] for r in records] == [0, 4, 8]  # one line per step still
     assert records[-1]["final/test/n"] == summary["final"]["test/n"] == 30
     assert "train/loss" in records[-1]  # the step's own numbers kept beside the final ones
+
+
+def test_a_tuning_run_can_leave_test_unread(tmp_path, count_final):
+    from attnzoo.config import ConfigError
+    from attnzoo.train import compose, run
+
+    summary = run(compose([*TINY, "train.final_splits=[val]"]), tmp_path)
+    assert len(count_final) == 1 and summary["final"]["val/n"] == 50
+    assert not any(k.startswith("test/") for k in summary["final"])
+    for bad, match in (
+        ("[val,train]", "train.final_splits.*'train'"),
+        ("[val,val]", "no split twice"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            run(compose([*TINY, f"train.final_splits={bad}"]), tmp_path / "bad")

@@ -372,14 +372,16 @@ class Trainer:
         return record
 
     def final_evaluation(self, record: dict[str, Any]) -> None:
-        """The whole validation and test splits (`evaluate_splits`), into `record` as
+        """The whole validation and test splits (`evaluate_splits`; `train.final_splits` says
+        which), into `record` as
         `final/<split>/<metric>` and `final/<split>/n`: once, at the end of a run that completes.
         Not training time for a wall-time budget."""
         with self.budget.paused():
             start = time.perf_counter()
             t = self.cfg.train
             batch_size = int(t.eval_batch_size if t.eval_batch_size is not None else t.batch_size)
-            self.final = evaluate_splits(self.model, self.task, batch_size, self.device)
+            splits = tuple(t.final_splits)
+            self.final = evaluate_splits(self.model, self.task, batch_size, self.device, splits)
             self.final_s = time.perf_counter() - start
             self.eval_s += self.final_s
         record.update({f"final/{k}": v for k, v in self.final.items()})
