@@ -8,9 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from fake_sweeps import BEST_LR, TUNE_SEEDS, make_tune_sweep
 
-from attnzoo import analysis
+from attnzoo import Model, ModelConfig, analysis, rank_profile
+from attnzoo.analysis.controls import FrozenStochastic
 from attnzoo.analysis.metrics import last_values, rank_layers, read_records
 from attnzoo.analysis.runs import reconstructed_budget
 from attnzoo.flops import train_flops_per_token
@@ -205,3 +207,83 @@ def test_the_held_out_test_numbers_and_their_counts_are_read_per_run_and_per_gro
     (group,) = sweep.groups
     assert group.interval("test_loss").mean == pytest.approx(2.2)
     assert group.interval("test_metric").mean == pytest.approx(0.41)
+
+
+def test_the_decrement_ratio_tells_a_singly_from_a_doubly_exponential_decay():
+    geometric = [0.9 * 0.5**layer for layer in range(10)]
+    cubic = [0.5]
+    for _ in range(3):
+        cubic.append(0.8 * cubic[-1] ** 3)  # r_{l+1} = c·r_l³: the constant drops out
+    assert analysis.decrement_ratio(geometric) == pytest.approx(1.0)
+    assert analysis.decrement_ratio(cubic) == pytest.approx(3.0)
+    # past the float64 floor nothing is read; fewer than three layers above it: n/a
+    assert analysis.decrement_ratio([*cubic, 1e-16, 2e-16]) == pytest.approx(3.0)
+    assert math.isnan(analysis.decrement_ratio([1.0, 0.1, 1e-16]))
+    assert math.isnan(analysis.decrement_ratio([1.0, 1.0, 1.0]))  # no decrement at all
+
+
+def test_collapse_kind_puts_each_stack_in_words_by_the_fixed_rule():
+    def seeds(make):
+        return [make(1 + 0.05 * s) for s in range(4)]
+
+    single = seeds(lambda a: [0.9 * (0.5 * a) ** layer for layer in range(10)])
+    double = seeds(lambda a: [1.0, 0.5 * a, 0.8 * (0.5 * a) ** 3, 0.8**4 * (0.5 * a) ** 9])
+    kept = seeds(lambda a: [0.9] * 5 + [0.85 * a])
+    half = seeds(lambda a: [0.9, 0.5, 0.35 * a])
+    assert analysis.collapse_kind(single)[0] == "collapses singly exponentially"
+    kind, share, ratio = analysis.collapse_kind(double)
+    assert kind == "collapses doubly exponentially" and ratio.low > 2.5
+    assert share.high < 0.01
+    assert analysis.collapse_kind(kept)[0] == "no collapse"
+    assert analysis.collapse_kind(half)[0] == "partial"
+    # collapsed, but each layer's decrement neither steady nor growing by half: not resolved
+    erratic = [[1.0, 0.1, 0.05, 1e-4, 5e-5, 1e-8], [1.0, 0.2, 0.01, 5e-3, 1e-5, 5e-6]]
+    assert analysis.collapse_kind(erratic)[0] == "collapses, rate not resolved"
+
+
+def _pure_stack_residuals(mixer: str, seed: int, **options) -> list[float]:
+    """The relative residual after every block of a small pure stack (no skip, MLP or norm) at
+    init, float64, inputs of std 1 (the rate study's setting)."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(dim=32, depth=8, heads=2, mixer=mixer, mixer_options=options,
+                      skip=False, mlp=False, norm="none")  # fmt: skip
+    model = Model(cfg, out_features=2, max_len=24, vocab_size=32)
+    with torch.no_grad():
+        model.embed.weight.normal_()
+        if isinstance(model.pos, torch.nn.Parameter):
+            model.pos.normal_()
+    tokens = torch.randint(0, 32, (4, 24))
+    return rank_profile(model, tokens, dtype=torch.float64, measures=[]).mean
+
+
+def test_the_frozen_stochastic_control_is_row_stochastic_frozen_and_masks():
+    torch.manual_seed(0)
+    mix = FrozenStochastic(dim=8, heads=2, causal=True, impl="torch", max_len=6)
+    assert not list(mix.parameters())  # frozen: nothing to train
+    x = torch.randn(3, 5, 8)
+    pad = torch.tensor([[False] * 5, [False] * 4 + [True], [False] * 5])
+    p = mix.attention_probs(x, pad)
+    assert p.shape == (3, 2, 5, 5)
+    assert torch.allclose(p.sum(-1), torch.ones(3, 2, 5))
+    assert (p.triu(1) == 0).all() and (p[1, :, :, 4] == 0).all()
+    assert torch.allclose(mix(x, pad), p[:, 0] @ x)
+    with pytest.raises(ValueError, match="max_len=6"):
+        mix(torch.randn(1, 7, 8))
+    with pytest.raises(ValueError, match="needs max_len"):
+        FrozenStochastic(dim=8, heads=2, causal=False, impl="torch")
+
+
+@pytest.mark.slow  # a dozen depth-8 models: seconds, and the default tier is near its limit
+def test_what_is_known_about_collapse_holds_at_init():
+    """Re(fft2) keeps rank; a frozen random row-stochastic stack decays singly exponentially;
+    softmax attention doubly; a local window (4 keys each side of 24) more slowly than full."""
+    control = "attnzoo.analysis.controls.FrozenStochastic"
+    kinds = {m: analysis.collapse_kind([_pure_stack_residuals(m, s) for s in range(3)])
+             for m in ("fourier", control, "scaled_dot")}  # fmt: skip
+    assert kinds["fourier"][0] == "no collapse"
+    assert kinds[control][0] == "collapses singly exponentially"
+    assert kinds["scaled_dot"][0] == "collapses doubly exponentially"
+    for seed in range(3):
+        local = _pure_stack_residuals("local", seed, window=4)
+        full = _pure_stack_residuals("scaled_dot", seed)
+        assert local[3] > 100 * full[3]

@@ -14,13 +14,13 @@ the keep/collapse verdicts on rank, the rate of collapse, and the figures.
 Modules, each readable alone: `metrics` (a run's metrics.jsonl and its rank keys), `runs` (a
 job folder, a sweep folder, one row per job), `groups` (configurations and their intervals),
 `compare` (comparisons along an axis against a fixed reference, corrected as a family), `selection` (a tuned value per configuration), `verdicts`
-(what keeping rank means; claims in words), `fits` (the rate of collapse), `figures`, `tables`
+(what keeping rank means; claims in words), `fits` (the rate and kind of collapse), `controls` (mixers whose collapse is known), `figures`, `tables`
 (how numbers are written), `sweep` (the Sweep object), `report` (the sweep summary's files).
 The statistics are attnzoo.stats'.
 """
 
 from attnzoo.analysis.compare import comparisons
-from attnzoo.analysis.fits import exponent_growth, fit_rate
+from attnzoo.analysis.fits import collapse_kind, decrement_ratio, exponent_growth, fit_rate
 from attnzoo.analysis.groups import Group, group_jobs, group_row
 from attnzoo.analysis.metrics import parse_rank_key, rank_key, rank_values, read_metrics
 from attnzoo.analysis.report import summarize
@@ -35,7 +35,9 @@ __all__ = [
     "RankConfig",
     "Sweep",
     "claim_verdict",
+    "collapse_kind",
     "comparisons",
+    "decrement_ratio",
     "exponent_growth",
     "find_jobs",
     "fit_rate",

@@ -222,14 +222,17 @@ def _variants_of(curves: dict[tuple[str, str, str], RankProfile], mixer: str):
 def residual_figure(
     curves: dict[tuple[str, str, str], RankProfile], mixers: list[str], depth: int
 ) -> plt.Figure:
-    """Log relative residual against depth, one panel per mixer, one line per (variant, norm)
-    of `curves` (keyed by mixer, variant, norm; dashed: with LayerNorm)."""
+    """Log relative residual against depth, one panel per mixer (four to a row), one line per
+    (variant, norm) of `curves` (keyed by mixer, variant, norm; dashed: with LayerNorm)."""
     import torch
 
-    fig, axes = plt.subplots(1, len(mixers), figsize=(3.0 * len(mixers) + 1.5, 3.4), sharey=True)
-    axes = [axes] if len(mixers) == 1 else axes
+    cols = min(4, len(mixers))
+    rows = -(-len(mixers) // cols)
+    fig, grid = plt.subplots(rows, cols, squeeze=False, sharex=True, sharey=True,
+                             figsize=(3.0 * cols + 1.6, 2.9 * rows + 0.5))  # fmt: skip
+    axes = [ax for row in grid for ax in row]
     depths = range(depth + 1)
-    for ax, mixer in zip(axes, mixers, strict=True):
+    for ax, mixer in zip(axes, mixers, strict=False):
         for variant, norm in _variants_of(curves, mixer):
             mean = torch.tensor(curves[mixer, variant, norm].mean)
             ax.semilogy(
@@ -241,26 +244,30 @@ def residual_figure(
                 label=f"{variant}{'' if norm == 'none' else ' +LN'}",
             )
         ax.set_title(mixer)
-        ax.set_xlabel("depth")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("relative residual ‖res(H)‖ / ‖H‖")
+    for ax in axes[len(mixers) :]:
+        ax.axis("off")
+    for row in grid:
+        row[0].set_ylabel("‖res(H)‖ / ‖H‖")
+    for ax in grid[-1]:
+        ax.set_xlabel("depth")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Rank collapse at init (float64 probe; dashed: with LayerNorm)")
-    fig.tight_layout(rect=(0, 0, 0.88, 1))
+    fig.suptitle("Rank collapse at init: relative residual (float64 probe; dashed: with LayerNorm)")
+    fig.tight_layout(rect=(0, 0, 1 - 1.4 / (3.0 * cols + 1.6), 1))
     return fig
 
 
 def measures_figure(
     curves: dict[tuple[str, str, str], RankProfile], mixers: list[str], depth: int
 ) -> plt.Figure:
-    """Rows: measures; columns: mixers; one line per variant (dashed: with LayerNorm)."""
+    """Rows: mixers; columns: measures; one line per variant (dashed: with LayerNorm)."""
     names = list(MEASURES)
-    fig, axes = plt.subplots(len(names), len(mixers), squeeze=False, sharex=True,
-                             figsize=(2.8 * len(mixers) + 1.8, 2.0 * len(names)))  # fmt: skip
+    fig, axes = plt.subplots(len(mixers), len(names), squeeze=False, sharex=True,
+                             figsize=(2.8 * len(names) + 1.8, 2.0 * len(mixers) + 0.6))  # fmt: skip
     depths = range(depth + 1)
-    for col, mixer in enumerate(mixers):
-        for row, name in enumerate(names):
+    for row, mixer in enumerate(mixers):
+        for col, name in enumerate(names):
             ax = axes[row][col]
             for variant, norm in _variants_of(curves, mixer):
                 values = curves[mixer, variant, norm].measures[name]
@@ -271,20 +278,22 @@ def measures_figure(
                 ax.set_yscale("log")
             mine = [v for (m, _, _), p in curves.items() if m == mixer for v in p.measures[name]]
             if all(math.isnan(v) for v in mine):
-                ax.text(0.5, 0.5, "n/a: no softmax attention", transform=ax.transAxes,
+                ax.text(0.5, 0.5, "n/a: weights not\na distribution", transform=ax.transAxes,
                         ha="center", va="center", fontsize=8, color="gray")  # fmt: skip
                 ax.set_yticks([])
             ax.grid(alpha=0.3)
             if row == 0:
-                ax.set_title(mixer)
+                ax.set_title(name.replace("_", " "), fontsize=9)
             if col == 0:
-                ax.set_ylabel(name.replace("_", " "), fontsize=8)
-        axes[-1][col].set_xlabel("depth")
+                ax.set_ylabel(mixer, fontsize=9)
+    for ax in axes[-1]:
+        ax.set_xlabel("depth")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Every measure at init (float64 probe; attention entropy in nats, n/a without "
-                 "softmax attention)", fontsize=9)  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1 - 1.6 / (2.8 * len(mixers) + 1.8), 1))
+    fig.suptitle("Every measure at init, a row per mixer (float64 probe; attention entropy in "
+                 "nats, n/a where the mixer's weights are not a distribution)", fontsize=9)  # fmt: skip
+    height = 2.0 * len(mixers) + 0.6  # the suptitle keeps half an inch above the panels
+    fig.tight_layout(rect=(0, 0, 1 - 1.6 / (2.8 * len(names) + 1.8), 1 - 0.5 / height))
     return fig
 
 
