@@ -1,7 +1,8 @@
 """The replicated, tuned mixer study on real data (the NLP-MetaFormer experiments), one command.
 
 For each task (`shakespeare_char` at nanoGPT's CPU recipe, `experiment=shakespeare_char`; `imdb`
-with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), every mixer:
+with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), every mixer that
+can run it (a language model leaves out the mixers that cannot be causal; the report says so):
 
 1. tune: a log-spaced `train.lr` grid per mixer on ≥ 2 tuning seeds (default 100, 101; disjoint
    from the fresh seeds), one `python -m attnzoo.train -m` sweep; a choice at an edge of the grid
@@ -22,10 +23,9 @@ with one block, `experiment=imdb model.depth=1`, the NLP-MetaFormer setting), ev
    (TOST; --margin-accuracy, --margin-loss, stated at the top of the report before any number),
    or not resolved with n seeds (with the smallest difference those seeds could resolve).
 
-Every run goes through `python -m attnzoo.train -m` (what a user runs; --parallel N uses
-`hydra/launcher=parallel`), in <out>/<task>/tune, tune-ext<k>/lr_<value> and final/lr_<value>. Running the
-same command again skips the sweeps whose jobs all completed and resumes the others
-(`train.resume=true`). A task whose corpus is not in --data-dir is skipped with a message.
+Every run goes through `python -m attnzoo.train -m` (--parallel N: `hydra/launcher=parallel`),
+in <out>/<task>/tune, tune-ext<k>/lr_<value> and final/lr_<value>; the same command again skips
+completed sweeps and resumes the others. A task whose corpus is not in --data-dir is skipped.
 
 Outputs (in --out): mixer_ablation.md (the report: command, machine, wall time, seeds, budget,
 grid and selection, groups, comparisons, claims), mixer_ablation.json (the same numbers),
@@ -59,7 +59,6 @@ from attnzoo.analysis.groups import group_jobs, group_row
 from attnzoo.analysis.report import protocol_text, write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt
-from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
@@ -69,6 +68,7 @@ from attnzoo.studies import (
     int_list,
     lr_text,
     machine,
+    mixers_for_task,
     run_overrides,
     sweep,
     tune_lr,
@@ -99,23 +99,12 @@ CORPUS = {
 }
 # The published claims: (task, sentence, mixers compared with the reference, reference, on).
 CLAIMS = [
-    (
-        "imdb",
-        "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
-        "accuracy (NLP-MetaFormer, IMDB, one block)",
-        ["quadratic", "pooling", "identity"],
-        "scaled_dot",
-        "test_metric",
-    ),
-    (
-        "shakespeare_char",
-        "metric trains with not much difference from a transformer (NLP-MetaFormer, "
-        "character-level language model)",
-        ["metric"],
-        "scaled_dot",
-        "test_loss",
-    ),
-]
+    ("imdb", "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
+     "accuracy (NLP-MetaFormer, IMDB, one block)", ["quadratic", "pooling", "identity"],
+     "scaled_dot", "test_metric"),
+    ("shakespeare_char", "metric trains with not much difference from a transformer "
+     "(NLP-MetaFormer, character-level language model)", ["metric"], "scaled_dot", "test_loss"),
+]  # fmt: skip
 ON_TEXT = {"test_loss": "test loss", "test_metric": "test accuracy"}
 REFERENCE = "scaled_dot"  # every mixer is compared with it, fixed before the runs
 # The toy size of --smoke: the whole pipeline in seconds.
@@ -150,14 +139,17 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
     root = args.out / task
     base = base_overrides(task, args, data_dir)
     by, maximize, _ = SELECT_BY[task]
+    mixers, left_out = mixers_for_task(task, args.mixers)
+    if left_out:
+        print(f"{task}: {', '.join(left_out)} cannot run a causal task, left out")
     print(f"{task}: tuning train.lr over {', '.join(map(lr_text, args.lrs))} on seeds "
           f"{', '.join(map(str, args.tune_seeds))}")  # fmt: skip
     select = {"by": by, "maximize": maximize, "fresh_seeds": ",".join(map(str, args.seeds)),
               "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
     selected, extensions, tune_folders = tune_lr(
-        base, args.mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
+        base, mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
     )
-    chosen, by_lr = chosen_lrs(selected, args.mixers)
+    chosen, by_lr = chosen_lrs(selected, mixers)
     tune_runs = [row(j) | {"job": f"{task}/{j.folder.relative_to(root) if j.folder else j.name}"}
                  for j in find_sweep_jobs(tune_folders)]  # fmt: skip
     seeds = ",".join(map(str, args.seeds))
@@ -179,7 +171,7 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
     summarize(
         finals,
         root / "report",
-        compare_axis="mixer" if len(args.mixers) > 1 else None,
+        compare_axis="mixer" if len(mixers) > 1 else None,
         margin=args.margin_loss,  # its comparisons are on the validation loss
         confidence=args.confidence,
         wandb_mode="disabled",
@@ -190,6 +182,7 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
     groups, _ = group_jobs(jobs, runs)
     return {
         "task": task,
+        "left_out": left_out,
         "selected": selected,
         "extensions": extensions,
         "tune_runs": tune_runs,
@@ -244,7 +237,12 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
         + ".",
         f"Budget per run: {steps} steps of batch {batch}, context {ctx}; width "
         f"{cfg.get('model.dim')}, depth {cfg.get('model.depth')}, {cfg.get('model.heads')} heads. "
-        f"{result.get('jobs', 0)} fresh-seed runs.",
+        f"{result.get('jobs', 0)} fresh-seed runs."
+        + (
+            f" Left out (cannot run a causal task): {', '.join(result['left_out'])}."
+            if result.get("left_out")
+            else ""
+        ),  # fmt: skip
         "",
     ]
     on, cap = SELECT_BY[task][2], args.max_extensions
@@ -334,7 +332,7 @@ def main() -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--mixers", nargs="+", default=causal_mixers(), choices=list(MIXERS))
+    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
     parser.add_argument("--lrs", type=float_list, default=[5e-4, 1e-3, 2e-3, 4e-3],
                         help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)")  # fmt: skip
     parser.add_argument("--tune-seeds", type=int_list, default=[100, 101],

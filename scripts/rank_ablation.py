@@ -29,7 +29,7 @@ and status, from which every interval can be recomputed), rank_ablation_<measure
 trained, one line per residual variant, one panel per mixer). Running the command again skips
 the sweeps whose jobs all completed and resumes the others.
 
-    python scripts/rank_ablation.py --parallel 2                 # 300 jobs
+    python scripts/rank_ablation.py --parallel 2                 # 900 jobs (9 mixers, 5 seeds)
     python scripts/rank_ablation.py --smoke                      # toy size, synthetic data, ~1 min
     python scripts/rank_ablation.py --preset gpu --parallel 8 --data-dir DATA_DIR  # depth 8, one GPU
 """
@@ -278,7 +278,7 @@ def main() -> None:
                         help="the grid's model.residual values (deepnorm is its own sweep)")  # fmt: skip
     parser.add_argument("--sweeps", nargs="+", default=["grid", "deepnorm", "no_norm"],
                         choices=["grid", "deepnorm", "no_norm"])  # fmt: skip
-    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2], help="default 0,1,2")
+    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2, 3, 4], help="default 0-4")
     parser.add_argument("--confidence", type=float, default=0.95)
     add_run_options(parser)
     parser.add_argument("--out", type=Path, default=Path("scripts/results/rank_ablation"))

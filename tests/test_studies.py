@@ -409,3 +409,15 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     overrides = (job / ".hydra" / "overrides.yaml").read_text()
     assert "experiment=rank_ablation_gpu" in overrides and "train.device=cpu" in overrides
     assert "Preset `experiment=rank_ablation_gpu`" in (out / "rank_ablation.md").read_text()
+
+
+def test_a_study_runs_every_mixer_that_can_run_each_task():
+    from attnzoo import MIXERS
+    from attnzoo.studies import mixers_for_task
+
+    lm, left_out = mixers_for_task("shakespeare_char", list(MIXERS))
+    assert set(left_out) == {
+        m for m, c in MIXERS.items() if not getattr(c, "supports_causal", True)
+    }
+    assert "nystrom" in left_out and lm + left_out != [] and set(lm) | set(left_out) == set(MIXERS)
+    assert mixers_for_task("imdb", list(MIXERS)) == (list(MIXERS), [])  # not causal: every one
