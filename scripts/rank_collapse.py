@@ -27,7 +27,8 @@ decays singly exponentially, a local mask decays more slowly than full attention
 2024). Attention entropy is reported only where the mixer's weights are a distribution (n/a
 for pooling, Nyström's pseudo-inverse, Fourier, the token MLP, identity).
 
-Outputs (in --out): rank_collapse.csv (every point, every measure), rank_collapse.md (tables at
+Outputs (in --out): rank_collapse.csv (every point, every measure, mean and std over the
+seeds), rank_collapse_seeds.csv (the same per seed), rank_collapse.md (tables at
 the last depth, the exponent growth, and the rate), rank_collapse.png (log residual against
 depth), rank_collapse_measures.png (every measure against depth, per mixer), cubic_rate.csv (the
 rate study's residuals and both exponents, per seed and mixer), cubic_rate.png (the measured residual of pure attention on a
@@ -44,6 +45,8 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import shlex
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -68,6 +71,7 @@ from attnzoo.model import EMBED_STD  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import Interval, mean_interval  # noqa: E402
+from attnzoo.studies import machine  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
     "pure": (False, False),
@@ -177,11 +181,17 @@ def main() -> None:
     names = list(MEASURES)
 
     rows = []  # (mixer, variant, norm, depth, residual mean, std, then each measure's mean, std)
+    per_seed = []  # (mixer, variant, norm, seed, depth, then each measure)
     curves: dict[tuple[str, str, str], RankProfile] = {}
     for mixer in args.mixers:
         for variant, (skip, mlp) in VARIANTS.items():
             for norm in NORMS:
                 runs = [measure(mixer, skip, mlp, norm, args, seed) for seed in range(args.seeds)]
+                per_seed += [
+                    [mixer, variant, norm, seed, d] + [r.measures[n][d] for n in names]
+                    for seed, r in enumerate(runs)
+                    for d in range(args.depth + 1)
+                ]
                 by_name = {
                     n: torch.tensor([r.measures[n] for r in runs], dtype=torch.float64)
                     for n in names
@@ -207,8 +217,15 @@ def main() -> None:
         columns += [f"{n}_{stat}" for n in names[1:] for stat in ("mean", "std")]
         writer.writerow(["mixer", "variant", "norm", "depth", *columns])
         writer.writerows(rows)
+    with open(args.out / "rank_collapse_seeds.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["mixer", "variant", "norm", "seed", "depth", *names])
+        writer.writerows(per_seed)
 
     lines = [
+        f"Command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`  ",
+        f"Machine: {machine()}",
+        "",
         f"Relative residual at init (float64 probe, mean ± std over {args.seeds} seeds; "
         f"dim {args.dim}, {args.heads} heads, {args.tokens} tokens).",
         "",

@@ -46,6 +46,7 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
     proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
     assert {p.name for p in out.iterdir()} == {
         "rank_collapse.csv",
+        "rank_collapse_seeds.csv",
         "rank_collapse.md",
         "rank_collapse.png",
         "rank_collapse_measures.png",
@@ -55,6 +56,19 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
     }
     rows = list(csv.DictReader((out / "rank_collapse.csv").read_text().splitlines()))
     assert len(rows) == 2 * 4 * 2 * 5  # mixers x variants x norms x (depth + 1)
+    seeds = list(csv.DictReader((out / "rank_collapse_seeds.csv").open()))
+    assert len(seeds) == 2 * len(rows)  # --seeds 2: the mean and std above are recomputable
+    pure = [
+        float(r["relative_residual"])
+        for r in seeds
+        if (r["mixer"], r["variant"], r["norm"], r["depth"]) == ("metric", "pure", "none", "2")
+    ]
+    mean = next(
+        float(r["residual_mean"])
+        for r in rows
+        if (r["mixer"], r["variant"], r["norm"], r["depth"]) == ("metric", "pure", "none", "2")
+    )
+    assert sum(pure) / 2 == pytest.approx(mean)
     key = {(r["mixer"], r["variant"], r["norm"], int(r["depth"])): r for r in rows}
     res = {k: float(r["residual_mean"]) for k, r in key.items()}
     for mixer in ("scaled_dot", "metric"):
