@@ -19,7 +19,7 @@ layer to fit.
 
 Which kind of collapse. The rate study runs the pure stack of every mixer, and of a control
 whose answer is known (a frozen random row-stochastic mixer, attnzoo.analysis.controls: singly
-exponential), and puts each in words by a rule fixed before the runs
+exponential), and puts each in words by a fixed rule
 (attnzoo.analysis.fits.collapse_kind): whether the last layer keeps the input's residual, and
 whether each layer's log-decrement grows (doubly exponential) or stays the same (singly). The
 report checks its reading against what is known: a pure Re(fft2) stack keeps rank, the control
@@ -260,7 +260,7 @@ def main() -> None:
         f"## Which mixers collapse, and how: pure stacks (no skip, MLP or norm), {args.rate_seeds} "
         f"seeds, token embeddings and positions with std {args.rate_input_std:g}",
         "",
-        "The rule, fixed before the runs (attnzoo.analysis.fits): the share of the input's "
+        "The rule (attnzoo.analysis.fits.collapse_kind): the share of the input's "
         "relative residual the last layer keeps, r_L / r_0, decides whether a stack collapses "
         f"(interval over seeds ≥ {KEPT}: no collapse; ≤ {COLLAPSED}: collapses; else partial); "
         "for a collapsing stack the decrement ratio k (least squares of δ_{l+1} = k·δ_l, "

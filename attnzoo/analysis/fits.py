@@ -14,7 +14,7 @@ least-squares k of δ_{l+1} = k·δ_l over consecutive layers above the floor is
 exponential decay (r_l = a·ρ^l, every layer takes the same share) and k > 1 for a doubly
 exponential one; it needs three layers above the floor, where `fit_rate` needs three in the
 cubic regime, so it reads the mixers that reach the floor in three layers too. `collapse_kind`
-puts a stack in words from its seeds, by a rule fixed before any run: the share of the input's
+puts a stack in words from its seeds, by a fixed rule: the share of the input's
 residual the last layer keeps, r_L / r_0, decides whether it collapses (the keep/collapse
 thresholds of attnzoo.analysis.verdicts, on the interval over seeds), and the interval of the
 decrement ratio decides how (a factor, so on the log scale: a geometric mean over seeds):

@@ -373,9 +373,8 @@ class Trainer:
 
     def final_evaluation(self, record: dict[str, Any]) -> None:
         """The whole validation and test splits (`evaluate_splits`; `train.final_splits` says
-        which), into `record` as
-        `final/<split>/<metric>` and `final/<split>/n`: once, at the end of a run that completes.
-        Not training time for a wall-time budget."""
+        which), into `record` as `final/<split>/<metric>` and `final/<split>/n`: once, at the end
+        of a run that completes. Not training time for a wall-time budget."""
         with self.budget.paused():
             start = time.perf_counter()
             t = self.cfg.train
