@@ -175,20 +175,21 @@ def plot_bands(
 def plot_rank_ablation(
     cs: list[RankConfig], mixers: list[str], variants: list[str], out: Path
 ) -> None:
-    """rank_ablation_<measure>.png for each measure: rows init / trained, one panel per mixer
-    (in the order of `mixers`), one line per residual variant (MLP on; solid with the norm,
-    dashed without; colours in the order of `variants`), mean over seeds."""
+    """rank_ablation_<measure>.png for each measure: for each mixer (in the order of `mixers`,
+    two to a row) a panel at init and one trained, one line per residual variant (MLP on; solid
+    with the norm, dashed without; colours in the order of `variants`), mean over seeds."""
     colors = {
         v: plt.cm.tab10(i % 10)
         for i, v in enumerate(dict.fromkeys(v.split(",")[0] for v in variants))
     }
+    per_row = min(2, len(mixers))
+    rows = -(-len(mixers) // per_row)
     for name in MEASURES:
-        fig, axes = plt.subplots(
-            2, len(mixers), figsize=(3.2 * len(mixers), 6), squeeze=False, sharey=True
-        )
-        for row, when in enumerate(("init", "trained")):
-            for col, mixer in enumerate(mixers):
-                ax = axes[row][col]
+        fig, axes = plt.subplots(rows, 2 * per_row, figsize=(6.4 * per_row, 2.9 * rows + 1.0),
+                                 squeeze=False, sharey=True)  # fmt: skip
+        for i, mixer in enumerate(mixers):
+            for j, when in enumerate(("init", "trained")):
+                ax = axes[i // per_row][2 * (i % per_row) + j]
                 for c in cs:
                     if c.mixer != mixer or not c.mlp or (when, name) not in c.depth:
                         continue
@@ -202,12 +203,15 @@ def plot_rank_ablation(
                 ax.set_xlabel("layer (0: embedding)", fontsize=8)
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
                 ax.grid(alpha=0.3)
-            axes[row][0].set_ylabel(name)
-        handles, labels = axes[-1][0].get_legend_handles_labels()
+        for ax in [a for row in axes for a in row][2 * len(mixers) :]:
+            ax.axis("off")
+        for row in axes:
+            row[0].set_ylabel(name, fontsize=8)
+        handles, labels = axes[0][0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8)
         fig.suptitle(f"{name} through depth, MLP on, mean over seeds", fontsize=10)
-        fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+        fig.tight_layout(rect=(0, 0.9 / (2.9 * rows + 1.0), 1, 1 - 0.4 / (2.9 * rows + 1.0)))
         fig.savefig(out / f"rank_ablation_{name}.png", dpi=90)
         plt.close(fig)
 
