@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"\n### {task_key}: experiment={EXPERIMENTS[task_key]}, {cfg.task.name} "
-            f"seq_len={cfg.task.seq_len}, {m.depth} layers x {m.heads} heads x {m.dim}, "
+            + (f"task.splits={enum_value(cfg.task.splits)} " if "splits" in cfg.task else "")
+            + f"seq_len={cfg.task.seq_len}, {m.depth} layers x {m.heads} heads x {m.dim}, "
             f"batch {t.batch_size}, {t.max_steps} steps, impl={enum_value(cfg.impl)}, "
             f"compile={t.compile}, dropout={m.dropout}, torch {torch.__version__}, "
             f"{where}{', via attnzoo.train' if args.trainer else ''}\n",

@@ -63,15 +63,18 @@ def test_plain_gpt_has_the_shape_of_scaled_dot_model(head: str) -> None:
 def test_recipes_are_the_experiment_configs_with_the_flags_as_overrides() -> None:
     """`--tasks shakespeare` trains what `python -m attnzoo.train experiment=shakespeare_char`
     trains (nanoGPT's CPU recipe), and each flag overrides its config key."""
+    from attnzoo.bench.train import SPLITS
     from attnzoo.train import compose
 
     bench = load_bench()
     args = bench._parser().parse_args([])
     quiet = ["logger.mode=disabled", "train.progress=false", f"data_dir={bench.DEFAULT_DATA}"]
     for key, experiment in bench.EXPERIMENTS.items():
-        want = compose([f"experiment={experiment}", "mixer=metric", *quiet])
+        split = [f"task.splits={SPLITS[key]}"] if key in SPLITS else []
+        want = compose([f"experiment={experiment}", "mixer=metric", *split, *quiet])
         assert bench.recipe(key, args, "metric") == want
     r = bench.recipe("shakespeare", args)
+    assert str(r.task.splits.value) == "nanogpt"  # nanoGPT's reference figures are on its own split
     t, m = r.train, r.model
     assert (t.max_steps, t.batch_size, m.dim, m.depth, m.heads, r.task.seq_len) == (
         2000, 12, 128, 4, 4, 64
