@@ -83,7 +83,7 @@ TASKS = {
     "shakespeare_char": ["experiment=shakespeare_char"],  # nanoGPT's CPU recipe
     "imdb": ["experiment=imdb", "model.depth=1"],  # NLP-MetaFormer's IMDB claim is for one block
 }
-# --preset gpu: one H100 in about 25 minutes (docs/sweeps.md, "GPU presets")
+# --preset gpu: about 1.5 hours of one H100, a task at a time (docs/sweeps.md, "GPU presets")
 GPU_TASKS = {"shakespeare_char": ["experiment=shakespeare_char_study_gpu"],
              "imdb": ["experiment=imdb_gpu"]}  # fmt: skip
 # What the learning rate is selected on, per task: the quantity its claim is about, on the

@@ -31,7 +31,7 @@ the sweeps whose jobs all completed and resumes the others.
 
     python scripts/rank_ablation.py --parallel 2                 # 900 jobs (9 mixers, 5 seeds)
     python scripts/rank_ablation.py --smoke                      # toy size, synthetic data, ~1 min
-    python scripts/rank_ablation.py --preset gpu --parallel 8 --data-dir DATA_DIR  # depth 8, one GPU
+    python scripts/rank_ablation.py --preset gpu --parallel 16 --data-dir DATA_DIR  # depth 8, one GPU
 """
 
 from __future__ import annotations
