@@ -106,6 +106,7 @@ SEMANTIC_ERRORS = [
     (["mixer._target_=attnzoo.mixers.Nope"], ["mixer._target_", "attnzoo.mixers.Nope"]),
     (["mixer._target_=collections.OrderedDict"], ["mixer._target_", "not an nn.Module class"]),
     (["task.seq_len=16", "model.max_len=8"], ["task.seq_len", "model.max_len=8", "<="]),
+    (["mixer=token_mlp", "mixer.max_len=4"], ["mixer.max_len=4", "token_mlp", ">= 8"]),
     (["train.eval_every=0"], ["train.eval_every", ">= 1"]),
     (["model.depth=0"], ["model.depth", "positive"]),
     (["model.dropout=1.5"], ["model.dropout", "[0, 1)"]),
