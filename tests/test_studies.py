@@ -171,6 +171,8 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     assert re.search(rf"^Machine: .+, \d+ cores available, .*torch {re.escape(torch.__version__)}",
                      head, re.M)  # fmt: skip
     assert re.search(r"^Wall time: \d+ s", head, re.M)
+    n_tune, n_fresh = 20 * len(tasks), 10 * len(tasks)  # what every run summed, resumed or not
+    assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed$", head, re.M)
     assert "±0.05 validation loss" in head and "±0.02 accuracy" in head  # before any number
     assert "Seeds: tuning 100, 101; reported 0, 1" in head
     assert re.search(r"\d+ test\(s\) in this report, with Holm's step-down correction", head)
@@ -178,6 +180,16 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     tune_runs = list(csv.DictReader((out / "tune_runs.csv").open()))  # and every tuning run
     assert len(runs) == 10 * len(tasks) and {r["seed"] for r in runs} == {"0", "1"}
     saved = json.loads((out / "mixer_ablation.json").read_text())
+    # every comparison of the report's family with its raw and Holm-adjusted p
+    family = list(csv.DictReader((out / "comparisons.csv").open()))
+    tests = int(re.search(r"(\d+) test\(s\) in this report", head)[1])
+    assert {r["task"] for r in family} == set(tasks) and len(family) >= tests
+    assert all(
+        r["reference"].startswith("scaled_dot") and r["correction"] == "holm" for r in family
+    )
+    tested = [r for r in family if r["p"] not in ("", "nan")]
+    assert len(tested) == tests and all(r["tests"] == str(tests) for r in tested)
+    assert all(float(r["p_adjusted"]) >= float(r["p"]) for r in tested)
     for task in tasks:
         sec = _section(md, task)
         # every run went through the trainer's multirun: 5 mixers x 2 LRs x 2 tuning seeds, then

@@ -555,3 +555,14 @@ def test_a_residual_sweep_shows_each_variant_not_skip(tmp_path):
         ("True", "rezero"),
         ("False", "none"),
     ]
+
+
+def test_interval_figure_shows_held_out_test_where_the_runs_have_it():
+    from attnzoo.analysis.figures import interval_panels
+
+    val_only = [{"test_loss_mean": None}, {"test_loss_mean": float("nan")}]
+    assert [w for w, _ in interval_panels(val_only)] == ["val_loss", "metric", "rank"]
+    held_out = [*val_only, {"test_loss_mean": 0.46}]
+    panels = interval_panels(held_out)
+    assert [w for w, _ in panels] == ["test_loss", "test_metric", "rank"]
+    assert all("held-out test" in title for _, title in panels[:2])

@@ -89,12 +89,23 @@ def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def interval_panels(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """What intervals.png shows: the held-out test loss and metric where the runs have them
+    (the numbers a study's claims are about), else the validation ones; then the rank."""
+    held_out = any(
+        r.get("test_loss_mean") is not None and not math.isnan(r["test_loss_mean"]) for r in table
+    )
+    split = ("test", "held-out test") if held_out else ("val", "validation")
+    loss, metric = f"{split[0]}_loss", "test_metric" if held_out else "metric"
+    return [(loss, f"final {split[1]} loss"), (metric, f"final {split[1]} metric"),
+            ("rank", "final relative residual")]  # fmt: skip
+
+
 def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path, conf: float):
     """intervals.png: per configuration, the mean over seeds with its interval as a whisker, of
-    the final validation loss, metric and rank, each seed as a grey dot (`table`: the group rows
-    with the seeds' values under `_values`)."""
-    panels = [("val_loss", "final validation loss"), ("metric", "final task metric"),
-              ("rank", "final relative residual")]  # fmt: skip
+    the final loss and metric (`interval_panels`: held-out test where there is one) and rank,
+    each seed as a grey dot (`table`: the group rows with the seeds' values under `_values`)."""
+    panels = interval_panels(table)
     fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(groups) + 1.6), squeeze=False)
     names = [g.name for g in groups]
     for ax, (which, title) in zip(axes[0], panels, strict=True):
@@ -110,7 +121,7 @@ def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path,
             for seed_value in table[y]["_values"][which]:
                 ax.plot([seed_value], [y], ".", color="0.6", ms=4)
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names if which == "val_loss" else [], fontsize=7)
+        ax.set_yticklabels(names if which == panels[0][0] else [], fontsize=7)
         ax.set_ylim(-0.7, len(names) - 0.3)
         ax.invert_yaxis()
         ax.set_title(f"{title}: mean, {conf:.0%} t-interval", fontsize=9)
