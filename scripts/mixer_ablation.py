@@ -27,11 +27,10 @@ Every run goes through `python -m attnzoo.train -m` (--parallel N: `hydra/launch
 in <out>/<task>/tune, tune-ext<k>/lr_<value> and final/lr_<value>; the same command again skips
 completed sweeps and resumes the others. A task whose corpus is not in --data-dir is skipped.
 
-Outputs (in --out): mixer_ablation.md (the report: command, machine, wall time, seeds, budget,
-grid and selection, groups, comparisons, claims), mixer_ablation.json (the same numbers),
-runs.csv (every fresh-seed run: configuration, seed, final values, status), tune_runs.csv (every
-tuning run, extensions included), and per task tune-summary/ (the tuning runs' table and
-selected.*) and report/ (its tables and figures over the fresh seeds).
+Outputs (in --out): mixer_ablation.md (the report), mixer_ablation.json (its numbers), runs.csv
+and tune_runs.csv (every fresh-seed and tuning run: configuration, seed, final values, status),
+comparisons.csv (the report's family, raw and adjusted p); per task tune-summary/ (the tuning
+table, selected.*) and report/ (tables and figures over the fresh seeds).
 
     python scripts/mixer_ablation.py --data-dir DATA_DIR --parallel 2
     python scripts/mixer_ablation.py --smoke           # the whole pipeline at toy size, ~1 min
@@ -295,8 +294,9 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
         "",
         f"Command: `{header['command']}`",
         f"Machine: {header['machine']}",
-        f"Wall time: {header['wall_s']:.0f} s (started {header['started']} UTC); runs: "
-        f"{len(runs['tune_runs'])} tuning, {len(runs['runs'])} fresh, {run_s:.0f} s summed",
+        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
+        f"runs done before it are kept); runs: {len(runs['tune_runs'])} tuning, "
+        f"{len(runs['runs'])} fresh, {run_s:.0f} s summed",
         "",
         f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} validation loss "
         f"(nats), ±{args.margin_accuracy:g} accuracy. "

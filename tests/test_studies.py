@@ -170,7 +170,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
 
     assert re.search(rf"^Machine: .+, \d+ cores available, .*torch {re.escape(torch.__version__)}",
                      head, re.M)  # fmt: skip
-    assert re.search(r"^Wall time: \d+ s", head, re.M)
+    assert re.search(r"^Wall time: \d+ s, this command", head, re.M)
     n_tune, n_fresh = 20 * len(tasks), 10 * len(tasks)  # what every run summed, resumed or not
     assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed$", head, re.M)
     assert "±0.05 validation loss" in head and "±0.02 accuracy" in head  # before any number
