@@ -371,6 +371,18 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
         analysis.summarize(sweep, out, select_by="val_loss")
 
 
+@pytest.mark.parametrize("maximize", [False, True])
+def test_an_exact_tie_goes_to_the_smallest_value_whatever_the_job_order(tmp_path, maximize):
+    sweep = tmp_path / "tune"
+    for job, lr in enumerate((1e-2, 3e-3, 1e-3)):  # the larger values ran first
+        loss = 2.0 if lr != 1e-3 else (2.5 if not maximize else 1.5)  # 1e-2 and 3e-3 tie
+        for seed in (100, 101):
+            make_run(sweep / f"{job}{seed}", "pooling", seed, loss, lr=lr)
+    groups = analysis.load_sweep(sweep).groups
+    chosen = analysis.select(groups, "train.lr", "val_loss", maximize=maximize)
+    assert [c["value"] for c in chosen] == [3e-3]
+
+
 def test_several_sweeps_are_summarised_together(tmp_path, monkeypatch, capsys):
     """The fresh-seed reruns of selected.sh: one sweep per configuration, each at its own
     learning rate, summarised as one; the mixers are still compared (lr attached to each)."""

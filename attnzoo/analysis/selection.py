@@ -33,7 +33,8 @@ def select(
 ) -> list[dict[str, Any]]:
     """For each configuration of the other axes, the value of `tune_key` with the best mean of
     `by` over the tuning seeds (the highest when `maximize`, the lowest when not; by default the
-    direction of `by`: lowest loss, the task's own direction for its metric), and the Hydra
+    direction of `by`: lowest loss, the task's own direction for its metric; an exact tie goes
+    to the smallest value), and the Hydra
     overrides that rerun it with fresh seeds (the sweep of the i-th configuration into
     `final_dir`/<i>). `edge` says whether the choice sits at the "low" or "high" end of a grid
     of more than two values (None when interior): `extend` gives the value beyond it."""
@@ -44,10 +45,17 @@ def select(
         if not scored:
             continue
         mean = {id(g): sum(g.values(by).values()) / len(g.values(by)) for g in scored}
-        best = (min if lower else max)(scored, key=lambda g: mean[id(g)])
         grid = sorted(
             (g.config.get(tune_key) for g in members if g.config.get(tune_key) is not None),
             key=lambda v: (str(type(v)), v),
+        )
+        # the best mean; an exact tie goes to the value first in the sorted grid, whatever order
+        # the jobs ran in
+        place = {repr(v): i for i, v in enumerate(grid)}
+        sign = 1 if lower else -1
+        best = min(
+            scored,
+            key=lambda g: (sign * mean[id(g)], place.get(repr(g.config.get(tune_key)), len(grid))),
         )
         chosen = best.config.get(tune_key)
         notes = []
