@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from dataclasses import fields as fields_of
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -137,11 +138,8 @@ def residual_kind(cfg: dict[str, Any]) -> str | None:
     model = cfg.get("model")
     if not isinstance(model, dict):
         return None
-    keys = (
-        *("residual", "residual_alpha", "skip", "layer_scale", "depth", "norm", "norm_position"),
-        *("rezero_alpha", "attnres_form", "attnres_block_size"),
-    )
-    fields = {k: model.get(k, getattr(ModelConfig, k)) for k in keys}
+    defaults = ModelConfig()
+    fields = {f.name: model.get(f.name, getattr(defaults, f.name)) for f in fields_of(ModelConfig)}
     try:
         return resolve(SimpleNamespace(**fields)).kind
     except (ValueError, TypeError):
