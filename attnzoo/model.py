@@ -238,11 +238,19 @@ class Model(nn.Module):
             self.register_buffer("pos", table, persistent=False)
         self.drop = nn.Dropout(c.dropout)
 
-        # A mixer with a `max_len` option left at None (token_mlp) mixes the positions the model
-        # has.
+        # A mixer with a `max_len` option (token_mlp) mixes the positions the model has: left at
+        # None it gets them, and one set shorter could not run the sequences the model takes.
         mixer_opts = dict(c.mixer_options)
-        if "max_len" in mixer_options(c.mixer) and mixer_opts.get("max_len") is None:
-            mixer_opts["max_len"] = max_len
+        if "max_len" in mixer_options(c.mixer):
+            own = mixer_opts.get("max_len")
+            if own is None:
+                mixer_opts["max_len"] = max_len
+            elif isinstance(own, int) and own < max_len:
+                raise ValueError(
+                    f"{c.mixer} mixes at most max_len={own} tokens, but the model takes "
+                    f"sequences of up to {max_len}; allowed: max_len >= {max_len}, or null (the "
+                    "model's)"
+                )
 
         def new_block() -> Block:
             mixer = build_mixer(

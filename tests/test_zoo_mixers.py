@@ -249,3 +249,7 @@ def test_token_mlp_takes_the_models_max_len_and_refuses_longer_inputs():
         build_mixer("token_mlp", dim=D)
     with pytest.raises(ValueError, match="at most max_len=4"):
         build_mixer("token_mlp", dim=D, max_len=4)(torch.randn(1, 5, D))
+    # one set shorter than the model's positions: refused when the model is built
+    short = ModelConfig(dim=D, depth=1, heads=H, mixer="token_mlp", mixer_options={"max_len": 4})
+    with pytest.raises(ValueError, match="at most max_len=4 tokens.*allowed: max_len >= 12"):
+        Model(short, out_features=3, max_len=12, vocab_size=5)

@@ -84,13 +84,6 @@ def build_model(cfg: DictConfig, task: Task) -> Model:
             f"model.max_len={positions} positions; allowed: a context <= model.max_len "
             f"(raise model.max_len to >= {task.max_len} or set it to null)"
         )
-    mixer_len = options(cfg.mixer).get("max_len")  # a mixer of fixed length (token_mlp)
-    if isinstance(mixer_len, int) and not isinstance(mixer_len, bool) and mixer_len < task.max_len:
-        raise ConfigError(
-            f"mixer.max_len={mixer_len}: {mixer_label(cfg.mixer)} mixes at most that many "
-            f"tokens, but the task's sequences have up to {task.max_len}; allowed: mixer.max_len "
-            f">= {task.max_len}, or null (the model's length)"
-        )
     model_cfg = model_config(cfg, causal=task.causal)
     torch.manual_seed(int(cfg.train.seed))
     try:
