@@ -92,13 +92,15 @@ def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
 def interval_panels(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """What intervals.png shows: the held-out test loss and metric where the runs have them
     (the numbers a study's claims are about), else the validation ones; then the rank."""
-    held_out = any(
-        r.get("test_loss_mean") is not None and not math.isnan(r["test_loss_mean"]) for r in table
-    )
-    split = ("test", "held-out test") if held_out else ("val", "validation")
-    loss, metric = f"{split[0]}_loss", "test_metric" if held_out else "metric"
-    return [(loss, f"final {split[1]} loss"), (metric, f"final {split[1]} metric"),
-            ("rank", "final relative residual")]  # fmt: skip
+    rank = ("rank", "final relative residual")
+    tested = [r.get("test_loss_mean") for r in table]
+    if any(t is not None and not math.isnan(t) for t in tested):
+        return [
+            ("test_loss", "final held-out test loss"),
+            ("test_metric", "final held-out test metric"),
+            rank,
+        ]
+    return [("val_loss", "final validation loss"), ("metric", "final task metric"), rank]
 
 
 def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path, conf: float):
