@@ -11,8 +11,7 @@ never reached (a gap in 0..max, or fewer folders than the sweep's grid) is "miss
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from dataclasses import fields as fields_of
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -139,9 +138,9 @@ def residual_kind(cfg: dict[str, Any]) -> str | None:
     if not isinstance(model, dict):
         return None
     defaults = ModelConfig()
-    fields = {f.name: model.get(f.name, getattr(defaults, f.name)) for f in fields_of(ModelConfig)}
+    values = {f.name: model.get(f.name, getattr(defaults, f.name)) for f in fields(ModelConfig)}
     try:
-        return resolve(SimpleNamespace(**fields)).kind
+        return resolve(SimpleNamespace(**values)).kind
     except (ValueError, TypeError):
         return None
 
