@@ -344,6 +344,8 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
             for seed in (100, 101):
                 loss = 2.0 + abs(math.log(lr / best[mixer])) + 0.01 * (seed - 100)
                 make_run(sweep / str(job), mixer, seed, loss, lr=lr)
+                over = sweep / str(job) / ".hydra" / "overrides.yaml"  # tuning reads val only
+                over.write_text(over.read_text() + "- train.final_splits=[val]\n")
                 job += 1
     out = tmp_path / "report"
     analysis.summarize(sweep, out, select_by="val_loss", tune_axis="train.lr",
@@ -357,7 +359,7 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
     assert chosen["scaled_dot"]["note"] == "" and "edge of the grid" in chosen["pooling"]["note"]
     ov = chosen["pooling"]["overrides"]
     assert "mixer=pooling" in ov and "train.lr=0.01" in ov and "train.seed=0,1,2,3,4" in ov
-    assert not any(o.startswith("train.seed=10") for o in ov)
+    assert not any(o.startswith(("train.seed=10", "train.final_splits")) for o in ov)
     assert any(o.startswith("hydra.sweep.dir=multirun/final/") for o in ov)
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

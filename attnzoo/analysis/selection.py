@@ -66,10 +66,13 @@ def select(
         member = next(
             (j for j, r in best.members if r["status"] == "completed"), best.members[0][0]
         )
+        # the fresh-seed runs are the ones a claim is made on: they read every final split,
+        # whatever the tuning runs were limited to (tuning sees val only)
+        drop = (f"{REPLICATE_KEY}=", f"{tune_key}=", "train.final_splits=", "hydra")
         keep = [
             str(o)
             for o in member.config.get("_overrides", [])
-            if not str(o).lstrip("+~").startswith((f"{REPLICATE_KEY}=", f"{tune_key}=", "hydra"))
+            if not str(o).lstrip("+~").startswith(drop)
         ]
         overrides = keep + [
             f"{tune_key}={override_value(chosen)}",
