@@ -298,7 +298,7 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
         f"runs done before it are kept); runs: {len(runs['tune_runs'])} tuning, "
         f"{len(runs['runs'])} fresh, {run_s:.0f} s summed",
         "",
-        f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} validation loss "
+        f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} loss "
         f"(nats), ±{args.margin_accuracy:g} accuracy. "
         + protocol_text(family, args.confidence, 0.0, args.correction).replace("±0", "the margin")
         + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`; every comparison "

@@ -173,7 +173,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     assert re.search(r"^Wall time: \d+ s, this command", head, re.M)
     n_tune, n_fresh = 20 * len(tasks), 10 * len(tasks)  # what every run summed, resumed or not
     assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed$", head, re.M)
-    assert "±0.05 validation loss" in head and "±0.02 accuracy" in head  # before any number
+    assert "±0.05 loss (nats)" in head and "±0.02 accuracy" in head  # before any number
     assert "Seeds: tuning 100, 101; reported 0, 1" in head
     assert re.search(r"\d+ test\(s\) in this report, with Holm's step-down correction", head)
     runs = list(csv.DictReader((out / "runs.csv").open()))  # every fresh-seed run, per seed

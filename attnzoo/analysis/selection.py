@@ -34,9 +34,8 @@ def select(
     """For each configuration of the other axes, the value of `tune_key` with the best mean of
     `by` over the tuning seeds (the highest when `maximize`, the lowest when not; by default the
     direction of `by`: lowest loss, the task's own direction for its metric; an exact tie goes
-    to the smallest value), and the Hydra
-    overrides that rerun it with fresh seeds (the sweep of the i-th configuration into
-    `final_dir`/<i>). `edge` says whether the choice sits at the "low" or "high" end of a grid
+    to the smallest value), and the Hydra overrides that rerun it with fresh seeds (the sweep of
+    the i-th configuration into `final_dir`/<i>; they read every final split). `edge` says whether the choice sits at the "low" or "high" end of a grid
     of more than two values (None when interior): `extend` gives the value beyond it."""
     lower = lower_is_better(by, groups) if maximize is None else not maximize
     out = []
