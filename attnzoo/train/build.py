@@ -27,7 +27,7 @@ from attnzoo.config import (
 )
 from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
-from attnzoo.tracking import WandbRun, write_json
+from attnzoo.tracking import WandbRun
 from attnzoo.train.budget import planned_steps
 from attnzoo.train.resume import checkpoint_to_resume
 from attnzoo.train.trainer import Trainer
@@ -176,14 +176,25 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
     `outputs/<date>/<time>`) and return the summary that is also written to `summary.json`.
 
     Raises ConfigError (a ValueError) for a configuration that cannot be trained, before any
-    work; re-raises any exception from training after recording status "failed". Non-finite
-    numbers (status "diverged") and SIGTERM/SIGUSR1 (status "preempted") return normally.
+    work and before anything is written: a refused run leaves `run_dir` as it found it (a folder
+    Hydra made for it, still empty, is removed), so a finished run in that folder keeps its
+    record. Re-raises any exception from training after recording status "failed". Non-finite
+    numbers (status "diverged"), Ctrl-C ("interrupted") and SIGTERM/SIGUSR1 ("preempted")
+    return normally.
     """
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir()
+    made_for_us = hydra_runtime() is not None or not run_dir.exists()  # Hydra makes the folder
     try:
         device = distributed.setup(device_for(cfg))  # under torchrun: join the group, pick the GPU
         run_dir = Path(distributed.broadcast(str(run_dir)))  # every rank works in rank 0's folder
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            plain_cfg, task, model, loaded = _prepare(cfg, run_dir, device)
+        except (ConfigError, CheckpointError):
+            if distributed.is_main() and made_for_us:
+                remove_if_empty(run_dir, launch_dir())
+            raise
+        if distributed.is_main():
+            save_configs(cfg, run_dir)
         summary: dict[str, Any] = {
             "status": "failed",
             "step": 0,
@@ -194,13 +205,6 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             "best": {},
             "run_dir": str(run_dir.resolve()),
         }
-        try:
-            plain_cfg, task, model, loaded = _prepare(cfg, run_dir, device)
-        except (ConfigError, CheckpointError) as err:
-            summary["error"] = str(err)
-            if distributed.is_main():
-                write_json(run_dir / "summary.json", summary)
-            raise
         summary["config_group"] = replicates.group_name(plain_cfg, replicates.run_folders(run_dir))
         resume_id = loaded[0].get("wandb_id") if loaded is not None else None
         wb = open_wandb(cfg, plain_cfg, run_dir, resume_id)
@@ -213,9 +217,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
 def _prepare(
     cfg: DictConfig, run_dir: Path, device: torch.device
 ) -> tuple[dict[str, Any], Task, Model, tuple[dict[str, Any], Path] | None]:
-    """Everything checked before any work: the config's values, the task and model, the device
-    for `impl`, and the checkpoint a resumed run continues from. Leaves `.hydra/config.yaml`, as
-    the CLI does, when called from Python."""
+    """Everything checked before any work, writing nothing: the config's values, the task and
+    model, the device for `impl`, and the checkpoint a resumed run continues from."""
     validate(cfg)
     data_dir = resolve_data_dir(cfg.data_dir, launch_dir())
     task, model = build_task_and_model(cfg, data_dir)
@@ -231,8 +234,32 @@ def _prepare(
     assert isinstance(plain_cfg, dict)
     plain_cfg["data_dir"] = str(data_dir)
     loaded = checkpoint_to_resume(run_dir, bool(cfg.train.resume), plain_cfg)
-    hydra_cfg = run_dir / ".hydra" / "config.yaml"
-    if distributed.is_main() and not hydra_cfg.exists():
-        hydra_cfg.parent.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, hydra_cfg)
     return plain_cfg, task, model, loaded
+
+
+def save_configs(cfg: DictConfig, run_dir: Path) -> None:
+    """`.hydra/config.yaml` (and, under Hydra, `hydra.yaml` and `overrides.yaml`): what Hydra
+    writes into a job's folder, written here once the run is accepted, since conf/config.yaml
+    turns Hydra's own early write off (`hydra.output_subdir: null`)."""
+    folder = run_dir / ".hydra"
+    folder.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, folder / "config.yaml")
+    hc = hydra_runtime()
+    if hc is not None:
+        from hydra.core.hydra_config import HydraConfig
+
+        OmegaConf.save(HydraConfig.instance().cfg, folder / "hydra.yaml")
+        OmegaConf.save(hc.overrides.task, folder / "overrides.yaml")
+
+
+def remove_if_empty(run_dir: Path, top: Path) -> None:
+    """Remove `run_dir` and the parents Hydra made for it (e.g. `outputs/<date>/`) while they
+    are empty, up to (not including) `top`: a refused run leaves no folder of its own."""
+    top = top.resolve()
+    folder = run_dir.resolve()
+    while folder != top and top in folder.parents:
+        try:
+            folder.rmdir()  # only an empty folder
+        except OSError:
+            return
+        folder = folder.parent

@@ -2,18 +2,25 @@
 configuration from Python.
 
 Exit codes of a single run: 0 completed, 1 failed (an exception; see summary.json), 2 bad
-configuration (nothing was trained), 3 diverged (non-finite loss or gradient with
-`train.on_nonfinite=stop`), 75 pre-empted (SIGTERM/SIGUSR1: a checkpoint was written at the next
-step boundary; run again with `train.resume=true`). In a multirun a failed job is Hydra's to
-record, and the sweep goes on. A mixer that cannot be built as configured (its class does not
-import, or does not take an option given) is found before Hydra makes a single run's folder
-(`CheckMixer`): exit 2, and nothing is left behind.
+configuration (nothing was trained, nothing written: a key, value or group choice Hydra cannot
+compose, a value attnzoo refuses, a folder that holds another run's checkpoint), 3 diverged
+(non-finite loss or gradient with `train.on_nonfinite=stop`), 75 pre-empted (SIGTERM/SIGUSR1: a
+checkpoint was written at the next step boundary; run again and it resumes), 130 interrupted
+(Ctrl-C: a checkpoint of the last completed step; continue with `train.resume=true`). In a
+multirun a failed job is Hydra's to record, and the sweep goes on; the command then exits 2 if a
+job was refused for its configuration, else 1. A mixer that cannot be built as configured (its
+class does not import, or does not take an option given) is found before Hydra makes a single
+run's folder (`CheckMixer`).
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import hydra
@@ -80,9 +87,70 @@ def task_function(cfg: DictConfig) -> dict[str, Any] | None:
     return summary
 
 
+def _keys(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a composed config."""
+    for key, value in node.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, DictConfig):
+            yield from _keys(value, f"{prefix}{key}.")
+
+
+def _hydra_message(err: Exception) -> str:
+    """Hydra's or OmegaConf's error in attnzoo's words: the key, what is wrong, and for an
+    unknown key the closest real ones (not Hydra's `+key=` hint, which adds a key nothing
+    reads)."""
+    cause = err.__cause__ if err.__cause__ is not None else err
+    text = str(cause).strip()
+    bad = re.search(r"Could not override '([^']+)'", str(err))
+    if bad and "not in" in text:
+        key = bad.group(1)
+        try:
+            known = list(_keys(compose([])))
+        except Exception:  # the suggestion is a courtesy
+            known = []
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"{key}: no such key{hint} (`python -m attnzoo.train --help` lists every key)"
+    missing = re.search(r"Could not find '([^'/]+)/([^']+)'", str(err))
+    if missing and "Available options" in str(err):
+        group, choice = missing.groups()
+        options = str(err).split("Available options", 1)[1].split("Config search path")[0]
+        allowed = [ln.strip() for ln in options.splitlines() if ln.startswith("\t")]
+        allowed = [a for a in allowed if not a.startswith("schema")]
+        close = difflib.get_close_matches(choice, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {group}={close[0]}? " if close else ""
+        return f"{group}={choice}: no such choice; {hint}allowed: {', '.join(allowed)}"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return first if cause is err else f"{first}: {text.splitlines()[0]}"
+
+
+def _is_config_error(err: BaseException) -> bool:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(err, (HydraException, OmegaConfBaseException, ConfigError, CheckpointError))
+
+
 def main() -> None:
     """`python -m attnzoo.train key=value ...`; see the module docstring for exit codes."""
-    hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
-        task_function
-    )()
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's errors reach us, to be exit 2, not its 1
+    try:
+        hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
+            task_function
+        )()
+    except Exception as err:
+        if full_error:
+            raise
+        if isinstance(err, (ConfigError, CheckpointError)):  # a refused job of a multirun
+            print(f"attnzoo.train: configuration error: {err}", file=sys.stderr)
+            sys.exit(EXIT_CONFIG)
+        if _is_config_error(err):
+            print(f"attnzoo.train: configuration error: {_hydra_message(err)}", file=sys.stderr)
+            sys.exit(EXIT_CONFIG)
+        traceback.print_exc()
+        sys.exit(EXIT_FAILED)
+    finally:
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
     sys.exit(_exit_code)

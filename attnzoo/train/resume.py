@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -22,9 +23,13 @@ from attnzoo.mixers import without_implied_target
 
 
 class Preemption:
-    """SIGTERM and SIGUSR1 (SLURM's warning before a time limit) set a flag; the loop checkpoints
-    at the next step boundary and stops. A handler that was installed before ours (submitit's, for
-    SIGUSR2 too) is called after our checkpoint, so submitit can requeue the job."""
+    """Ctrl-C (SIGINT), SIGTERM and SIGUSR1 (SLURM's warning before a time limit) set a flag; the
+    loop checkpoints at the next step boundary and stops, and an evaluation in progress stops at
+    its next batch (`EvaluationInterrupted`). SIGINT makes the run `interrupted`; the scheduler's
+    signals make it `preempted`, which a job started again with the same arguments resumes by
+    itself. A second Ctrl-C stops at once (KeyboardInterrupt), keeping the last checkpoint. A
+    handler that was installed before ours (submitit's, for SIGUSR2 too) is called after our
+    checkpoint, so submitit can requeue the job."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -33,18 +38,33 @@ class Preemption:
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
-        signals = [signal.SIGTERM, signal.SIGUSR1]
+        signals = [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1]
         if callable(signal.getsignal(signal.SIGUSR2)):  # someone (submitit) listens to USR2
             signals.append(signal.SIGUSR2)
         for sig in signals:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: do not wait for the step boundary
+        if self.signum is None or signum == signal.SIGINT:
+            self.signum = signum
+            if signum == signal.SIGINT:
+                print("\ninterrupted: stopping at the next step (Ctrl-C again to stop at once)",
+                      file=sys.stderr)  # fmt: skip
 
     @property
     def requested(self) -> bool:
         return self.signum is not None
+
+    def __call__(self) -> bool:
+        """Whether to stop: what an evaluation asks between batches."""
+        return self.signum is not None
+
+    @property
+    def status(self) -> str:
+        """The run's status when it stops for this signal."""
+        return "interrupted" if self.signum == signal.SIGINT else "preempted"
 
     @property
     def reason(self) -> str:
@@ -55,10 +75,17 @@ class Preemption:
             signal.signal(sig, previous)
 
     def chain(self) -> None:
-        """Hand the signal on to the handler that was there before us (e.g. submitit's requeue)."""
+        """Hand a scheduler's signal on to the handler that was there before us (e.g.
+        submitit's requeue); never Ctrl-C, whose default handler would raise."""
+        if self.signum == signal.SIGINT:
+            return
         previous = self._previous.get(self.signum) if self.signum is not None else None
         if callable(previous):
             previous(self.signum, None)
+
+
+class EvaluationInterrupted(Exception):
+    """An evaluation stopped between batches because the run was asked to stop."""
 
 
 def was_preempted(run_dir: Path) -> bool:
@@ -141,7 +168,8 @@ def checkpoint_to_resume(
     if has_ckpt and not resume:
         raise ConfigError(
             f"{run_dir} already holds a checkpoint; pass train.resume=true to continue "
-            "that run, or choose another directory (hydra.run.dir=...)"
+            "that run, or choose another directory (hydra.run.dir=... for a run, "
+            "hydra.sweep.dir=... for a sweep); nothing was written"
         )
     loaded = load_checkpoint(ckpt_dir) if resume else None
     if resume and loaded is None:

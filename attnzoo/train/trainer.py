@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,33 +40,42 @@ from attnzoo.tracking import (
 )
 from attnzoo.train.budget import Budget
 from attnzoo.train.rank_probe import by_depth, probe_batch, rank_record
-from attnzoo.train.resume import Preemption, rng_state, set_rng_state
+from attnzoo.train.resume import EvaluationInterrupted, Preemption, rng_state, set_rng_state
 from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
 from attnzoo.train.system import available_cores, threads_for
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 75
+EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
 EXIT_CODES = {
     "completed": EXIT_OK,
     "failed": EXIT_FAILED,
     "diverged": EXIT_DIVERGED,
     "preempted": EXIT_PREEMPTED,
+    "interrupted": EXIT_INTERRUPTED,
 }
 
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, task: Task, cfg: DictConfig, device: torch.device, sample: bool = True
+    model: torch.nn.Module,
+    task: Task,
+    cfg: DictConfig,
+    device: torch.device,
+    sample: bool = True,
+    stop: Callable[[], bool] | None = None,
 ) -> dict[str, float | str]:
     """Validation loss and the task's metrics, averaged over `train.eval_batches` batches sampled
     from the validation split, the same at every evaluation; for language models and `sample`
     also a sample text. A cheap estimate, for curves during training: the final numbers are
-    `evaluate_splits`'."""
+    `evaluate_splits`'. Raises EvaluationInterrupted between batches once `stop()` is true."""
     model.eval()
     gen = torch.Generator().manual_seed(int(cfg.train.seed) + 1)
     sums: dict[str, float] = {}
     n = int(cfg.train.eval_batches)
     try:
         for _ in range(n):
+            if stop is not None and stop():
+                raise EvaluationInterrupted("validation")
             batch = task.batch("val", int(cfg.train.batch_size), gen).to(device)
             with autocast(device):
                 logits = model(batch.inputs, batch.key_padding_mask)
@@ -89,12 +99,16 @@ def evaluate_splits(
     batch_size: int,
     device: torch.device,
     splits: tuple[str, ...] = ("val", "test"),
+    stop: Callable[[], bool] | None = None,
+    progress: bool = False,
 ) -> dict[str, float | int]:
     """The loss and the task's metrics over the whole of each of `splits` the task has
     (`<split>/<metric>`), and how many examples they counted (`<split>/n`; predicted tokens for
     a language model): every example exactly once, in order, in batches of `batch_size`, each
     metric its sums over its counts across all batches (so batch sizes and padding do not
-    weigh in). Deterministic: no sampling."""
+    weigh in). Deterministic: no sampling. With `progress`, a bar per split on stderr (a long
+    split, such as IMDB's 25,000 test reviews, takes minutes on a CPU); raises
+    EvaluationInterrupted between batches once `stop()` is true."""
     was_training = model.training
     model.eval()
     out: dict[str, float | int] = {}
@@ -102,7 +116,9 @@ def evaluate_splits(
         for split in (s for s in splits if s in task.splits):
             sums: dict[str, list[float]] = {}
             n = 0
-            for batch in task.whole_split(split, batch_size):
+            for batch in _bar(task.whole_split(split, batch_size), progress, f"final {split}"):
+                if stop is not None and stop():
+                    raise EvaluationInterrupted(f"final evaluation of {split}")
                 batch = batch.to(device)
                 with autocast(device):
                     logits = model(batch.inputs, batch.key_padding_mask)
@@ -143,6 +159,7 @@ class Progress:
     measure_history: list[tuple[int, dict[str, list[float]]]] = field(default_factory=list)
     wandb_id: str | None = None
     skipped: int = 0
+    eval_pending: bool = False  # this step's evaluation was interrupted: made when resumed
 
 
 def _print_err(s: str) -> None:
@@ -179,7 +196,9 @@ class Trainer:
         self.train_step = TrainStep(model, task, t, device)
         self.train_gen = train_generator(int(t.seed))
         self.state = Progress()
-        self.last_good: Path | None = None
+        self.stop = Preemption()  # installed while `fit` runs
+        self.last_good: Path | None = None  # the last checkpoint, and its step
+        self.saved_step = 0
         if loaded is not None:
             self._restore(*loaded)
         self.max_steps = self.train_step.total_steps = self.budget.steps
@@ -263,35 +282,34 @@ class Trainer:
             or [(s, {"relative_residual": list(r)}) for s, r in state.get("rank_history", [])],
             wandb_id=state.get("wandb_id"),
             skipped=int(state.get("skipped_steps", 0)),
+            eval_pending=bool(state.get("eval_pending", False)),
         )
         self.budget.load_state_dict(state.get("budget", {}))
-        self.last_good = path
+        self.last_good, self.saved_step = path, step
         print(f"resuming from {path} at step {step}", file=sys.stderr)
 
     # ---- the loop --------------------------------------------------------------------------
 
     def fit(self) -> dict[str, Any]:
-        """Train to the run's step count or budget: a step, then at log, evaluation and checkpoint steps the
-        host reads what the device accumulated (on CPU, also after a non-finite step), logs,
-        evaluates and checkpoints; a pre-emption signal ends it at the next step boundary.
-        Writes summary.json and returns it."""
-        t, state = self.cfg.train, self.state
-        preempt = Preemption()
-        preempt.install()
-        status, error, preempted_by = "completed", None, None
+        """Train to the run's step count or budget: a step, then at log, evaluation and checkpoint
+        steps the host reads what the device accumulated (on CPU, also after a non-finite step),
+        logs, evaluates and checkpoints. A stop signal (Ctrl-C, a scheduler's SIGTERM/SIGUSR1)
+        ends it at the next step boundary, or between batches of an evaluation, with a checkpoint
+        of the last completed step. Writes summary.json and returns it."""
+        t, state, stop = self.cfg.train, self.state, self.stop
+        stop.install()
+        status, error, stopped_by, save = "completed", None, None, True
         start_step, self.t_start = state.step, time.perf_counter()
         t_interval, tokens = self.t_start, 0
         self.budget.start()
         try:
             self.model.train()
-            if state.step == 0:
+            self.mark_running()
+            if state.step == 0 and not state.measure_history:  # not yet evaluated at init
                 self.write(self.evaluate({"step": 0, **self.budget.record()}))
-            while state.step < self.max_steps and not self.budget.spent:
-                if preempt.requested:
-                    error = self.check_nonfinite()  # a checkpoint must not hold a bad step
-                    status = "diverged" if error else "preempted"
-                    preempted_by = None if error else f"{preempt.reason} at step {state.step}"
-                    break
+            elif state.eval_pending:  # the evaluation a stop cut short, made now
+                self.redo_evaluation()
+            while state.step < self.max_steps and not self.budget.spent and not stop.requested:
                 batch = next_batch(self.task, int(t.batch_size), self.train_gen, self.device)
                 _, applied = self.train_step(batch, state.step + 1)
                 state.step += 1
@@ -312,21 +330,40 @@ class Trainer:
                     tokens, t_interval = 0, time.perf_counter()
                 if self.bar is not None:
                     self.bar.update(1)
-                if is_ckpt:
+                if is_ckpt and not stop.requested:
                     self.checkpoint()
+            if status == "completed" and stop.requested:
+                error = self.check_nonfinite()  # a checkpoint must not hold a bad step
+                status = "diverged" if error else stop.status
+                stopped_by = None if error else f"{stop.reason} at step {state.step}"
             if status == "completed" and self.final is None:
                 self.final_after_loop()
-            if status != "diverged":
-                self.checkpoint()
+        except EvaluationInterrupted as err:
+            status, stopped_by = stop.status, f"{stop.reason} at step {state.step}, during {err}"
+        except KeyboardInterrupt:  # a second Ctrl-C, mid-step: the last checkpoint stands
+            status, save = "interrupted", False
+            stopped_by = f"a second Ctrl-C at step {state.step}; kept: {self.last_good}"
+            state.step = self.saved_step
         except BaseException as err:
-            status, error = "failed", f"{type(err).__name__}: {err}"
+            status, error, save = "failed", f"{type(err).__name__}: {err}", False
             raise
         finally:
-            preempt.uninstall()
-            self.finish(status, error, preempted_by, start_step)
+            try:
+                if save and status != "diverged":
+                    self.checkpoint()
+            finally:
+                stop.uninstall()
+                self.finish(status, error, stopped_by, start_step)
         if status == "preempted":
-            preempt.chain()
+            stop.chain()
         return self.summary
+
+    def redo_evaluation(self) -> None:
+        """The evaluation of the step a stop interrupted, added to that step's line."""
+        record = self.evaluate({"step": self.state.step}, last=self.state.step == self.max_steps)
+        self.state.eval_pending = False
+        self.metrics.merge(record)
+        self.wb.log(record, step=record["step"])
 
     def _follow_budget(self, step: int, last: bool) -> None:
         """The step count as the budget now has it (a wall-time budget's estimate), or this step
@@ -352,7 +389,7 @@ class Trainer:
         state, cfg = self.state, self.cfg
         budget = float(cfg.logger.media_budget)
         extras = extras_due(self.extras_s, self.extras_cost, start - self.t_start, budget, last)
-        values = evaluate(self.model, self.task, cfg, self.device, sample=extras)
+        values = evaluate(self.model, self.task, cfg, self.device, sample=extras, stop=self.stop)
         measures = list(cfg.train.rank_measures)
         ranks = rank_record(self.model, self.probe, measures)
         record.update(values)
@@ -380,7 +417,9 @@ class Trainer:
             t = self.cfg.train
             batch_size = int(t.eval_batch_size if t.eval_batch_size is not None else t.batch_size)
             splits = tuple(t.final_splits)
-            self.final = evaluate_splits(self.model, self.task, batch_size, self.device, splits)
+            self.final = evaluate_splits(
+                self.model, self.task, batch_size, self.device, splits, self.stop, bool(t.progress)
+            )
             self.final_s = time.perf_counter() - start
             self.eval_s += self.final_s
         record.update({f"final/{k}": v for k, v in self.final.items()})
@@ -452,13 +491,23 @@ class Trainer:
                 "measure_history": state.measure_history,
                 "wandb_id": self.wb.id or state.wandb_id,
                 "skipped_steps": state.skipped,
+                "eval_pending": state.eval_pending,
                 "threads": self.threads,
                 "budget": self.budget.state_dict(),
             },
             self.ckpt_dir,
         )
         self.metrics.sync()
-        self.last_good = self.ckpt_dir / "last.pt"
+        self.last_good, self.saved_step = self.ckpt_dir / "last.pt", state.step
+        self.mark_running()
+
+    def mark_running(self) -> None:
+        """summary.json while the run is alive: status `running` and the step of its last
+        checkpoint (the step it would resume from), so that a run killed outright (`kill -9`,
+        out of memory) is told apart from one that stopped and said so."""
+        if self.main:
+            self.summary.update(status="running", step=self.state.step, error=None)
+            write_json(self.run_dir / "summary.json", self.summary)
 
     def check_nonfinite(self) -> str | None:
         """Read the non-finite steps since the last check (one synchronisation); count skipped
@@ -505,11 +554,15 @@ class Trainer:
         record.update(self.budget.record())
         if self.state.skipped:
             record["train/skipped_steps"] = self.state.skipped
-        if is_eval:
-            self.evaluate(record, last=step == self.max_steps)
-        if step == self.max_steps:
-            self.final_evaluation(record)
-        self.write(record)
+        try:
+            if is_eval:
+                self.state.eval_pending = True  # until it completes
+                self.evaluate(record, last=step == self.max_steps)
+                self.state.eval_pending = False
+            if step == self.max_steps:
+                self.final_evaluation(record)
+        finally:
+            self.write(record)  # the step's training numbers, whatever happened to its evaluation
         if self.bar is not None:
             self.bar.set_postfix(
                 loss=f"{record['train/loss']:.4f}", tok_s=f"{record['perf/tokens_per_s']:.0f}"
@@ -552,7 +605,7 @@ class Trainer:
             splits=self.task.describe_splits(),
         )
         if preempted_by:
-            summary["preempted_by"] = preempted_by
+            summary[f"{status}_by"] = preempted_by
         self.wb.summary(
             {
                 **{f"best/{k}": v for k, v in state.best.items()},
@@ -566,6 +619,15 @@ class Trainer:
         if self.main:
             write_json(self.run_dir / "summary.json", summary)
             report(self.run_dir, summary)
+
+
+def _bar(batches: Iterable[Any], enabled: bool, what: str) -> Iterable[Any]:
+    """`batches`, with a progress bar on stderr when `enabled`."""
+    if not enabled:
+        return batches
+    from tqdm.auto import tqdm
+
+    return tqdm(batches, desc=what, unit="batch", dynamic_ncols=True, mininterval=1.0, leave=False)
 
 
 def _progress_bar(enabled: bool, total: int, initial: int) -> Any | None:
