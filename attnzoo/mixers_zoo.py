@@ -177,13 +177,20 @@ class LinearAttention(_QKVHeads):
 
 
 def orthogonal_gaussian(m: int, d: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(m, d) random features ω with rows orthogonal within each block of d rows and norms
-    distributed as a Gaussian vector's (chi with d degrees of freedom): FAVOR+'s orthogonal
-    random features, whose estimate of the softmax kernel is unbiased."""
+    """(m, d) random features ω, FAVOR+'s orthogonal random features: blocks of d rows, each
+    block a uniformly (Haar) distributed orthogonal matrix, its rows rescaled to norms distributed
+    as a Gaussian vector's (chi with d degrees of freedom). Every row is then marginally N(0, I_d),
+    so the estimate of the softmax kernel is unbiased, and rows within a block are orthogonal,
+    which lowers its variance (Choromanski et al. 2021, section 3).
+
+    The Q of a QR decomposition of a Gaussian matrix is Haar-distributed only after its columns are
+    multiplied by the signs of diag(R) (Mezzadri 2007, arXiv math-ph/0609050): LAPACK's
+    Householder QR ties those signs to the input, and without the correction row r of each block
+    leans toward ±e_r and the kernel estimate is biased."""
     blocks = []
     for _ in range(math.ceil(m / d)):
-        q, _ = torch.linalg.qr(torch.randn(d, d, generator=generator))
-        blocks.append(q.T)
+        q_dd, r_dd = torch.linalg.qr(torch.randn(d, d, generator=generator))
+        blocks.append((q_dd * r_dd.diagonal().sign()).T)  # Q diag(sign R_ii): Haar
     norms = torch.randn(m, d, generator=generator).norm(dim=1, keepdim=True)
     return torch.cat(blocks)[:m] * norms
 
@@ -204,7 +211,10 @@ class Favor(_QKVHeads):
     token to later ones under a causal mask: ωᵀk − ‖k‖²/2 ≤ ‖ω‖²/2 for every k, so they stay
     below max ‖ω‖²/2 (about dk/2). `redraw_every` > 0 draws new features every that many
     forward calls in training mode (a counter buffer `redraw_step` counts them; reading it is a
-    host synchronisation, and a graph break under torch.compile); 0 keeps the first draw.
+    host synchronisation, and a graph break under torch.compile). The default, 0, keeps the
+    draw made at build: the estimate is unbiased over draws and the run's seed picks the draw,
+    so the spread between draws shows up as spread between seeds, and a training step pays no
+    synchronisation (performer-pytorch's Performer redraws every 1000 calls instead).
     4 D² parameters; `attn_dropout` accepted and unused, as linear's. No `flops_per_token`:
     the fixed projection ωᵀq takes no weight gradient, so training does not cost three
     forwards as the convention of attnzoo.flops has it.
