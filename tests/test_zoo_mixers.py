@@ -166,13 +166,53 @@ def test_favor_features_come_from_the_seed_and_redraw_only_in_training():
     assert not torch.equal(a.omega_mk, first) and int(a.redraw_step) == 3
 
 
-def test_nystrom_with_a_landmark_per_token_is_softmax_attention():
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_nystrom_up_to_its_landmarks_is_softmax_attention(n):
+    """With N ≤ landmarks (default 64) every token would be its own landmark, and the mixer is
+    exact softmax attention, as in the authors' code when the landmarks equal the length:
+    float64 to 1e-10 at the default pseudo-inverse iterations, with and without padding keys."""
     torch.manual_seed(0)
-    n = 8
-    mixer = build_mixer("nystrom", dim=D, heads=H, landmarks=n, pinv_iterations=30).double()
+    mixer = build_mixer("nystrom", dim=D, heads=H).double()
     x = torch.randn(2, n, D, dtype=torch.float64)
+    mask = torch.zeros(2, n, dtype=torch.bool)
+    mask[1, n // 2 + 1 :] = True  # the second sequence's tail is padding (none when n = 1)
     q, k, v = qkv(mixer, x)
-    torch.testing.assert_close(mixer.attend(x), softmax_attention(q, k, v), rtol=1e-6, atol=1e-6)
+    for key_padding_mask in (None, mask):
+        hidden = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        want = softmax_attention(q, k, v, hidden)
+        got = mixer.attend(x, key_padding_mask)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            mixer(x, key_padding_mask), mixer.proj(merge_heads(want)), rtol=0, atol=1e-10
+        )
+
+
+def test_nystrom_with_fewer_landmarks_is_exact_on_tokens_constant_per_segment():
+    """The landmark path (N > landmarks) against the Nyström method's own exactness: when the
+    queries and keys are constant over each segment, the landmarks are the distinct tokens, the
+    attention matrix has rank m and the approximation reproduces it (with the pseudo-inverse
+    converged: 30 iterations in float64)."""
+    torch.manual_seed(0)
+    m, per_segment = 4, 6
+    mixer = build_mixer("nystrom", dim=D, heads=H, landmarks=m, pinv_iterations=30).double()
+    x = torch.randn(2, m, D, dtype=torch.float64).repeat_interleave(per_segment, dim=1)
+    q, k, v = qkv(mixer, x)
+    want = softmax_attention(q, k, v)
+    torch.testing.assert_close(mixer.attend(x), want, rtol=0, atol=1e-10)
+    six = build_mixer("nystrom", dim=D, heads=H, landmarks=m).double()
+    six.load_state_dict(mixer.state_dict())
+    assert (six.attend(x) - want).abs().max() > 1e-6  # the paper's 6 steps are not converged
+
+
+def test_nystrom_outputs_do_not_depend_on_the_rest_of_the_batch():
+    """The pseudo-inverse's init scale is taken per matrix (the authors' code takes it over the
+    batch), so a sequence's output is the same alone or beside another of larger scale."""
+    torch.manual_seed(0)
+    mixer = build_mixer("nystrom", dim=D, heads=H, landmarks=4).double()
+    x = torch.randn(1, 12, D, dtype=torch.float64)
+    other = 5 * torch.randn(1, 12, D, dtype=torch.float64)
+    together = mixer(torch.cat([x, other]))
+    torch.testing.assert_close(together[:1], mixer(x), rtol=0, atol=1e-12)
 
 
 def test_nystrom_pinv_inverts_a_softmax_matrix():
