@@ -177,13 +177,20 @@ class LinearAttention(_QKVHeads):
 
 
 def orthogonal_gaussian(m: int, d: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(m, d) random features ω with rows orthogonal within each block of d rows and norms
-    distributed as a Gaussian vector's (chi with d degrees of freedom): FAVOR+'s orthogonal
-    random features, whose estimate of the softmax kernel is unbiased."""
+    """(m, d) random features ω, FAVOR+'s orthogonal random features: blocks of d rows, each
+    block a uniformly (Haar) distributed orthogonal matrix, its rows rescaled to norms distributed
+    as a Gaussian vector's (chi with d degrees of freedom). Every row is then marginally N(0, I_d),
+    so the estimate of the softmax kernel is unbiased, and rows within a block are orthogonal,
+    which lowers its variance (Choromanski et al. 2021, section 3).
+
+    The Q of a QR decomposition of a Gaussian matrix is Haar-distributed only after its columns are
+    multiplied by the signs of diag(R) (Mezzadri 2007, arXiv math-ph/0609050): LAPACK's
+    Householder QR ties those signs to the input, and without the correction row r of each block
+    leans toward ±e_r and the kernel estimate is biased."""
     blocks = []
     for _ in range(math.ceil(m / d)):
-        q, _ = torch.linalg.qr(torch.randn(d, d, generator=generator))
-        blocks.append(q.T)
+        q_dd, r_dd = torch.linalg.qr(torch.randn(d, d, generator=generator))
+        blocks.append((q_dd * r_dd.diagonal().sign()).T)  # Q diag(sign R_ii): Haar
     norms = torch.randn(m, d, generator=generator).norm(dim=1, keepdim=True)
     return torch.cat(blocks)[:m] * norms
 
@@ -204,7 +211,10 @@ class Favor(_QKVHeads):
     token to later ones under a causal mask: ωᵀk − ‖k‖²/2 ≤ ‖ω‖²/2 for every k, so they stay
     below max ‖ω‖²/2 (about dk/2). `redraw_every` > 0 draws new features every that many
     forward calls in training mode (a counter buffer `redraw_step` counts them; reading it is a
-    host synchronisation, and a graph break under torch.compile); 0 keeps the first draw.
+    host synchronisation, and a graph break under torch.compile). The default, 0, keeps the
+    draw made at build: the estimate is unbiased over draws and the run's seed picks the draw,
+    so the spread between draws shows up as spread between seeds, and a training step pays no
+    synchronisation (performer-pytorch's Performer redraws every 1000 calls instead).
     4 D² parameters; `attn_dropout` accepted and unused, as linear's. No `flops_per_token`:
     the fixed projection ωᵀq takes no weight gradient, so training does not cost three
     forwards as the convention of attnzoo.flops has it.
@@ -294,7 +304,10 @@ class Favor(_QKVHeads):
 
 def iterative_pinv(a_bhmm: torch.Tensor, iterations: int) -> torch.Tensor:
     """Moore-Penrose pseudo-inverse by Nyströmformer's iteration (Razavi et al. 2014):
-    Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞), Z ← ¼ Z (13 I − A Z (15 I − A Z (7 I − A Z))); the norms per matrix."""
+    Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞), Z ← ¼ Z (13 I − A Z (15 I − A Z (7 I − A Z))), with ‖A‖₁ the largest
+    column sum and ‖A‖∞ the largest row sum of |A|. The norms are taken per matrix, where the
+    authors' code takes the largest over the whole batch and every head: so that one sequence's
+    output does not depend on the others in its batch."""
     eye = torch.eye(a_bhmm.shape[-1], dtype=a_bhmm.dtype, device=a_bhmm.device)
     norm_1 = a_bhmm.abs().sum(dim=-2).amax(dim=-1)  # largest column sum
     norm_inf = a_bhmm.abs().sum(dim=-1).amax(dim=-1)  # largest row sum
@@ -313,12 +326,14 @@ class Nystrom(_QKVHeads):
         y = softmax(q k̃ᵀ/√dk) · pinv(softmax(q̃ k̃ᵀ/√dk)) · softmax(q̃ kᵀ/√dk) v,
 
     with the pseudo-inverse by `pinv_iterations` steps of the paper's iteration from its init
-    (`iterative_pinv`). m = min(landmarks, N): a sequence shorter than `landmarks` uses one
-    landmark per token, which makes the mixer softmax attention itself (up to the iteration's
-    accuracy). When m does not divide N the segments differ by one token in length (token n is
-    in segment ⌊n m / N⌋) instead of the paper's padding. Padding tokens are left out of the
-    segment means and masked as keys, so real outputs do not depend on them. Not causal: every
-    landmark averages over the whole sequence. 4 D² parameters.
+    (`iterative_pinv`). A sequence of N ≤ `landmarks` tokens would get one landmark per token,
+    where the formula is softmax attention itself up to the iteration's error (of order 1e-2 after
+    the paper's 6 steps): there, as in the authors' code when the landmarks equal the length, the
+    mixer computes exact softmax attention (`scaled_dot_attention`, padding keys masked). When m
+    does not divide N the segments differ by one token in length (token n is in segment
+    ⌊n m / N⌋) instead of the paper's padding. Padding tokens are left out of the segment means
+    and masked as keys, so real outputs do not depend on them. Not causal: every landmark
+    averages over the whole sequence. 4 D² parameters.
     """
 
     supports_causal = False
@@ -354,7 +369,11 @@ class Nystrom(_QKVHeads):
         """Per-head outputs before the output projection, (B, H, N, dk)."""
         q_bhnk, k_bhnk, v_bhnk = self._qkv(x_bnd, scores_from)
         b, _, n, dk = q_bhnk.shape
-        m = min(self.landmarks, n)
+        if n <= self.landmarks:  # a landmark per token: the approximation is attention itself
+            return kernels.scaled_dot_attention(
+                q_bhnk, k_bhnk, v_bhnk, False, key_padding_mask, impl=self.impl
+            )
+        m = self.landmarks
         segment_n = torch.arange(n, device=x_bnd.device) * m // n
         onehot_mn = segment_n[None, :] == torch.arange(m, device=x_bnd.device)[:, None]
         weight_bmn = onehot_mn[None].expand(b, m, n).to(q_bhnk.dtype)
