@@ -2,8 +2,11 @@
 
 Two sources of decisions, both measured, neither written by hand:
 
-1. **The dispatch table** of the GPU's compute capability, `dispatch_tables/<major>.<minor>.json` beside
-   this file. `scripts/gpu_check.py` writes it from its kernel benchmark (`bench_kernels.py`):
+1. **The dispatch table** of the GPU, in `TABLE_DIR` (`dispatch_tables/` beside this file): the
+   card's own, `<device name>.json` (`NVIDIA-H100-80GB-HBM3.json`), else its compute
+   capability's, `<major>.<minor>.json` (`9.0.json`), so that two cards of one capability (an H100
+   and an H200) can each have their own table and a card without one can use its siblings'.
+   `scripts/gpu_check.py` writes the card's table from its kernel benchmark (`bench_kernels.py`):
    one entry per op, dtype, causal or not, width, forward-only or forward+backward, and range of
    sequence-length buckets, holding the verdict (`"triton"` or `"torch"`) and the times behind it.
    Where the table has no entry (or there is no table for the GPU), the call takes PyTorch.
@@ -58,6 +61,8 @@ from typing import Any
 import torch
 
 SCHEMA = 1
+# The folder of the measured tables, the one place impl="auto" reads them from: in a checkout
+# kernels/dispatch_tables/, which is where scripts/gpu_check.py writes by default.
 TABLE_DIR = Path(__file__).resolve().parent / "dispatch_tables"
 OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix")
 DTYPES = ("float16", "bfloat16", "float32")
@@ -219,16 +224,26 @@ def lookup(entries: Iterable[Entry], key: Key) -> Entry | None:
     return next((e for e in entries if e.covers(key)), None)
 
 
-def table_path(capability: tuple[int, int] | str) -> Path:
-    name = capability if isinstance(capability, str) else f"{capability[0]}.{capability[1]}"
-    return TABLE_DIR / f"{name}.json"
+def table_file(device: str) -> str:
+    """The file name of a card's own table: its device name made a file name
+    ("NVIDIA H100 80GB HBM3" -> "NVIDIA-H100-80GB-HBM3.json")."""
+    return f"{_slug(device)}.json"
+
+
+def table_paths(device: str, capability: str) -> tuple[Path, Path]:
+    """Where a GPU's table is looked for, in order: the card's own, then its compute
+    capability's ("9.0")."""
+    return TABLE_DIR / table_file(device), TABLE_DIR / f"{capability}.json"
 
 
 @functools.cache
-def table_for(capability: str) -> tuple[Entry, ...]:
-    """The committed table of a compute capability ("9.0"); empty where none was measured."""
-    path = table_path(capability)
-    return tuple(load_table(path)) if path.exists() else ()
+def table_for(device: str, capability: str) -> tuple[Entry, ...]:
+    """The committed table of a GPU: the card's own, else its capability's; empty where
+    neither was measured."""
+    for path in table_paths(device, capability):
+        if path.exists():
+            return tuple(load_table(path))
+    return ()
 
 
 def make_table(rows: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
@@ -483,8 +498,8 @@ def choose(
 
     Every argument is a plain value, so torch.compile calls this once while tracing and keeps
     its answer. With `tune`, a decision of benchmark mode (made now if there is none, timing
-    inputs of `shape`) wins; otherwise the table of the GPU's compute capability decides, and
-    without an entry PyTorch does. A `windowed` call (sliding-window attention) is never timed:
+    inputs of `shape`) wins; otherwise the GPU's table (its own, else its capability's) decides,
+    and without an entry PyTorch does. A `windowed` call (sliding-window attention) is never timed:
     the table decides."""
     memo_key = (op, dtype, causal, dim, n, grad, index, tune, windowed)
     hit = _memo.get(memo_key)
@@ -502,8 +517,8 @@ def choose(
         with torch.random.fork_rng(devices=devices):  # the user's random stream is untouched
             choice = TUNER.decide(key, index, candidates) == "triton"
     else:
-        major, minor = TUNER.device_of(index).capability.split(".")
-        entry = lookup(table_for(f"{major}.{minor}"), key)
+        gpu = TUNER.device_of(index)
+        entry = lookup(table_for(gpu.name, gpu.capability), key)
         choice = entry is not None and entry.impl == "triton"
     _memo[memo_key] = choice
     return choice

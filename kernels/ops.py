@@ -6,13 +6,14 @@ Every op takes `impl`:
 - "triton": the Triton kernels, the custom ops `torch.ops.attnzoo.*` of `library.py` (CUDA
   tensors, or any tensor under TRITON_INTERPRET=1; eager calls skip the dispatcher, see there);
 - "auto": the fastest path measured for the op on the device. On CUDA, the Triton kernel only
-  where a measurement chose it: the dispatch table of the GPU's compute capability (written by
-  `scripts/gpu_check.py` from its benchmark), or a decision of benchmark mode; everywhere else
-  PyTorch: the attention ops through the fused `scaled_dot_product_attention` (flash, cuDNN or
-  efficient backend) on their one-line formulations, pool_mix through the reference
-  (`avg_pool1d`). `kernels/dispatch.py` says how the choice is keyed and made. On CPU, the three
-  attention ops in fp32/fp64 run through the fused SDPA too (the fastest CPU path, same result
-  as the reference to rounding), everything else through the reference;
+  where a measurement chose it: the GPU's dispatch table (the card's own, else its compute
+  capability's, written by `scripts/gpu_check.py` from its benchmark), or a decision of benchmark
+  mode; everywhere else PyTorch: the attention ops through the fused
+  `scaled_dot_product_attention` (flash, cuDNN or efficient backend) on their one-line
+  formulations, pool_mix through the reference (`avg_pool1d`). `kernels/dispatch.py` says how
+  the choice is keyed and made. On CPU, the three attention ops in fp32/fp64 run through the
+  fused SDPA too (the fastest CPU path, same result as the reference to rounding), everything
+  else through the reference;
 - "tune": "auto" with benchmark mode on for this call (`attnzoo.kernels.benchmark_mode = True`
   turns it on for every "auto" call): on CUDA the first call of a new key times the Triton kernel
   against the PyTorch path and keeps the faster.

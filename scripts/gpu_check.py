@@ -1,28 +1,31 @@
-"""Everything a GPU can tell us about attnzoo, in one command.
+"""Everything a GPU can tell us about attnzoo, in one command, within a time budget.
 
-    python scripts/gpu_check.py                 # on a CUDA machine: about 9 minutes
+    python scripts/gpu_check.py                 # on a CUDA machine: 330 s of stages
     python scripts/gpu_check.py --dry-run       # any machine: every stage at tiny sizes on CPU
 
-Stages, each a subprocess with its own time limit, so that a hang or a crash in one loses only
-that one (what it printed is kept in `<out>/logs/<stage>.log`):
+Stages, most valuable first, each a subprocess with its share of the budget (`--budget`, what one
+stage leaves unused goes to the ones after it), so that a hang or a crash in one loses only that
+one and the whole check ends inside the budget:
 
 1. env: GPU name and compute capability, driver, CUDA, Python, torch and triton versions;
-2. cuda-tests: the `cuda` test tier (`pytest -m cuda`), per test passed, failed or not reached;
-3. bench-kernels: `scripts/bench_kernels.py` at its standard shapes, with its verdicts and the
-   per-key timings that become the dispatch table of `impl="auto"`;
-4. bench-train: `scripts/bench_train.py` on nanoGPT's GPU Shakespeare recipe cut to a few hundred
-   steps, every mixer and the plain GPT, eager and compiled, one subprocess per model and mode;
-5. default-job: `python -m attnzoo.train` end to end on cuda;
-6. dispatch-table: `kernels/dispatch_tables/<major>.<minor>.json` from stage 3's measurements
-   (`attnzoo.kernels.dispatch.make_table`), the table `impl="auto"` follows on that GPU.
+2. bench-kernels: `scripts/bench_kernels.py` at the training shape and N = 1k/4k, with its
+   verdicts and the per-key timings that become the dispatch table of `impl="auto"`;
+3. dispatch-table: the card's table, `kernels/dispatch_tables/<device name>.json`, from stage 2's
+   measurements (`attnzoo.kernels.dispatch.make_table`);
+4. cuda-tests: a curated part of the `cuda` test tier (every op, forward and backward);
+5. bench-train: `scripts/bench_train.py` on nanoGPT's GPU Shakespeare recipe cut to 300 steps,
+   attnzoo's attention and the plain GPT first, one subprocess per model and mode;
+6. default-job: `python -m attnzoo.train` end to end on cuda.
 
-It writes `<out>/<date>-<gpu>.md` (tables, verdicts, what failed with its error) and
-`<out>/<date>-<gpu>.json`, and prints the verdict table last. Exit status: 0 when every stage
-passed, 1 when one failed or ran out of time, 2 without a GPU (unless --dry-run).
+The report folder (`--out`) holds `<date>-<gpu>.md` (tables, verdicts, what failed with its
+error), `<date>-<gpu>.json` and `<date>-<gpu>-logs.tar.gz` (every stage's output), rewritten the
+moment each stage ends, so a check that is killed keeps what the stages before it found. Exit
+status: 0 when every stage passed, 1 when one failed or ran out of time, 2 without a GPU (unless
+--dry-run) or on a bad option, 128 + the signal when SIGTERM or SIGINT stopped it.
 
 `--dry-run` runs the same stages on CPU at tiny sizes (the Triton kernels in the interpreter, a
 synthetic corpus unless --data-dir holds Tiny Shakespeare, bench_kernels --smoke) to prove the
-script itself works; it writes its table into `<out>/dispatch/`, never into kernels/.
+script itself works; it writes its table into `<out>/dispatch_tables/`, never into kernels/.
 
 The stages and the report are `attnzoo.bench.gpu_check` and `attnzoo.bench.gpu_report`; this
 script is their command line.
@@ -36,30 +39,46 @@ import sys
 import tempfile
 from pathlib import Path
 
-from attnzoo.bench.gpu_check import LIMITS, run_check
+from attnzoo.kernels.dispatch import TABLE_DIR
+
+from attnzoo.bench.gpu_check import BUDGET, SHARES, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
+# The folder impl="auto" reads, in this checkout (kernels/ is installed as attnzoo.kernels)
+CHECKOUT_TABLE_DIR = ROOT / "kernels" / TABLE_DIR.name
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("--dry-run", action="store_true", help="every stage at tiny sizes on CPU")
+    add("--out", type=Path, default=None, help="report folder (default results/gpu)")
+    add(
+        "--table-dir",
+        type=Path,
+        default=CHECKOUT_TABLE_DIR,
+        help="where the card's dispatch table goes (default: the folder impl=auto reads, "
+        f"kernels/{TABLE_DIR.name})",
+    )
+    add("--data-dir", type=Path, default=None, help="holds tinyshakespeare/")
+    add("--budget", type=float, default=BUDGET, help=f"seconds for all stages (default {BUDGET})")
+    add(
+        "--setup-s",
+        type=float,
+        default=None,
+        help="seconds an installation took before the check (reported with the stages)",
+    )
+    add("--only", nargs="+", choices=list(SHARES), default=list(SHARES), help="stages to run")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="every stage at tiny sizes on CPU")
-    parser.add_argument(
-        "--out", type=Path, default=None, help="report folder (default results/gpu)"
-    )
-    parser.add_argument(
-        "--table-dir",
-        type=Path,
-        default=ROOT / "kernels" / "dispatch",
-        help="where the dispatch table goes (default kernels/dispatch_tables)",
-    )
-    parser.add_argument("--data-dir", type=Path, default=None, help="holds tinyshakespeare/")
-    parser.add_argument("--budget", type=float, default=540, help="seconds for all stages")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every stage's limit")
-    parser.add_argument(
-        "--only", nargs="+", choices=list(LIMITS), default=list(LIMITS), help="stages to run"
-    )
-    args = parser.parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if not args.budget > 0:
+        cli.error(f"--budget must be a positive number of seconds, got {args.budget}")
+    if args.setup_s is not None and not args.setup_s >= 0:
+        cli.error(f"--setup-s must be seconds >= 0, got {args.setup_s}")
 
     import torch
 
@@ -77,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.get("ATTNZOO_DATA_DIR") or (ROOT.parent / "shared" / "data")
     )
     return run_check(
-        ROOT, out, args.dry_run, args.table_dir, data, args.budget, args.scale, args.only
+        ROOT, out, args.dry_run, args.table_dir, data, args.budget, args.only, args.setup_s
     )
 
 

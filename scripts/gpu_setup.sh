@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# Install attnzoo on an offline GPU machine and run scripts/gpu_check.py there, in one command.
+# Install attnzoo on an offline GPU machine and run scripts/gpu_check.py there, in one command
+# that ends within --total seconds, the installation included.
 #
-#   bash scripts/gpu_setup.sh [--wheels DIR] [--data DIR] [--out DIR] [--tables DIR] [-- OPTIONS]
+#   bash scripts/gpu_setup.sh [--wheels DIR] [--data DIR] [--out DIR] [--tables DIR]
+#                             [--total SECONDS] [-- OPTIONS]
 #
 # Such a machine has Python with torch, triton, numpy, einops, tiktoken, tokenizers, matplotlib
 # and pytest, but no network and no hydra-core, omegaconf or antlr4-python3-runtime (W&B is not
 # needed: gpu_check runs with logging disabled). --wheels names a folder holding wheels of those
-# three (default: .gpu-wheels/ in the checkout; keep such a folder out of git with
-# .git/info/exclude, so that it travels with the working tree but is never committed).
+# three, --data one holding tinyshakespeare/input.txt (for the training benchmark); by default
+# .gpu/wheels/ and .gpu/data/ in the checkout (keep .gpu/ out of git with .git/info/exclude, so
+# that it travels with the working tree but is never committed).
 #
 # Everything goes under a private prefix, nothing into the system's Python: the wheels with
 # --no-deps, then this checkout itself, as a regular (not editable) install, so that the tests
 # and scripts import attnzoo the way a user's environment does. The commands then run outside
 # the checkout (whose attnzoo/ folder, lacking kernels/, would shadow the installed package).
 #
-# --data: a folder holding tinyshakespeare/input.txt (for the training benchmark);
-# --out: the report folder (default results/gpu); --tables: where the dispatch table is written
-# (default kernels/dispatch). OPTIONS after -- go to gpu_check.py (e.g. --scale 2, --dry-run).
+# --out: the report folder (default results/gpu); --tables: where the card's dispatch table is
+# written (default: gpu_check's, the folder impl="auto" reads in this checkout); --total: the
+# seconds the whole command may take (default 360): what the installation leaves, less 10 s for
+# Python's start and the last report, is gpu_check's --budget. OPTIONS after -- go to
+# gpu_check.py (e.g. --budget 900, --dry-run) and win over the ones this script passes.
 set -euo pipefail
 
+START=$SECONDS
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WHEELS="$ROOT/.gpu-wheels"
+WHEELS="$ROOT/.gpu/wheels"
 DATA=""
 OUT="$ROOT/results/gpu"
-TABLES="$ROOT/kernels/dispatch"
+TABLES=""
+TOTAL=360
 PY="${PYTHON:-python3}"
 PREFIX="${TMPDIR:-/tmp}/attnzoo-gpu-$$"
 
@@ -33,10 +40,15 @@ while [ $# -gt 0 ]; do
     --data) DATA="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --tables) TABLES="$2"; shift 2 ;;
+    --total) TOTAL="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "gpu_setup.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
+if [ -z "$DATA" ] && [ -d "$ROOT/.gpu/data" ]; then DATA="$ROOT/.gpu/data"; fi
+if ! [[ "$TOTAL" =~ ^[0-9]+$ ]]; then
+  echo "gpu_setup.sh: --total must be whole seconds, got '$TOTAL'" >&2; exit 2
+fi
 
 mkdir -p "$PREFIX/run"
 if compgen -G "$WHEELS/*.whl" > /dev/null; then
@@ -58,7 +70,15 @@ export PYTHONPATH="$PREFIX/proj:$PREFIX/site${PYTHONPATH:+:$PYTHONPATH}"
 
 cd "$PREFIX/run"
 "$PY" -c "import attnzoo.kernels, hydra, omegaconf; print('attnzoo from', attnzoo.kernels.__file__)"
-ARGS=(--out "$OUT" --table-dir "$TABLES")
+SETUP=$((SECONDS - START))
+BUDGET=$((TOTAL - SETUP - 10))
+echo "gpu_setup.sh: installed in $SETUP s; $BUDGET s left for the check"
+if [ "$BUDGET" -le 0 ]; then
+  echo "gpu_setup.sh: the installation took $SETUP s of --total $TOTAL s: no time left for the check" >&2
+  exit 2
+fi
+ARGS=(--out "$OUT" --budget "$BUDGET" --setup-s "$SETUP")
+if [ -n "$TABLES" ]; then ARGS+=(--table-dir "$TABLES"); fi
 if [ -n "$DATA" ]; then ARGS+=(--data-dir "$DATA"); fi
 set +e
 "$PY" "$ROOT/scripts/gpu_check.py" "${ARGS[@]}" "$@"

@@ -20,6 +20,7 @@ from attnzoo import kernels
 dispatch, ops = kernels.dispatch, kernels.ops
 
 H100 = dispatch.Device("NVIDIA H100 80GB HBM3", "9.0", "2.11.0+cu130", "3.6.0")
+H200 = dispatch.Device("NVIDIA H200", "9.0", "2.11.0+cu130", "3.6.0")
 A100 = dispatch.Device("NVIDIA A100-SXM4-80GB", "8.0", "2.11.0+cu130", "3.6.0")
 
 
@@ -40,9 +41,10 @@ def entry(**fields) -> dict:
     return {**base, **fields}
 
 
-def write_table(folder: Path, capability: str, entries: list[dict], **top) -> Path:
-    path = folder / f"{capability}.json"
-    path.write_text(json.dumps({"schema": 1, "capability": capability, "entries": entries, **top}))
+def write_table(folder: Path, name: str, entries: list[dict], **top) -> Path:
+    """A table file named for a capability ("9.0") or a card ("NVIDIA-H200")."""
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({"schema": 1, "capability": name, "entries": entries, **top}))
     return path
 
 
@@ -60,11 +62,11 @@ class FakeTimer:
 
 @pytest.fixture
 def gpu(monkeypatch, tmp_path):
-    """An H100 for device 0 and an A100 for device 1, tables read from tmp_path/tables, the
-    tuning cache in tmp_path/cache, and fresh memoised choices."""
+    """An H100 for device 0, an A100 for device 1 and an H200 for device 2, tables read from
+    tmp_path/tables, the tuning cache in tmp_path/cache, and fresh memoised choices."""
     tables = tmp_path / "tables"
     tables.mkdir()
-    tuner = dispatch.Tuner(device_of=lambda index: A100 if index == 1 else H100)
+    tuner = dispatch.Tuner(device_of=lambda index: {1: A100, 2: H200}.get(index, H100))
     monkeypatch.setattr(dispatch, "TABLE_DIR", tables)
     monkeypatch.setattr(dispatch, "TUNER", tuner)
     monkeypatch.setenv("ATTNZOO_CACHE_DIR", str(tmp_path / "cache"))
@@ -143,10 +145,29 @@ def test_no_table_for_the_gpu_means_pytorch_everywhere(gpu):
             assert not use_triton(op=op, causal=causal, n=4096)
 
 
+def test_a_cards_own_table_comes_before_its_capabilitys(gpu):
+    """An H100 and an H200 are both sm 9.0 but not the same card: each reads the table named for
+    it, and a card without one reads its capability's."""
+    write_table(gpu, "9.0", [entry(impl="torch"), entry(op="pool_mix", dim=512, impl="triton")])
+    assert dispatch.table_file(H100.name) == "NVIDIA-H100-80GB-HBM3.json"
+    h100 = dispatch.TABLE_DIR / dispatch.table_file(H100.name)
+    h100.write_text(json.dumps({"schema": 1, "capability": "9.0", "device": H100.name,
+                                "entries": [entry(impl="triton")]}))  # fmt: skip
+    assert use_triton(n=256)  # the H100's own table
+    assert not use_triton(op="pool_mix", dim=512, n=256)  # not in it: PyTorch, no mixing
+    assert not use_triton(n=256, t=CudaLike(index=2))  # the H200: the capability's table
+    assert use_triton(op="pool_mix", dim=512, n=256, t=CudaLike(index=2))
+    assert not use_triton(n=256, t=CudaLike(index=1))  # the A100 (8.0): no table at all
+    assert dispatch.table_paths(H200.name, "9.0") == (gpu / "NVIDIA-H200.json", gpu / "9.0.json")
+
+
 def test_the_committed_tables_are_well_formed():
+    """Each is named for its card (what gpu_check writes) or for its capability."""
     for path in sorted(dispatch.TABLE_DIR.glob("*.json")):
         entries = dispatch.load_table(path)
-        assert json.loads(path.read_text())["capability"] == path.stem, path
+        table = json.loads(path.read_text())
+        names = {dispatch.table_file(table["device"]), f"{table['capability']}.json"}
+        assert path.name in names, path
         assert entries, path
 
 
@@ -369,18 +390,18 @@ def test_the_choice_is_a_constant_for_torch_compile(gpu):
 
 
 def test_the_gpu_docs_and_results_agree_with_the_committed_tables():
-    """Each committed table has its gpu_check report in results/gpu/ and its GPU in docs/gpu.md;
-    with none, the docs say "not yet measured" and results/gpu/ holds no report."""
+    """Each committed table has the gpu_check report of its card in results/gpu/ and its GPU in
+    docs/gpu.md; with none, the docs say "not yet measured" and results/gpu/ holds no report."""
     root = Path(__file__).resolve().parents[1]
     docs = (root / "docs" / "gpu.md").read_text()
-    tables = sorted((root / "kernels" / "dispatch_tables").glob("*.json"))
+    tables = sorted(dispatch.TABLE_DIR.glob("*.json"))
     reports = [json.loads(p.read_text()) for p in (root / "results" / "gpu").glob("*.json")]
     reports = [r for r in reports if not r.get("dry_run")]
-    measured = {(r.get("dispatch_table") or {}).get("capability") for r in reports}
+    measured = {(r.get("dispatch_table") or {}).get("device") for r in reports}
     for path in tables:
         table = json.loads(path.read_text())
-        assert path.stem in measured, f"{path.name} has no gpu_check report in results/gpu/"
-        assert f"sm {path.stem}" in docs and table["device"] in docs, path.name
+        assert table["device"] in measured, f"{path.name} has no gpu_check report in results/gpu/"
+        assert f"sm {table['capability']}" in docs and table["device"] in docs, path.name
     if not tables:
         assert "not yet measured" in docs and not reports
 

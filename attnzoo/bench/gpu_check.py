@@ -1,14 +1,20 @@
 """Everything a GPU can tell us about attnzoo, stage by stage: the GPU check behind
-`scripts/gpu_check.py` (docs/gpu.md describes the stages, their limits and the report).
+`scripts/gpu_check.py` (docs/gpu.md describes the stages, the budget and the report).
 
-Each stage is a subprocess with its own time limit, so that a hang or a crash in one loses only
-that one (what it printed is kept in `<out>/logs/<stage>.log`): the environment probe, the `cuda`
-test tier, the kernel benchmark (`scripts/bench_kernels.py`), the training benchmark
-(`scripts/bench_train.py`), the default training job, and the dispatch table of `impl="auto"`
-made from the kernel benchmark's timings (`attnzoo.kernels.dispatch.make_table`). The stages run
-the checkout's tests and scripts (`root`), from a scratch folder outside it. `--dry-run` runs the
-same stages on CPU at tiny sizes (the Triton kernels in the interpreter, a synthetic corpus
-unless the data folder holds Tiny Shakespeare) and writes its table into `<out>/dispatch/`.
+The stages run most valuable first, each a subprocess with a share of one time budget, so that a
+hang or a crash in one loses only that one and the whole check ends inside the budget: the
+environment probe, the kernel benchmark (`scripts/bench_kernels.py`), the dispatch table of
+`impl="auto"` made from its timings (`attnzoo.kernels.dispatch.make_table`), a curated part of
+the `cuda` test tier, the training benchmark (`scripts/bench_train.py`) and the default training
+job. The report (Markdown and JSON) and the archive of every stage's output are rewritten the
+moment each stage ends, so a check killed in the middle keeps what the stages before it found.
+
+The stages run the checkout's tests and scripts (`root`), from a scratch folder outside it, and
+keep their working files there; the report folder only ever holds the report, its JSON twin and
+the log archive (and the table, where `--table-dir` points into it). `--dry-run` runs the same
+stages on CPU at tiny sizes (the Triton kernels in the interpreter, a synthetic corpus unless the
+data folder holds Tiny Shakespeare) and writes its table into `<out>/dispatch_tables/`, never
+into the package.
 
 The report itself (the Markdown and JSON files and the verdict table) is
 `attnzoo.bench.gpu_report`.
@@ -20,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,23 +42,51 @@ from attnzoo.mixers import causal_mixers
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
 CORPUS = "tinyshakespeare/input.txt"
 
-# Seconds per stage on a GPU (a total of 9 minutes); --dry-run uses its own, --scale multiplies.
-LIMITS = {
-    "env": 25,
-    "cuda-tests": 120,
-    "bench-kernels": 200,
-    "bench-train": 140,
-    "default-job": 50,
+# The stages in the order they run (most valuable first) and each one's share of the budget, in
+# seconds of the default budget: what fits 6 minutes of an H100 with the installation
+# (docs/gpu.md gives the arithmetic). A stage's limit is its share of the time that is left, so
+# what one stage leaves unused goes to the stages after it.
+SHARES = {
+    "env": 15,
+    "bench-kernels": 110,
     "dispatch-table": 5,
+    "cuda-tests": 60,
+    "bench-train": 100,
+    "default-job": 40,
 }
-DRY_LIMITS = {
-    "env": 60,
-    "cuda-tests": 120,
-    "bench-kernels": 180,
-    "bench-train": 120,
-    "default-job": 120,
-    "dispatch-table": 30,
+BUDGET = sum(SHARES.values())  # 330 s
+# --dry-run's shares (CPU, tiny sizes: `--dry-run --budget 60` takes 15-30 s on two cores)
+DRY_SHARES = {
+    "env": 10,
+    "bench-kernels": 15,
+    "dispatch-table": 5,
+    "cuda-tests": 10,
+    "bench-train": 10,
+    "default-job": 10,
 }
+RESERVE_S = 2.0  # kept back from the stages for the last report and the log archive
+MIN_STAGE_S = 3.0  # no stage is started with less than this left of the budget
+
+# The part of the `cuda` tier the check runs: every op forward and backward against float64 in
+# bf16 (causal, padded), dropout, a mixer per op training under bf16 autocast with the Triton
+# kernels (linear_attention through `linear`, the sliding window through `local`), one compiled,
+# and benchmark mode. `TRITON_INTERPRET=0 python -m pytest -m cuda` runs the whole tier.
+CUDA_TESTS = (
+    *(
+        "test_cuda_ops.py::test_kernels_match_the_float64_reference"
+        f"[{op}-1000-True-True-torch.bfloat16]"  # n = 1000, causal, padded
+        for op in ("scaled_dot", "quadratic", "metric", "pool")
+    ),
+    "test_cuda_ops.py::test_dropout_matches_the_reference_given_the_kernels_mask"
+    "[scaled_dot-torch.bfloat16]",
+    *(
+        f"test_cuda_ops.py::test_every_mixer_trains_20_steps_under_bf16_autocast[{m}-triton-eager]"
+        for m in ("scaled_dot", "metric", "quadratic", "pooling", "linear", "local")
+    ),
+    "test_cuda_ops.py::test_every_mixer_trains_20_steps_under_bf16_autocast"
+    "[scaled_dot-triton-compiled]",
+    "test_cuda_ops.py::test_benchmark_mode_decides_on_this_gpu_and_keeps_the_result_exact",
+)
 
 ENV_PROBE = r"""
 import json, platform, subprocess, sys
@@ -85,7 +120,9 @@ print("ENV " + json.dumps(info))
 @dataclass
 class Stage:
     name: str
-    status: str = "not run"  # ok | failed | timeout | skipped | not run
+    # not reached (yet) | running | ok | failed | timeout | cut | skipped | not run; a report
+    # left with a stage "running" is one whose check was killed during that stage
+    status: str = "not reached"
     seconds: float = 0.0
     limit_s: float = 0.0
     summary: str = ""
@@ -97,11 +134,13 @@ class Stage:
 class Check:
     """What the check found, filled stage by stage."""
 
-    out: Path
+    out: Path  # the report, its JSON twin and the log archive, nothing else
+    work: Path  # the stages' logs and working files (archived into out/ after each stage)
     dry_run: bool
     deadline: float
-    scale: float
     root: Path  # the checkout: its tests/ and scripts/ are what the stages run
+    budget_s: float = BUDGET
+    setup_s: float | None = None  # the installation before the check, where a wrapper timed it
     env: dict = field(default_factory=dict)
     stages: list[Stage] = field(default_factory=list)
     tests: list[dict] = field(default_factory=list)
@@ -110,33 +149,58 @@ class Check:
     default_job: dict = field(default_factory=dict)
     table: dict = field(default_factory=dict)
 
-    def limit(self, stage: str) -> float:
-        own = (DRY_LIMITS if self.dry_run else LIMITS)[stage] * self.scale
-        return max(1.0, min(own, self.deadline - time.monotonic()))
+    def limit(self, stage: str, left: Sequence[str]) -> float:
+        """The stage's share of the time left, among the stages `left` to run (itself first)."""
+        shares = DRY_SHARES if self.dry_run else SHARES
+        available = self.deadline - RESERVE_S - time.monotonic()
+        return available * shares[stage] / sum(shares[s] for s in left)
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT reached the check: the stage running is cut, the report written."""
 
 
 # ------------------------------------------------------------------------------------ subprocesses
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the stage's process gets SIGKILL when the check dies (even by SIGKILL), so no
+    stage outlives a killed check."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def run(
     cmd: list[str], limit: float, log: Path, env: dict[str, str], cwd: Path
 ) -> tuple[int | None, str]:
     """Run `cmd` in its own process group; (exit status or None on timeout, its output). On
-    timeout the whole group is killed (pytest workers, compile workers), and what it printed so
-    far is returned. The output is also written to `log`."""
+    timeout, or when the check is stopped, the whole group is killed (pytest workers, compile
+    workers), and what it printed so far is kept. The output is also written to `log`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as sink:
         sink.write("$ " + " ".join(cmd) + "\n")
         sink.flush()
         proc = subprocess.Popen(
-            cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+            cmd,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         try:
-            code = proc.wait(timeout=limit)
+            code = proc.wait(timeout=max(limit, 0.1))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
             code = None
+        finally:
+            if proc.returncode is None:  # timed out, or Stopped raised while waiting
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     return code, log.read_text(errors="replace")
 
 
@@ -167,10 +231,10 @@ def md_table(text: str, first_header: str) -> list[dict[str, str]]:
 # ------------------------------------------------------------------------------------ stages
 
 
-def stage_env(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
+def stage_env(check: Check, stage: Stage, env: dict[str, str]) -> None:
     cmd = [sys.executable, "-c", ENV_PROBE]
     stage.commands.append("python -c <environment probe>")
-    code, output = run(cmd, stage.limit_s, check.out / "logs" / "env.log", env, scratch)
+    code, output = run(cmd, stage.limit_s, check.work / "logs" / "env.log", env, check.work)
     found = [ln for ln in output.splitlines() if ln.startswith("ENV ")]
     if code != 0 or not found:
         stage.status = "timeout" if code is None else "failed"
@@ -185,13 +249,17 @@ def stage_env(check: Check, stage: Stage, env: dict[str, str], scratch: Path) ->
     stage.status = "ok"
 
 
-def stage_tests(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
-    files = [str(check.root / "tests" / f) for f in ("test_cuda_ops.py", "test_cuda_train.py")]
+def stage_tests(check: Check, stage: Stage, env: dict[str, str]) -> None:
+    tests = [str(check.root / "tests" / t) for t in CUDA_TESTS]
     cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-rfE", "-p", "no:cacheprovider"]
-    cmd += ["--rootdir", str(check.root), "-c", str(check.root / "pyproject.toml"), *files]
-    stage.commands.append("TRITON_INTERPRET=0 python -m pytest -m cuda " + " ".join(files))
+    cmd += ["--rootdir", str(check.root), "-c", str(check.root / "pyproject.toml"), *tests]
+    stage.commands.append(
+        "TRITON_INTERPRET=0 python -m pytest -m cuda " + " ".join(f"tests/{t}" for t in CUDA_TESTS)
+    )
     test_env = {**env, "TRITON_INTERPRET": "1" if check.dry_run else "0"}
-    code, output = run(cmd, stage.limit_s, check.out / "logs" / "cuda-tests.log", test_env, scratch)
+    code, output = run(
+        cmd, stage.limit_s, check.work / "logs" / "cuda-tests.log", test_env, check.work
+    )
     results: dict[str, dict] = {}
     for m in re.finditer(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", output, re.M):
         results[m.group(1)] = {"test": m.group(1).split("tests/")[-1], "outcome": m.group(2)}
@@ -218,19 +286,20 @@ def stage_tests(check: Check, stage: Stage, env: dict[str, str], scratch: Path) 
         )
 
 
-def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
-    out = check.out / "bench_kernels"
+def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str]) -> None:
+    out = check.work / "bench_kernels"
     cmd = [sys.executable, str(check.root / "scripts" / "bench_kernels.py"), "--out", str(out)]
     if check.dry_run:
         cmd += ["--smoke", "--n", "32", "--batch", "1", "--heads", "2", "--head-dim", "16"]
         cmd += ["--only", "scaled_dot", "pool"]  # the other two take the same path, slower
         cmd += ["--no-train-shape", "--no-pool-large", "--reps", "1"]
-    else:  # four parts within the stage's limit, each under its own
-        cmd += ["--reps", "20", "--timeout", f"{max(10.0, stage.limit_s / 4 - 5):.0f}"]
+    else:  # N = 1k and 4k (and the training shape); four parts, each under a quarter of the limit
+        cmd += ["--n", "1024", "4096", "--reps", "20"]
+        cmd += ["--timeout", f"{max(10.0, stage.limit_s / 4 - 5):.0f}"]
     stage.commands.append(" ".join(["python", *cmd[1:]]))
     bench_env = {**env, "TRITON_INTERPRET": "1" if check.dry_run else "0"}
     code, output = run(
-        cmd, stage.limit_s, check.out / "logs" / "bench-kernels.log", bench_env, scratch
+        cmd, stage.limit_s, check.work / "logs" / "bench-kernels.log", bench_env, check.work
     )
     saved = out / "bench_kernels.json"
     if saved.exists():
@@ -269,7 +338,7 @@ def _synthetic_corpus(folder: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], scratch: Path, data: Path):
+def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], data: Path):
     if not (data / CORPUS).exists():
         stage.status = "skipped"
         stage.error = f"no Tiny Shakespeare at {data / CORPUS} (give --data-dir)"
@@ -300,8 +369,8 @@ def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], scratch: 
             continue
         cmd = [*base, "--mixers", ",".join(names), "--compile" if compiled else "--no-compile"]
         stage.commands.append(" ".join(["python", *cmd[1:]]))
-        log = check.out / "logs" / f"bench-train-{i:02d}.log"
-        code, output = run(cmd, left, log, env, scratch)
+        log = check.work / "logs" / f"bench-train-{i:02d}.log"
+        code, output = run(cmd, left, log, env, check.work)
         rows = md_table(output, "mixer")
         for row in rows:
             check.train.append({"job": label, "status": "ok", **row})
@@ -326,8 +395,8 @@ def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], scratch: 
         stage.status = "ok"
 
 
-def stage_default_job(check: Check, stage: Stage, env: dict[str, str], scratch: Path) -> None:
-    run_dir = check.out / "default_job"
+def stage_default_job(check: Check, stage: Stage, env: dict[str, str]) -> None:
+    run_dir = check.work / "default_job"
     cmd = [sys.executable, "-m", "attnzoo.train", "logger.mode=disabled", "train.progress=false"]
     cmd.append(f"hydra.run.dir={run_dir}")
     if check.dry_run:
@@ -338,7 +407,7 @@ def stage_default_job(check: Check, stage: Stage, env: dict[str, str], scratch: 
         cmd += ["train.device=cuda"]
     stage.commands.append(" ".join(["python", *cmd[1:]]))
     started = time.monotonic()
-    code, output = run(cmd, stage.limit_s, check.out / "logs" / "default-job.log", env, scratch)
+    code, output = run(cmd, stage.limit_s, check.work / "logs" / "default-job.log", env, check.work)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     final = summary.get("final") or {}
@@ -363,7 +432,8 @@ def stage_default_job(check: Check, stage: Stage, env: dict[str, str], scratch: 
 
 
 def stage_table(check: Check, stage: Stage, table_dir: Path) -> None:
-    """The dispatch table from bench_kernels' rows; under --dry-run into <out>/dispatch/."""
+    """The card's dispatch table from bench_kernels' rows, `<table_dir>/<device name>.json`;
+    under --dry-run `<out>/dispatch_tables/cpu.json`."""
     rows = check.bench.get("dispatch", [])
     if not rows:
         stage.status, stage.error = "skipped", "no kernel timings (see bench-kernels)"
@@ -371,14 +441,16 @@ def stage_table(check: Check, stage: Stage, table_dir: Path) -> None:
     from attnzoo.kernels import dispatch
 
     meta = check.bench.get("meta", {})
-    capability = "cpu" if check.dry_run else meta.get("capability") or check.env.get("capability")
+    capability = meta.get("capability") or check.env.get("capability")
+    device = meta.get("device") or check.env.get("gpu")
     if check.dry_run:
-        table_dir = check.out / "dispatch"
+        capability = device = "cpu"
+        table_dir = check.out / dispatch.TABLE_DIR.name
     table = dispatch.make_table(
         rows,
         {
             "capability": capability,
-            "device": meta.get("device", check.env.get("gpu")),
+            "device": device,
             "torch": meta.get("torch"),
             "triton": meta.get("triton"),
             "measured_utc": meta.get("time_utc"),
@@ -386,7 +458,7 @@ def stage_table(check: Check, stage: Stage, table_dir: Path) -> None:
         },
     )
     table_dir.mkdir(parents=True, exist_ok=True)
-    path = table_dir / f"{capability}.json"
+    path = table_dir / dispatch.table_file(device)
     path.write_text(json.dumps(table, indent=1) + "\n")
     entries = dispatch.load_table(path)  # what impl="auto" will read, checked
     check.table = {"path": str(path), **table}
@@ -404,62 +476,112 @@ def run_check(
     dry_run: bool,
     table_dir: Path,
     data: Path,
-    budget: float = 540,
-    scale: float = 1.0,
-    only: Sequence[str] = tuple(LIMITS),
+    budget: float = BUDGET,
+    only: Sequence[str] = tuple(SHARES),
+    setup_s: float | None = None,
 ) -> int:
-    """Run the stages named in `only` (the others are reported skipped) within `budget` x
-    `scale` seconds, write `<out>/<date>-<gpu>.md` and `.json`, print the stage and verdict
-    tables; the exit status: 0 when every stage passed, else 1 (a dry run also fails on a
-    skipped stage it was asked to run)."""
-    import torch
-
+    """Run the stages named in `only` (the others are reported skipped), in order, within
+    `budget` seconds; rewrite `<out>/<date>-<gpu>.md`, `.json` and `-logs.tar.gz` as each stage
+    ends; print the stage and verdict tables. A stage that the budget does not reach is "not
+    run"; SIGTERM or SIGINT cut the stage running and still write the report. The exit status:
+    0 when every stage passed, else 1 (a dry run also fails on a skipped stage it was asked to
+    run), 128 + the signal when stopped."""
+    started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    check = Check(out, dry_run, time.monotonic() + budget * scale, scale, root)
-
     # the subprocesses run outside the checkout, whose attnzoo/ folder (without kernels/) would
-    # shadow the installed package; no downloads, no W&B
-    scratch = Path(tempfile.mkdtemp(prefix="gpu_check-cwd-"))
+    # shadow the installed package, and keep their files there; no downloads, no W&B
+    work = Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    check = Check(out, work, dry_run, started + budget, root, budget, setup_s)
+    check.stages = [Stage(name) for name in SHARES]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "ATTNZOO_OFFLINE": "1"}
     env.setdefault("WANDB_MODE", "disabled")
     if dry_run and not (data / CORPUS).exists():
-        data = out / "data"
+        data = work / "data"
         env["ATTNZOO_TINYSHAKESPEARE_SHA256"] = _synthetic_corpus(data)
+    stem = report_stem(check) if dry_run else None  # else once the env stage named the GPU
 
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     print(f"gpu_check{' --dry-run' if dry_run else ''}: report in {out}", flush=True)
-    for name in LIMITS:
-        stage = Stage(name)
-        check.stages.append(stage)
-        if name not in only:
-            stage.status = "skipped"
-            continue
-        stage.limit_s = check.limit(name)
-        start = time.monotonic()
-        print(f"== {name} (limit {stage.limit_s:.0f} s)", flush=True)
-        try:
-            if name == "env":
-                stage_env(check, stage, env, scratch)
-            elif name == "cuda-tests":
-                stage_tests(check, stage, env, scratch)
-            elif name == "bench-kernels":
-                stage_bench_kernels(check, stage, env, scratch)
-            elif name == "bench-train":
-                stage_bench_train(check, stage, env, scratch, data)
-            elif name == "default-job":
-                stage_default_job(check, stage, env, scratch)
-            else:
-                stage_table(check, stage, table_dir)
-        except Exception as err:  # noqa: BLE001 - the report says so, the next stage runs
-            stage.status, stage.error = "failed", f"{type(err).__name__}: {err}"[:400]
-        stage.seconds = time.monotonic() - start
-        print(f"   {stage.status}: {stage.summary} {stage.error}".rstrip(), flush=True)
-
-    gpu = "cpu-dry-run" if dry_run else slug(check.env.get("gpu") or torch.cuda.get_device_name())
-    stem = f"{time.strftime('%Y-%m-%d', time.gmtime())}-{gpu}"
+    stopped = None
+    try:
+        for i, stage in enumerate(check.stages):
+            if stage.name not in only:
+                stage.status = "skipped"
+                continue
+            left = [s.name for s in check.stages[i:] if s.name in only]
+            stage.limit_s = check.limit(stage.name, left)
+            if check.deadline - RESERVE_S - time.monotonic() < MIN_STAGE_S:
+                stage.status = "not run"
+                stage.error = f"the budget of {budget:.0f} s was spent before it"
+                continue
+            stage.status = "running"
+            if stem:
+                write_report(check, stem)
+            print(f"== {stage.name} (limit {stage.limit_s:.0f} s)", flush=True)
+            start = time.monotonic()
+            try:
+                run_stage(check, stage, env, data, table_dir)
+            except Stopped as err:
+                stage.status, stage.error = "cut", f"the check was stopped by {err}"
+                stopped = err
+            except Exception as err:  # noqa: BLE001 - the report says so, the next stage runs
+                stage.status, stage.error = "failed", f"{type(err).__name__}: {err}"[:400]
+            stage.seconds = time.monotonic() - start
+            print(f"   {stage.status}: {stage.summary} {stage.error}".rstrip(), flush=True)
+            stem = stem or report_stem(check)
+            write_report(check, stem)
+            if stopped:
+                break
+    except Stopped as err:  # between stages, or while a report was written
+        stopped = err
+        for stage in check.stages:
+            if stage.status == "running":
+                stage.status, stage.error = "cut", f"the check was stopped by {err}"
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    stem = stem or report_stem(check)
     write_report(check, stem)
-    print(f"\nwrote {out / stem}.md and .json\n\n{stage_table_md(check)}\n")
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"\nwrote {out / stem}.md, .json and -logs.tar.gz\n\n{stage_table_md(check)}\n")
     print(verdict_table_md(check), flush=True)
-    bad = [s for s in check.stages if s.status in ("failed", "timeout")]
+    if stopped:
+        return 128 + signal.Signals[str(stopped)].value
+    bad = [s for s in check.stages if s.status in ("failed", "timeout", "not run")]
     if dry_run:  # a dry run proves every stage: a skipped one is a failure too
         bad += [s for s in check.stages if s.status == "skipped" and s.name in only]
     return 1 if bad else 0
+
+
+def report_stem(check: Check) -> str:
+    """`<date>-<gpu>`: the GPU the env stage found, else torch's name for it."""
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    if check.dry_run:
+        return f"{day}-cpu-dry-run"
+    gpu = check.env.get("gpu")
+    if not gpu:
+        try:
+            import torch
+
+            gpu = torch.cuda.get_device_name()
+        except Exception:  # noqa: BLE001 - the env stage's error says what is wrong
+            gpu = "unknown-gpu"
+    return f"{day}-{slug(gpu)}"
+
+
+def run_stage(check: Check, stage: Stage, env: dict[str, str], data: Path, table_dir: Path) -> None:
+    if stage.name == "env":
+        stage_env(check, stage, env)
+    elif stage.name == "bench-kernels":
+        stage_bench_kernels(check, stage, env)
+    elif stage.name == "dispatch-table":
+        stage_table(check, stage, table_dir)
+    elif stage.name == "cuda-tests":
+        stage_tests(check, stage, env)
+    elif stage.name == "bench-train":
+        stage_bench_train(check, stage, env, data)
+    else:
+        stage_default_job(check, stage, env)

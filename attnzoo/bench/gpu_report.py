@@ -1,11 +1,18 @@
 """The GPU check's report: the stage table, the verdict table (what impl="auto" now does per
-key, then the kernel benchmark's targets), and the `<date>-<gpu>.md` and `.json` files."""
+key, then the kernel benchmark's targets), and the files of the report folder, rewritten after
+each stage: `<date>-<gpu>.md`, its JSON twin `.json`, and `-logs.tar.gz`, every stage's output.
+
+Each file is written to a temporary name and renamed, so a check killed while writing leaves
+the previous version whole, never half a file."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +62,14 @@ def report_md(check: Check, title: str) -> str:
     md = [f"# {title}", ""]
     if check.dry_run:
         md += ["**Dry run** on CPU at tiny sizes: proves the script, measures nothing.", ""]
+    setup = f"; the installation before it took {check.setup_s:.0f} s" if check.setup_s else ""
+    md += [
+        f"Budget: {check.budget_s:.0f} s for the stages{setup}; the stages have taken "
+        f"{sum(s.seconds for s in check.stages):.0f} s. A stage left `running` is one during "
+        "which the check itself was killed; `not reached` ones came after it; `not run` ones "
+        "found the budget spent.",
+        "",
+    ]
     md += ["## Environment", ""]
     md += [
         f"- {k}: {e.get(k)}"
@@ -84,13 +99,46 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
 
 
+# What the log archive leaves out: checkpoints (the default job's), and the dry run's corpus.
+ARCHIVE_SKIP_SUFFIXES = (".pt", ".pth", ".safetensors")
+ARCHIVE_MAX_BYTES = 48 * 2**20  # of files added, before compression (the archive stays < 16 MiB)
+
+
+def _replace(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_archive(check: Check, path: Path) -> None:
+    """Every stage's output (logs, the kernel benchmark's files, the default job's run folder
+    without its checkpoint) as one archive."""
+
+    def write(tmp: Path) -> None:
+        added = 0
+        with tarfile.open(tmp, "w:gz") as tar:
+            for f in sorted(p for p in check.work.rglob("*") if p.is_file()):
+                rel = f.relative_to(check.work)
+                size = f.stat().st_size
+                if rel.parts[0] == "data" or f.suffix in ARCHIVE_SKIP_SUFFIXES:
+                    continue
+                if added + size > ARCHIVE_MAX_BYTES:
+                    continue
+                tar.add(f, arcname=f"{path.name.removesuffix('.tar.gz')}/{rel}")
+                added += size
+
+    _replace(path, write)
+
+
 def write_report(check: Check, stem: str) -> None:
-    """`<out>/<stem>.md` (tables, verdicts, what failed with its error) and `<out>/<stem>.json`."""
+    """`<out>/<stem>.md` (tables, verdicts, what failed with its error), `<out>/<stem>.json`
+    and `<out>/<stem>-logs.tar.gz`."""
     title = f"gpu_check {stem}" + (" (dry run)" if check.dry_run else "")
-    (check.out / f"{stem}.md").write_text(report_md(check, title))
     payload = {
         "dry_run": check.dry_run,
         "time_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "budget_s": check.budget_s,
+        "setup_s": check.setup_s,
         "env": check.env,
         "stages": [asdict(s) for s in check.stages],
         "tests": check.tests,
@@ -100,4 +148,8 @@ def write_report(check: Check, stem: str) -> None:
         "dispatch_table": check.table,
         "verdicts": verdict_rows(check),
     }
-    (check.out / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    write_archive(check, check.out / f"{stem}-logs.tar.gz")
+    _replace(check.out / f"{stem}.md", lambda p: p.write_text(report_md(check, title)))
+    _replace(
+        check.out / f"{stem}.json", lambda p: p.write_text(json.dumps(payload, indent=1) + "\n")
+    )
