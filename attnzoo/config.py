@@ -252,11 +252,58 @@ def model_config(cfg: DictConfig, causal: bool) -> ModelConfig:
 _STORED: set[tuple[str | None, str]] = set()
 
 
+JOB_FOLDER_CHARS = 120  # a job folder's name, at most: well inside a file system's 255 bytes
+
+
+def swept_keys(sweep_dir: Path) -> set[str] | None:
+    """The keys a multirun sweeps (`mixer=a,b`, `train.lr=range(...)`, a preset's
+    `hydra.sweeper.params`), from the multirun.yaml Hydra writes before it launches the jobs;
+    None where there is none."""
+    import yaml
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        cfg = yaml.safe_load((sweep_dir / "multirun.yaml").read_text()) or {}
+        hydra_node = cfg.get("hydra") or {}
+        params = (hydra_node.get("sweeper") or {}).get("params") or {}
+        given = (hydra_node.get("overrides") or {}).get("task") or []
+        parsed = OverridesParser.create().parse_overrides([str(o) for o in given])
+    except Exception:  # no multirun.yaml, or one this cannot read: name by every override
+        return None
+    return {str(k) for k in params} | {o.key_or_group for o in parsed if o.is_sweep_override()}
+
+
+def job_folder(num: int, overrides: Any, sweep_dir: str) -> str:
+    """A multirun job's folder name (conf/config.yaml's `hydra.sweep.subdir`): the values the
+    sweep varies, as the job has them (`mixer=pooling,train.lr=0.002`, sorted by key), so that a
+    sweep's folders say what each job ran and a rerun of the grid, in any order or extended,
+    finds each configuration's folder again. `/` becomes `_` (a path in a value must not make
+    folders); a name longer than JOB_FOLDER_CHARS keeps its start and ends in a hash of the
+    whole; a job without swept values is its number."""
+    import hashlib
+
+    swept = swept_keys(Path(str(sweep_dir)))
+    items = sorted(str(o) for o in overrides or [])
+    if swept is not None:
+        items = [o for o in items if o.lstrip("+~").split("=", 1)[0] in swept]
+    name = ",".join(items).replace("/", "_")
+    if not name:
+        return str(num)
+    if len(name) > JOB_FOLDER_CHARS:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[: JOB_FOLDER_CHARS - 9]}-{digest}"
+    return name
+
+
 def register_configs() -> None:
-    """Put `Config` and one schema per registered mixer and task into Hydra's ConfigStore. Safe
-    to call again: only mixers and tasks registered since the last call are added."""
+    """Put `Config` and one schema per registered mixer and task into Hydra's ConfigStore, and
+    the `attnzoo_job_folder` resolver (`job_folder`) into OmegaConf. Safe to call again: only
+    mixers and tasks registered since the last call are added."""
     from attnzoo.mixers import COMMON_ARGS as MIXER_ARGS
     from attnzoo.tasks import COMMON_ARGS as TASK_ARGS
+
+    if not OmegaConf.has_resolver("attnzoo_job_folder"):
+        OmegaConf.register_new_resolver("attnzoo_job_folder", job_folder)
 
     cs = ConfigStore.instance()
     nodes: list[tuple[str | None, str, Any]] = [(None, "config_schema", lambda: Config)]

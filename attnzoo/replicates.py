@@ -124,12 +124,29 @@ def ablation(cfg: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def group_name(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> str:
-    """`<task>-<mixer>[-<switch>_<value>...]-<hash>`: readable, and unique per configuration
-    (the hash covers every semantic key, also those the name does not spell out)."""
+GROUP_NAME_CHARS = 128  # W&B's limit on a group's name
+
+
+def group_name(
+    cfg: Mapping[str, Any], run_paths: Iterable[str] = (), overrides: Iterable[str] = ()
+) -> str:
+    """`<task>-<mixer>[-<switch>_<value>...][-<key>_<value>...]-<hash>`: readable, and unique
+    per configuration (the hash covers every semantic key, also those the name does not spell
+    out). The block switches off their defaults come first, then the run's other semantic
+    `overrides` by their last key (`lr_0.002`, `window_5`), so that the groups of a sweep over a
+    learning rate differ by more than their hash; a name longer than W&B allows drops them from
+    the end."""
     parts = [_choice(cfg, "task") or "task", _choice(cfg, "mixer") or "mixer"]
     parts += [f"{k}_{v}" for k, v in ablation(cfg).items()]
-    return "-".join([*parts, config_hash(cfg, run_paths)])
+    spelled = {"task", "mixer", "experiment", *(f"model.{k}" for k in ABLATION_KEYS)}
+    for override in overrides:
+        key, _, value = str(override).lstrip("+~").partition("=")
+        if value and key not in spelled and is_semantic(key) and not key.startswith("hydra"):
+            parts.append(f"{key.rsplit('.', 1)[-1]}_{value}")
+    digest = config_hash(cfg, run_paths)
+    while len(parts) > 2 and len("-".join([*parts, digest])) > GROUP_NAME_CHARS:
+        parts.pop()
+    return "-".join([*parts, digest])
 
 
 def tags(cfg: Mapping[str, Any]) -> list[str]:

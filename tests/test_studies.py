@@ -207,7 +207,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
             # the selection table names the LR each mixer got; its fresh runs used exactly it
             assert re.search(rf"^\| {mixer} \| {lr:g} \| ", grid, re.M), mixer
             folder = out / task / "final" / f"lr_{lr:g}"
-            ran = [(j / ".hydra" / "overrides.yaml").read_text() for j in folder.glob("[0-9]*")]
+            ran = [(h / "overrides.yaml").read_text() for h in folder.glob("*/.hydra")]
             assert sum(f"mixer={mixer}\n" in o for o in ran) == 2  # seeds 0 and 1
         # groups over the fresh seeds: n_seeds 2, seeds 0 1, a Student-t interval on the loss
         rows = re.findall(r"^\| (\w+) \| ([0-9.e-]+) \| (\d+) \| ([\d ]+) \| (\S+) \[(\S+), (\S+)\] \|",
@@ -422,7 +422,7 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     out = tmp_path / "ma"
     run_script("mixer_ablation.py", "--preset", "gpu", "--smoke", "--tasks", "shakespeare_char",
                "--mixers", "scaled_dot", "pooling", "--out", str(out))  # fmt: skip
-    job = next((out / "shakespeare_char" / "tune").glob("[0-9]*"))
+    job = next((out / "shakespeare_char" / "tune").glob("*/.hydra")).parent
     overrides = (job / ".hydra" / "overrides.yaml").read_text()
     assert "experiment=shakespeare_char_study_gpu" in overrides
     assert "train.device=cpu" in overrides and "model.dim=16" in overrides
@@ -431,7 +431,7 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     out = tmp_path / "ra"
     run_script("rank_ablation.py", "--preset", "gpu", "--smoke", "--sweeps", "grid", "--mixers",
                "pooling", "--residuals", "add", "--out", str(out))  # fmt: skip
-    job = next((out / "grid").glob("[0-9]*"))
+    job = next((out / "grid").glob("*/.hydra")).parent
     overrides = (job / ".hydra" / "overrides.yaml").read_text()
     assert "experiment=rank_ablation_gpu" in overrides and "train.device=cpu" in overrides
     assert "Preset `experiment=rank_ablation_gpu`" in (out / "rank_ablation.md").read_text()

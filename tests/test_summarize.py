@@ -103,9 +103,10 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
     assert status["2"] == "incomplete" and status["3"] == "corrupt"
     assert all(status[str(i)] == "missing" for i in (4, 5, 6, 11))
     done = rows["0"]
-    assert (done["mixer"], done["skip"], done["mlp"], done["norm"], done["depth"]) == (
+    assert "skip" not in done  # the residual column says what ran (skip=true with residual=none)
+    assert (done["mixer"], done["residual"], done["mlp"], done["norm"], done["depth"]) == (
         "scaled_dot",
-        "True",
+        "add",
         "True",
         "none",
         "3",
@@ -556,19 +557,16 @@ def test_wandb_offline_logs_the_groups_table(tmp_path, monkeypatch):
 
 def test_a_residual_sweep_shows_each_variant_not_skip(tmp_path):
     """model.residual=none,add,rezero leaves model.skip=true in every config: the residual column
-    is the variant each job ran (attnzoo.residual.resolve), a separate configuration each."""
+    is the variant each job ran (attnzoo.residual.resolve), a separate configuration each, and
+    there is no `skip` column to say otherwise."""
     sweep = tmp_path / "sweep"
     for job, residual in enumerate(("none", "add", "rezero")):
         make_run(sweep / str(job), "scaled_dot", 0, 2.0, residual=residual)
     make_run(sweep / "3", "scaled_dot", 0, 2.0, skip=False)  # the older spelling of none
     analysis.summarize(sweep, tmp_path / "report")
     rows = list(csv.DictReader((tmp_path / "report" / "summary.csv").open()))
-    assert [(r["skip"], r["residual"]) for r in rows] == [
-        ("True", "none"),
-        ("True", "add"),
-        ("True", "rezero"),
-        ("False", "none"),
-    ]
+    assert "skip" not in rows[0]
+    assert [r["residual"] for r in rows] == ["none", "add", "rezero", "none"]
 
 
 def test_interval_figure_shows_held_out_test_where_the_runs_have_it():

@@ -33,24 +33,31 @@ def sweep(tmp_path: Path, launcher: str, *overrides: str) -> tuple[Path, list[di
 def test_submitit_local_sweep_finishes_around_a_failed_job(tmp_path):
     # model.heads=3 does not divide model.dim=16: that job fails when it builds its model
     out, rows = sweep(tmp_path, "local", "model.heads=1,3,2")
-    assert [r["status"] for r in rows] == ["completed", "failed", "completed"]
+    # the job whose model cannot be built is refused before it writes anything: no folder, and
+    # the summary says so, with the reason
+    assert [r["status"] for r in rows] == ["completed", "refused", "completed"]
     assert "heads" in rows[1]["note"] and "model.heads=3" in rows[1]["overrides"]
+    assert not (out / "model.heads=3").exists()
     assert (out / ".submitit").is_dir()  # it did go through submitit
-    for job in ("0", "2"):
-        assert (out / job / "checkpoints" / "last.pt").exists()
-        assert float(rows[int(job)]["final_val_loss"]) > 0
-        record = run_record(out / job)
+    assert [r["job"] for r in rows] == ["model.heads=1", "model.heads=3", "model.heads=2"]
+    for job in (rows[0], rows[2]):
+        assert (out / job["job"] / "checkpoints" / "last.pt").exists()
+        assert float(job["final_val_loss"]) > 0
+        record = run_record(out / job["job"])
         # one W&B group per configuration, the sweep as a tag, the mixer as the job type
         assert record.run_group.startswith("sort-scaled_dot-")
         assert f"sweep:{out.name}" in record.tags and record.job_type == "scaled_dot"
-    assert "**failed**" in (out / "summary.md").read_text()
+    assert "**refused**" in (out / "summary.md").read_text()
 
 
 @pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
 def test_joblib_sweep_runs_every_mixer_in_parallel(tmp_path):
     out, rows = sweep(tmp_path, "parallel", "mixer=identity,pooling", "model.skip=false")
     assert [r["status"] for r in rows] == ["completed"] * 2
-    assert [(r["mixer"], r["skip"]) for r in rows] == [("identity", "False"), ("pooling", "False")]
+    assert [(r["mixer"], r["residual"]) for r in rows] == [
+        ("identity", "none"),
+        ("pooling", "none"),
+    ]
     records = [run_record(out / r["job"]) for r in rows]
     assert [r.run_group.split("-")[:3] for r in records] == [
         ["sort", "identity", "skip_off"],

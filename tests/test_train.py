@@ -447,11 +447,23 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs_by_configura
     )
     assert out.returncode == 2  # the sweep reports the refused job ...
     assert "mixer.window=2" in out.stderr
-    assert not (sweep / "0").exists()  # which wrote nothing
-    done = json.loads((sweep / "1" / "summary.json").read_text())
+    # job folders are named by the job's overrides; the refused job wrote nothing
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert jobs == ["mixer.window=3"], jobs
+    refused = json.loads((sweep / "refused.jsonl").read_text())
+    assert "mixer.window=2" in refused["overrides"] and "window" in refused["error"]
+    done = json.loads((sweep / jobs[0] / "summary.json").read_text())
     assert done["status"] == "completed"  # ... and still ran the next one
     rows = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(sweep / "1" / "wandb")],
+        [
+            sys.executable,
+            "-m",
+            "wandb",
+            "leet",
+            "inspect",
+            "--json",
+            str(sweep / jobs[0] / "wandb"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -459,9 +471,9 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs_by_configura
     info = next(json.loads(r)["run"] for r in rows if '"type":"run"' in r)
     # the group is the configuration (its seeds' runs together), the sweep a tag
     assert info["run_group"] == done["config_group"] and info["job_type"] == "pooling"
-    assert (
-        info["run_group"].startswith("sort-pooling-") and "sweep:my-sweep" in done["wandb"]["tags"]
-    )
+    # readable: the swept value is in the group's name, the seed in the run's
+    assert info["run_group"].startswith("sort-pooling-window_3-")
+    assert "sweep:my-sweep" in done["wandb"]["tags"] and "train.seed=0" in info["display_name"]
 
 
 def test_language_model_samples_are_printed_and_logged_at_every_eval_with_budget_1(

@@ -207,7 +207,7 @@ def test_a_user_mixer_sweeps(user_code, tmp_path):
     out = _train(["mixer.shift=1,2", f"hydra.sweep.dir={sweep}"], user_code, tmp_path, True)
     assert out.returncode == 0, out.stderr
     groups = set()
-    for job in ("0", "1"):
+    for job in ("mixer.shift=1", "mixer.shift=2"):  # job folders named by the swept values
         summary = json.loads((sweep / job / "summary.json").read_text())
         assert summary["status"] == "completed"
         groups.add(summary["config_group"])
@@ -220,7 +220,8 @@ def test_a_user_mixer_sweeps(user_code, tmp_path):
     assert out.returncode == 0, out.stderr
     with (sweep / "summary.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert sorted(r["job"] for r in rows) == ["0", "1"] and {r["mixer"] for r in rows} == {"shift"}
+    assert [r["job"] for r in rows] == ["mixer.shift=1", "mixer.shift=2"]
+    assert {r["mixer"] for r in rows} == {"shift"}
     assert all(r["status"] == "completed" and r["flops"] == "" for r in rows), rows
     assert sorted("mixer.shift=2" in r["overrides"] for r in rows) == [False, True], rows
 

@@ -30,8 +30,7 @@ from attnzoo.stats import Interval  # noqa: E402
 def ablation(r: dict[str, Any]) -> str:
     """A job's block switches in words: `residual add, mlp on, norm layernorm`."""
     on = lambda v: "on" if v in (True, "true", "True") else "off" if v is not None else "?"
-    residual = r.get("residual") or f"skip {on(r['skip'])}"
-    return f"residual {residual}, mlp {on(r['mlp'])}, norm {r['norm'] or '?'}"
+    return f"residual {r.get('residual') or '?'}, mlp {on(r['mlp'])}, norm {r['norm'] or '?'}"
 
 
 def plot_rank(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:

@@ -166,6 +166,7 @@ def group_row(group: Group, confidence: float = 0.95) -> dict[str, Any]:
     loss, task metric, rank and each other collapse measure over the completed seeds, plus cost
     columns and a note naming the seeds left out."""
     done = group.completed
+    first = group.members[0][0]
     notes = []
     for job, r in group.members:
         if r["status"] != "completed":
@@ -191,7 +192,9 @@ def group_row(group: Group, confidence: float = 0.95) -> dict[str, Any]:
         "wall_s_mean": _mean([r["wall_s"] for r in done]),
         "flops": _common([r["flops"] for r in done]),
         "note": "; ".join(notes),
-        "wandb_group": group_name(group.members[0][0].config, run_paths(group.members[0][0])),
+        # the group the runs logged to (summary.json), else the name they would have had
+        "wandb_group": (first.summary or {}).get("config_group")
+        or group_name(first.config, run_paths(first), first.config.get("_overrides", [])),
     }
 
 

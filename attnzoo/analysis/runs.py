@@ -2,10 +2,13 @@
 `summary.json` (every problem a status or a note, never an exception), the jobs the launcher
 never reached, and one row of numbers per job (the columns of summary.csv).
 
-A job's status is the one its summary.json gives (completed, failed, diverged, preempted); a job
-with metrics but no summary is "incomplete" (still running, or killed), one with a folder but
-nothing written "missing", one whose summary does not parse "corrupt". A job number the launcher
-never reached (a gap in 0..max, or fewer folders than the sweep's grid) is "missing" too.
+A job's status is the one its summary.json gives (completed, failed, diverged, preempted,
+interrupted, or running: still running, or killed outright); a job with metrics but no summary is
+"incomplete" (a run from before summaries said `running`), one with a folder but nothing written
+"missing", one whose summary does not parse "corrupt". A job of the sweep's grid (multirun.yaml)
+without a folder is "refused" when the trainer refused its configuration before writing anything
+(the reason is in the sweep's `refused.jsonl`), else "missing": the launcher never reached it.
+Without multirun.yaml, a gap in numbered job folders is "missing".
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ COLUMNS = (
     "job",
     "group",  # the configuration (groups.csv's `group`): a seed's row of that group's intervals
     "mixer",
-    "skip",
     "residual",
     "mlp",
     "norm",
@@ -189,6 +191,11 @@ def load_job(name: str, folder: Path) -> Job:
                 raise ValueError("not a JSON object")
             job.summary = summary
             job.status = str(summary.get("status") or "unknown")
+            if job.status == "running":
+                job.notes.append(
+                    f"still running, or killed: its last checkpoint is step {summary.get('step')}"
+                    " (train.resume=true continues it)"
+                )
             if summary.get("error"):
                 job.notes.append(str(summary["error"]).strip().splitlines()[-1][:120])
         except (json.JSONDecodeError, ValueError) as err:
@@ -203,8 +210,18 @@ def load_job(name: str, folder: Path) -> Job:
     return job
 
 
+REFUSED_FILE = "refused.jsonl"  # in a sweep's folder: the jobs refused before they wrote anything
+
+
 def expected_jobs(sweep: Path) -> int | None:
     """How many jobs the sweep's grid has, from multirun.yaml (None if unknown)."""
+    grid = grid_overrides(sweep)
+    return None if grid is None else len(grid)
+
+
+def grid_overrides(sweep: Path) -> list[list[str]] | None:
+    """Each job's overrides in the sweep's grid, as Hydra's basic sweeper builds them from
+    multirun.yaml (None if unknown)."""
     try:
         cfg = yaml.safe_load((sweep / "multirun.yaml").read_text()) or {}
         # as Hydra's basic sweeper builds the grid: hydra.sweeper.params, then the command line
@@ -216,13 +233,32 @@ def expected_jobs(sweep: Path) -> int | None:
 
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         batches = BasicSweeper.split_arguments(parsed, None)
-        return sum(len(batch) for batch in batches)
-    except Exception:  # the count is a convenience: without it, gaps are still reported
+        return [list(job) for batch in batches for job in batch]
+    except Exception:  # a convenience: without it, gaps in numbered folders are still reported
         return None
 
 
+def refusals(sweep: Path) -> dict[tuple[str, ...], tuple[str, str]]:
+    """The sweep's refused jobs (`refused.jsonl`): their sorted overrides -> the folder name
+    they would have had, and the reason."""
+    out: dict[tuple[str, ...], tuple[str, str]] = {}
+    try:
+        lines = (sweep / REFUSED_FILE).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            key = tuple(sorted(map(str, entry["overrides"])))
+            out[key] = (str(entry["job"]), str(entry["error"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
 def find_jobs(sweep: Path) -> list[Job]:
-    """Every job of the sweep folder `sweep`, including the ones that left no folder behind."""
+    """Every job of the sweep folder `sweep`, including the ones that left no folder behind, in
+    the order of the sweep's grid (numbered folders by number; others after, by name)."""
     if not sweep.is_dir():
         raise ValueError(f"{sweep} is not a folder (give the multirun folder of a sweep)")
     folders = {
@@ -231,17 +267,38 @@ def find_jobs(sweep: Path) -> list[Job]:
         if p.is_dir()
         and (p.name.isdigit() or (p / ".hydra").is_dir() or (p / "metrics.jsonl").exists())
     }
-    numbers = [int(n) for n in folders if n.isdigit()]
-    expected = expected_jobs(sweep)
-    last = max(numbers + [(expected or 0) - 1, -1])
-    names = sorted(folders, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
-    jobs = [load_job(n, folders[n]) for n in names]
-    for number in range(last + 1):
-        if str(number) not in folders:
-            jobs.append(Job(str(number), None, notes=["the job left no folder"]))
-    return sorted(
-        jobs, key=lambda j: (not j.name.isdigit(), int(j.name) if j.name.isdigit() else 0)
-    )
+    jobs = [load_job(n, p) for n, p in folders.items()]
+    overrides_of = lambda j: tuple(sorted(map(str, j.config.get("_overrides", []))))
+    grid = grid_overrides(sweep)
+    place: dict[tuple[str, ...], int] = {}
+    if grid is None:  # no multirun.yaml: a gap in the numbered folders is a job never run
+        numbers = [int(n) for n in folders if n.isdigit()]
+        for number in range(max(numbers, default=-1) + 1):
+            if str(number) not in folders:
+                jobs.append(Job(str(number), None, notes=["the job left no folder"]))
+    else:
+        place = {tuple(sorted(o)): i for i, o in enumerate(grid)}
+        ran = {overrides_of(j) for j in jobs}
+        refused = refusals(sweep)
+        for number, overrides in enumerate(grid):
+            key = tuple(sorted(overrides))
+            if key in ran or str(number) in folders:  # by its overrides, or its number
+                continue
+            name, error = refused.get(key, (str(number), ""))
+            job = Job(name, None, config={"_overrides": list(overrides)})
+            if key in refused:
+                job.status = "refused"
+                job.notes.append(f"refused before it wrote anything: {error}")
+            else:
+                job.notes.append("the job left no folder (never launched, or killed at start)")
+            jobs.append(job)
+
+    def order(j: Job) -> tuple[int, int, str]:
+        if j.name.isdigit():
+            return (0, int(j.name), "")
+        return (1, place.get(overrides_of(j), len(place)), j.name)
+
+    return sorted(jobs, key=order)
 
 
 def find_sweep_jobs(sweeps: list[Path]) -> list[Job]:
@@ -324,7 +381,6 @@ def row(job: Job) -> dict[str, Any]:
         "job": job.name,
         "group": None,  # set when the sweep's jobs are grouped (attnzoo.analysis.groups)
         "mixer": group_choice(cfg, "mixer", overrides),
-        "skip": get(cfg, "model.skip"),
         "residual": residual_kind(cfg),
         "mlp": get(cfg, "model.mlp"),
         "norm": get(cfg, "model.norm"),

@@ -6,6 +6,7 @@ to the `Trainer`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from attnzoo.config import (
     model_config,
     options,
     resolve_data_dir,
+    swept_keys,
     validate,
 )
 from attnzoo.model import Model
@@ -130,13 +132,15 @@ def wandb_identity(cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path) ->
     """How the run shows in W&B. Group: `logger.group`, else the configuration without its seed
     (`attnzoo.replicates.group_name`), so that W&B's grouped panels show mean and spread over the
     replicates; job type: the mixer; tags: task, mixer, the ablation switches off their defaults,
-    the sweep, then `logger.tags`; name: `logger.name`, else the job's overrides."""
+    the sweep, then `logger.tags`; name: `logger.name`, else the job's overrides with its seed."""
     hc, lg = hydra_runtime(), cfg.logger
-    config_group = replicates.group_name(plain_cfg, replicates.run_folders(run_dir))
+    config_group = group_of(plain_cfg, run_dir)
     sweep = sweep_name()
     name = lg.name
     if not name and hc is not None and hc.job.override_dirname:
         name = str(hc.job.override_dirname)
+        seed = f"{replicates.REPLICATE_KEY}={cfg.train.seed}"
+        name = name if seed in name.split(",") else f"{name},{seed}"  # replicates told apart
     tags = replicates.tags(plain_cfg) + ([f"sweep:{sweep}"] if sweep else [])
     tags += [str(t) for t in lg.tags if str(t) not in tags]
     return {
@@ -147,6 +151,18 @@ def wandb_identity(cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path) ->
         "config_group": config_group,
         "sweep": sweep,
     }
+
+
+def group_of(plain_cfg: dict[str, Any], run_dir: Path) -> str:
+    """The run's configuration as a W&B group name (`attnzoo.replicates.group_name`), spelling
+    out the job's overrides under Hydra."""
+    hc = hydra_runtime()
+    overrides = [str(o) for o in hc.overrides.task] if hc is not None else []
+    if sweep_name() is not None:  # the values the sweep varies first: they tell groups apart
+        swept = swept_keys(Path(hc.sweep.dir)) or set()
+        key = lambda o: o.lstrip("+~").split("=", 1)[0]
+        overrides.sort(key=lambda o: key(o) not in swept)
+    return replicates.group_name(plain_cfg, replicates.run_folders(run_dir), overrides)
 
 
 def open_wandb(
@@ -189,9 +205,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
         run_dir = Path(distributed.broadcast(str(run_dir)))  # every rank works in rank 0's folder
         try:
             plain_cfg, task, model, loaded = _prepare(cfg, run_dir, device)
-        except (ConfigError, CheckpointError):
-            if distributed.is_main() and made_for_us:
-                remove_if_empty(run_dir, launch_dir())
+        except (ConfigError, CheckpointError) as err:
+            if distributed.is_main() and made_for_us and remove_if_empty(run_dir, launch_dir()):
+                record_refusal(run_dir, err)
             raise
         if distributed.is_main():
             save_configs(cfg, run_dir)
@@ -205,7 +221,7 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             "best": {},
             "run_dir": str(run_dir.resolve()),
         }
-        summary["config_group"] = replicates.group_name(plain_cfg, replicates.run_folders(run_dir))
+        summary["config_group"] = group_of(plain_cfg, run_dir)
         resume_id = loaded[0].get("wandb_id") if loaded is not None else None
         wb = open_wandb(cfg, plain_cfg, run_dir, resume_id)
         trainer = Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, wb, summary)
@@ -252,14 +268,33 @@ def save_configs(cfg: DictConfig, run_dir: Path) -> None:
         OmegaConf.save(hc.overrides.task, folder / "overrides.yaml")
 
 
-def remove_if_empty(run_dir: Path, top: Path) -> None:
-    """Remove `run_dir` and the parents Hydra made for it (e.g. `outputs/<date>/`) while they
-    are empty, up to (not including) `top`: a refused run leaves no folder of its own."""
-    top = top.resolve()
-    folder = run_dir.resolve()
+def remove_if_empty(run_dir: Path, top: Path) -> bool:
+    """Remove `run_dir`, if empty, and the parents Hydra made for it (e.g. `outputs/<date>/`)
+    while they are empty, up to (not including) `top`: a refused run leaves no folder of its
+    own. Whether `run_dir` was removed."""
+    top, folder = top.resolve(), run_dir.resolve()
+    removed = False
     while folder != top and top in folder.parents:
         try:
             folder.rmdir()  # only an empty folder
         except OSError:
-            return
+            break
+        removed = removed or folder == run_dir.resolve()
         folder = folder.parent
+    return removed
+
+
+def record_refusal(run_dir: Path, err: Exception) -> None:
+    """A sweep job refused before it wrote anything leaves no folder; its reason goes to the
+    sweep's `refused.jsonl` (one line per job, its overrides and the error), so that the sweep
+    summary says which jobs were refused and why."""
+    hc = hydra_runtime()
+    if hc is None or not str(hc.mode).endswith("MULTIRUN"):
+        return
+    from attnzoo.analysis.runs import REFUSED_FILE
+
+    entry = {"job": run_dir.name, "overrides": list(hc.overrides.task), "error": str(err)}
+    sweep_dir = Path(hc.sweep.dir)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with open(sweep_dir / REFUSED_FILE, "a") as f:
+        f.write(json.dumps(entry) + "\n")
