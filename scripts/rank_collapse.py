@@ -7,36 +7,49 @@ block the relative residual ‖res(H)‖/‖H‖ and the other measures of attnz
 stable rank, token similarity, attention entropy). One depth-L model gives the curve for depths
 1..L: at init the first l blocks of a depth-L model are distributed exactly like a depth-l model.
 
+Every interval is Student-t 95% over seeds, with the sample standard deviation (ddof = 1); the
+std columns of rank_collapse.csv are that sample standard deviation.
+
 The paper's rate. For pure attention (no skip, no MLP, no norm) Dong et al. prove
-res_{l+1} ≲ c·res_l³: the log-residual triples per layer, up to a weight-dependent constant. The
-rate study fits, per seed, log r_{l+1} = k·log r_l + log c by least squares over the layers
-where the residual has left the first block's input (r_l ≤ 0.75) and is above float64's floor
-(r_{l+1} > 1e-14), and reports the per-layer exponent k as mean and Student-t 95% interval over
-the seeds (--rate-seeds, at least 3). Its models are the study's, with token embeddings and
-positions drawn with std 1 (--rate-input-std) instead of 0.02: at std 0.02 the attention is so
-flat that one layer takes the residual from 1 to 1e-4 and the next to the floor, leaving no
-layer to fit.
+res_{l+1} ≲ c·res_l³: the log-residual triples per layer, up to a weight-dependent constant. A
+plain float64 forward cannot follow that past two or three blocks (the residual H − 1·mean(H)
+is formed by cancellation and returns rounding error near 1e-16), so the rate study measures
+the pure stacks of the mixers that collapse by propagating the token mean and the residual
+separately (attnzoo.analysis.split_residual: exact algebra, no cancellation, readable down to
+1e-250); mixers without such a rule (those that keep rank) are measured by the plain float64
+forward. Both rates are read from the same layers for every stack, the outputs of blocks 1 to 5
+(attnzoo.analysis.fits.FIT_LAYERS; the embedding → block-1 step is left out), and only from a
+seed whose five layers are all above the measurement's floor. The paper's k is the least-squares
+slope of log r_{l+1} = k·log r_l + log c over them, per seed, mean and interval over the seeds
+(--rate-seeds, at least 3). Its models are the study's, with token embeddings and positions
+drawn with std 1 (--rate-input-std) instead of 0.02: at std 0.02 the attention is so flat that
+one layer takes the residual from 1 to 1e-4, leaving no regime to read.
 
 Which kind of collapse. The rate study runs the pure stack of every mixer, and of a control
 whose answer is known (a frozen random row-stochastic mixer, attnzoo.analysis.controls: singly
-exponential), and puts each in words by a fixed rule
-(attnzoo.analysis.fits.collapse_kind): whether the last layer keeps the input's residual, and
-whether each layer's log-decrement grows (doubly exponential) or stays the same (singly). The
-report checks its reading against what is known: a pure Re(fft2) stack keeps rank, the control
-decays singly exponentially, a local mask decays more slowly than full attention (Wu et al.
-2024). Attention entropy is reported only where the mixer's weights are a distribution (n/a
-for pooling, Nyström's pseudo-inverse, Fourier, the token MLP, identity).
+exponential), and puts each in words by a fixed rule (attnzoo.analysis.fits.collapse_kind,
+calibrated in the tests on synthetic rates k = 1, 2, 3, on the control and on local attention):
+whether the last layer keeps the input's residual, and whether each layer's log-decrement grows
+(doubly exponential) or stays the same (singly). Linear attention and FAVOR+ are also run with
+the eps of their normaliser at 0 (rows "eps 0"): with eps > 0 their rows sum to slightly less
+than 1 and the mean leaks into the residual, a singly exponential term that takes over once the
+residual is small. The report checks its reading against what is known: a pure Re(fft2) stack
+keeps rank, the control decays singly exponentially, and so does a local mask, which decays more
+slowly than full attention (Wu et al. 2024). Attention entropy is reported only where the
+mixer's weights are a distribution (n/a for pooling, Nyström's pseudo-inverse, Fourier, the
+token MLP, identity).
 
 Outputs (in --out): rank_collapse.csv (every point, every measure, mean and std over the
 seeds), rank_collapse_seeds.csv (the same per seed), rank_collapse.md (tables at
 the last depth, the exponent growth, and the rate), rank_collapse.png (log residual against
-depth), rank_collapse_measures.png (every measure against depth, per mixer), cubic_rate.csv (the
-rate study's residuals and both exponents, per seed and mixer), cubic_rate.png (the measured residual of pure attention on a
-log(−log) axis beside the cubic rate, and log r_{l+1} against log r_l beside slope 3),
-path_counts.md (the share of paths of each length in a depth-L, H-head network,
-C(L,k)·H^k / (1+H)^L).
+depth), rank_collapse_measures.png (every measure against depth, per mixer), collapse_rate.csv
+(the rate table: per stack the verdict, k with its interval, the layers it was read from),
+cubic_rate.csv (the rate study's residuals and both exponents, per seed and mixer),
+cubic_rate.png (the measured residual of the doubly exponential stacks on a log(−log) axis
+beside the cubic rate, and log r_{l+1} against log r_l beside slope 3), path_counts.md (the
+share of paths of each length in a depth-L, H-head network, C(L,k)·H^k / (1+H)^L).
 
-    python scripts/rank_collapse.py                        # 2 shared CPU cores: 3-6 minutes
+    python scripts/rank_collapse.py --out scripts/results/rank_collapse   # the committed run
     python scripts/rank_collapse.py --depth 12 --seeds 10 --dim 128 --tokens 64   # full size
 """
 
@@ -59,18 +72,24 @@ from attnzoo import MIXERS, Model, ModelConfig, RankProfile, rank_profile  # noq
 from attnzoo.analysis.figures import measures_figure, rate_figure, residual_figure  # noqa: E402
 from attnzoo.analysis.fits import (  # noqa: E402
     DOUBLY,
-    RATE_FLOOR,
-    RATE_START,
+    FIT_LAYERS,
+    FLOAT64_FLOOR,
     collapse_kind,
     decrement_ratio,
     exponent_growth,
     fit_rate,
+    layers_above,
+)
+from attnzoo.analysis.split_residual import (  # noqa: E402
+    SPLIT_FLOOR,
+    split_residual_profile,
+    supports_split,
 )
 from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
 from attnzoo.model import EMBED_STD  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
-from attnzoo.stats import Interval, mean_interval  # noqa: E402
+from attnzoo.stats import Interval, mean_interval, t_ppf  # noqa: E402
 from attnzoo.studies import machine  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
@@ -83,9 +102,11 @@ NORMS = ("none", "layernorm")
 # the control of the rate study: a mixer whose collapse is known (singly exponential)
 CONTROL = "attnzoo.analysis.controls.FrozenStochastic"
 CONTROL_NAME = "frozen random row-stochastic (control)"
+# rows of the rate study beside the mixers at their defaults: (mixer, options) by row name
+EPS_ZERO = {"linear (eps 0)": ("linear", {"eps": 0.0}), "favor (eps 0)": ("favor", {"eps": 0.0})}
 
 
-def measure(
+def build(
     mixer: str,
     skip: bool,
     mlp: bool,
@@ -93,22 +114,42 @@ def measure(
     args: argparse.Namespace,
     seed: int,
     input_std: float | None = None,
-    measures: list[str] | None = None,
-) -> RankProfile:
-    """Every measure after every block of one model at init, probed in float64; `input_std`
-    redraws the token embeddings and positions with that std."""
+    options: dict | None = None,
+) -> tuple[Model, torch.Tensor]:
+    """One model at init and its probe tokens; `input_std` redraws the token embeddings and
+    positions with that std."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        dim=args.dim, depth=args.depth, heads=args.heads, mixer=mixer, skip=skip, mlp=mlp, norm=norm
-    )
+    cfg = ModelConfig(dim=args.dim, depth=args.depth, heads=args.heads, mixer=mixer,
+                      mixer_options=dict(options or {}), skip=skip, mlp=mlp, norm=norm)  # fmt: skip
     model = Model(cfg, out_features=2, max_len=args.tokens, vocab_size=args.vocab)
     if input_std is not None:
         with torch.no_grad():
             model.embed.weight.mul_(input_std / EMBED_STD)
             if isinstance(model.pos, torch.nn.Parameter):
                 model.pos.mul_(input_std / EMBED_STD)
-    tokens = torch.randint(0, args.vocab, (args.batch, args.tokens))
-    return rank_profile(model, tokens, dtype=torch.float64, measures=measures)
+    return model, torch.randint(0, args.vocab, (args.batch, args.tokens))
+
+
+def measure(
+    mixer: str, skip: bool, mlp: bool, norm: str, args: argparse.Namespace, seed: int
+) -> RankProfile:
+    """Every measure after every block of one model at init, probed in float64."""
+    model, tokens = build(mixer, skip, mlp, norm, args, seed)
+    return rank_profile(model, tokens, dtype=torch.float64, measures=None)
+
+
+def pure_curve(
+    mixer: str, args: argparse.Namespace, seed: int, options: dict | None = None
+) -> tuple[list[float], str]:
+    """The relative residual of a pure stack with the rate study's inputs, and how it was
+    measured: "split" (mean and residual apart) where the mixer has a rule, else "float64"."""
+    model, tokens = build(mixer, False, False, "none", args, seed, args.rate_input_std, options)
+    if supports_split(model):
+        return split_residual_profile(model, tokens), "split"
+    return rank_profile(model, tokens, dtype=torch.float64, measures=[]).mean, "float64"
+
+
+FLOORS = {"split": SPLIT_FLOOR, "float64": FLOAT64_FLOOR}
 
 
 def fmt(value: float, spec: str) -> str:
@@ -120,18 +161,26 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     seeds: the residual curves, the kind of collapse with its intervals (collapse_kind), the
     paper's exponent where the cubic regime has layers (fit_rate), and log10 r at depth 3."""
     out: dict[str, dict] = {}
-    for mixer in [*args.mixers, CONTROL]:
-        curves = [
-            measure(mixer, False, False, "none", args, 1000 + seed, args.rate_input_std, []).mean
-            for seed in range(args.rate_seeds)
+    rows = {m: (m, None) for m in args.mixers}
+    rows.update({name: mo for name, mo in EPS_ZERO.items() if mo[0] in args.mixers})
+    rows[CONTROL] = (CONTROL, None)
+    for name, (mixer, options) in rows.items():
+        measured = [
+            pure_curve(mixer, args, 1000 + seed, options) for seed in range(args.rate_seeds)
         ]
-        slopes = [fit_rate(c) for c in curves]
-        fit = mean_interval([k for k in slopes if not math.isnan(k)])  # seeds too short to fit: out
-        kind, share, ratio = collapse_kind(curves)
+        curves = [c for c, _ in measured]
+        how = measured[0][1]
+        floor = FLOORS[how]
+        slopes = [fit_rate(c, floor) for c in curves]
+        used = sum(not math.isnan(k) for k in slopes)
+        # every seed fitted, or no paper's k: a seed is never dropped for being short
+        fit = mean_interval(slopes if used == len(slopes) else [])
+        kind, share, ratio = collapse_kind(curves, floor=floor)
         depth3 = mean_interval([math.log10(max(c[min(3, args.depth)], 1e-300)) for c in curves])
-        out[mixer] = {"curves": curves, "slopes": slopes, "mean": fit.mean, "half": fit.half_width,
-                      "used": sum(not math.isnan(k) for k in slopes), "kind": kind,
-                      "share": share, "ratio": ratio, "depth3": depth3}  # fmt: skip
+        out[name] = {"curves": curves, "slopes": slopes, "mean": fit.mean, "half": fit.half_width,
+                     "fit": fit, "used": used, "kind": kind, "share": share, "ratio": ratio,
+                     "depth3": depth3, "how": how, "floor": floor,
+                     "above": min(layers_above(c, floor) for c in curves)}  # fmt: skip
     return out
 
 
@@ -149,6 +198,10 @@ def checks(rate: dict[str, dict]) -> list[str]:
     kind = rate[CONTROL]["kind"]
     lines.append(f"- A frozen random row-stochastic mixer collapses singly exponentially: {kind} — "
                  f"{'holds' if 'singly' in kind else 'does not hold'}.")  # fmt: skip
+    if "local" in rate:
+        kind = rate["local"]["kind"]
+        lines.append(f"- A local mask collapses singly exponentially: {kind} — "
+                     f"{'holds' if 'singly' in kind else 'does not hold'}.")  # fmt: skip
     if "local" in rate and "scaled_dot" in rate:
         local, full = rate["local"]["depth3"], rate["scaled_dot"]["depth3"]
         lines.append(
@@ -164,7 +217,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
     parser.add_argument("--depth", type=int, default=12)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=32)
@@ -175,6 +228,8 @@ def main() -> None:
                         help="std of the token embeddings and positions in the rate study")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("scripts/results/rank_collapse"))
     args = parser.parse_args()
+    if args.seeds < 2:
+        parser.error("--seeds must be at least 2: the interval is over seeds")
     if args.rate_seeds < 3:
         parser.error("--rate-seeds must be at least 3: the interval is over seeds")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -198,7 +253,7 @@ def main() -> None:
                 }
                 # over seeds; n/a (NaN) stays n/a
                 mean = {n: v.mean(0) for n, v in by_name.items()}
-                std = {n: v.std(0, unbiased=False) for n, v in by_name.items()}
+                std = {n: v.std(0, unbiased=True) for n, v in by_name.items()}  # ddof = 1
                 curves[mixer, variant, norm] = RankProfile(
                     mean=mean["relative_residual"].tolist(),
                     std=std["relative_residual"].tolist(),
@@ -226,8 +281,9 @@ def main() -> None:
         f"Command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`  ",
         f"Machine: {machine()}",
         "",
-        f"Relative residual at init (float64 probe, mean ± std over {args.seeds} seeds; "
-        f"dim {args.dim}, {args.heads} heads, {args.tokens} tokens).",
+        f"Relative residual at init (float64 probe, mean [Student-t 95% interval] over "
+        f"{args.seeds} seeds, sample std with ddof = 1; dim {args.dim}, {args.heads} heads, "
+        f"{args.tokens} tokens).",
         "",
         "| mixer | variant | norm | depth 1 | depth 3 | depth "
         f"{args.depth} | exponent growth per layer |",
@@ -236,7 +292,9 @@ def main() -> None:
     for (mixer, variant, norm), profile in curves.items():
         mean, std = profile.mean, profile.std
         growth = exponent_growth(mean)
-        cells = [f"{mean[d]:.1e} ± {std[d]:.0e}" for d in (1, min(3, args.depth), args.depth)]
+        half = [t_ppf(0.975, args.seeds - 1) * s / math.sqrt(args.seeds) for s in std]
+        cells = [f"{mean[d]:.2g} [{mean[d] - half[d]:.2g}, {mean[d] + half[d]:.2g}]"
+                 for d in (1, min(3, args.depth), args.depth)]  # fmt: skip
         lines.append(
             f"| {mixer} | {variant} | {norm} | {' | '.join(cells)} | "
             f"{'–' if growth is None else f'{growth:.2f}'} |"
@@ -255,58 +313,87 @@ def main() -> None:
         lines.append(f"| {mixer} | {variant} | {norm} | {' | '.join(cells)} |")
 
     rate = rate_study(args)
+    layers = f"{FIT_LAYERS.start}–{FIT_LAYERS.stop - 1}"
     lines += [
         "",
         f"## Which mixers collapse, and how: pure stacks (no skip, MLP or norm), {args.rate_seeds} "
         f"seeds, token embeddings and positions with std {args.rate_input_std:g}",
         "",
+        "Measured: split = the token mean and the residual propagated apart "
+        "(attnzoo.analysis.split_residual: exact algebra, never a difference of two O(1) numbers, "
+        f"read down to {SPLIT_FLOOR:g}); float64 = the plain float64 forward (read down to "
+        f"{FLOAT64_FLOOR:g}), for the mixers that keep rank and have no split rule. "
         "The rule (attnzoo.analysis.fits.collapse_kind): the share of the input's "
         "relative residual the last layer keeps, r_L / r_0, decides whether a stack collapses "
         f"(interval over seeds ≥ {KEPT}: no collapse; ≤ {COLLAPSED}: collapses; else partial); "
         "for a collapsing stack the decrement ratio k (least squares of δ_{l+1} = k·δ_l, "
-        "δ_l = log r_{l+1} − log r_l, over the layers above the float64 floor; a factor, so its "
-        "mean and interval over seeds are geometric) decides how: "
+        f"δ_l = log r_{{l+1}} − log r_l, over layers {layers} for every stack, the "
+        "embedding → block-1 step left out; a factor, so its mean and interval over seeds are "
+        "geometric) decides how: "
         f"doubly exponential when its interval lies above {DOUBLY}, singly when it lies inside "
-        f"[{1 / DOUBLY:.2f}, {DOUBLY}] (a geometric decay gives 1, Dong et al.'s cubic rate 3). "
-        f"The paper's k: least squares of log r_{{l+1}} = k·log r_l + log c over the layers with "
-        f"r_l ≤ {RATE_START} and r_{{l+1}} > {RATE_FLOOR:g} (n/a: fewer than two such layers in "
-        "every seed). Intervals: Student-t 95% over seeds. The control, "
-        f"{CONTROL_NAME}, is not a mixer of the zoo (attnzoo.analysis.controls).",
+        f"[{1 / DOUBLY:.2f}, {DOUBLY}] (a geometric decay gives 1, Dong et al.'s cubic rate 3); "
+        f"not resolved when some seed has a layer of {layers} under the floor. The rule is "
+        "calibrated in tests/test_analysis.py (synthetic k = 1, 2, 3 with the seeds' noise, the "
+        "control and local attention singly, the floor moved 100× either way). "
+        f"The paper's k: least squares of log r_{{l+1}} = k·log r_l + log c over the same layers "
+        "(n/a unless every seed has them all above the floor). Intervals: Student-t 95% over "
+        "seeds (ddof = 1). Layers above the floor: the fewest over the seeds, of "
+        f"{args.depth}. The control, "
+        f"{CONTROL_NAME}, is not a mixer of the zoo (attnzoo.analysis.controls); the eps 0 rows "
+        "are linear attention and FAVOR+ with no eps in their normaliser.",
         "",
-        "| mixer | collapse | r_L / r_0 | decrement ratio k | paper's k (seeds fitted) | "
-        "log10 r at depth 3 |",
-        "|---|---|---|---|---|---|",
+        "| mixer | measured | collapse | r_L / r_0 | decrement ratio k | layers fitted | "
+        "layers above floor | paper's k | log10 r at depth 3 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    table = []
     for mixer, r in rate.items():
         collapsing = r["kind"].startswith("collapses")
-        paper = "n/a" if not r["used"] else (
-            f"{fmt(r['mean'], '.2f')} [{fmt(r['mean'] - r['half'], '.2f')}, "
-            f"{fmt(r['mean'] + r['half'], '.2f')}] ({r['used']} of {args.rate_seeds})"
-        )  # fmt: skip
+        resolved = r["ratio"].n > 0
+        paper = "n/a" if math.isnan(r["mean"]) else ci(r["fit"], ".2f")
+        paper = paper if collapsing else "–"
         name = CONTROL_NAME if mixer == CONTROL else mixer
         lines.append(
-            f"| {name} | {r['kind']} | {ci(r['share'], '.2g')} | "
-            f"{ci(r['ratio'], '.2f') if collapsing else '–'} | {paper} | {ci(r['depth3'], '.2f')} |"
+            f"| {name} | {r['how']} | {r['kind']} | {ci(r['share'], '.2g')} | "
+            f"{ci(r['ratio'], '.2f') if collapsing else '–'} | "
+            f"{layers if collapsing and resolved else '–'} | {r['above']} | {paper} | "
+            f"{ci(r['depth3'], '.2f')} |"
         )
+        table.append(
+            [name, r["how"], f"{r['floor']:g}", r["kind"], r["share"].mean, r["share"].low,
+             r["share"].high, r["ratio"].mean, r["ratio"].low, r["ratio"].high,
+             layers if resolved else "", r["above"], r["fit"].mean, r["fit"].low, r["fit"].high,
+             args.rate_seeds]
+        )  # fmt: skip
     lines += ["", "Checks against what is known:", "", *checks(rate)]
+    with open(args.out / "collapse_rate.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["mixer", "measured", "floor", "verdict", "kept_share", "kept_share_low",
+             "kept_share_high", "k", "k_low", "k_high", "layers_fitted", "layers_above_floor",
+             "paper_k", "paper_k_low", "paper_k_high", "seeds"]
+        )  # fmt: skip
+        writer.writerows(table)
     with open(args.out / "cubic_rate.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["mixer", "seed", "depth", "residual", "fitted_exponent", "decrement_ratio"]
+            ["mixer", "measured", "seed", "depth", "residual", "fitted_exponent", "decrement_ratio"]
         )
         for mixer, r in rate.items():
             for seed, (curve, k) in enumerate(zip(r["curves"], r["slopes"], strict=True)):
-                ratio = decrement_ratio(curve)
-                writer.writerows([mixer, seed, d, v, k, ratio] for d, v in enumerate(curve))
+                ratio = decrement_ratio(curve, r["floor"])
+                writer.writerows(
+                    [mixer, r["how"], seed, d, v, k, ratio] for d, v in enumerate(curve)
+                )
     # the paper's rate is about doubly exponential collapse: the figure draws those stacks
     fitted = {m: r for m, r in rate.items() if r["used"] and "doubly" in r["kind"]}
     if fitted:
         title = (
-            f"Rate of rank collapse, pure attention at init, float64 probe ({args.rate_seeds} "
-            f"seeds, dim {args.dim}, {args.heads} heads, {args.tokens} tokens, input std "
-            f"{args.rate_input_std:g}); k: mean ± Student-t 95% over seeds"
+            f"Rate of rank collapse, pure stacks at init, mean and residual apart "
+            f"({args.rate_seeds} seeds, dim {args.dim}, {args.heads} heads, {args.tokens} tokens, "
+            f"input std {args.rate_input_std:g}); k: mean ± Student-t 95% over seeds"
         )
-        fig = rate_figure(fitted, args.depth, title)
+        fig = rate_figure(fitted, args.depth, title, SPLIT_FLOOR)
         fig.savefig(args.out / "cubic_rate.png", dpi=120)
         plt.close(fig)
     (args.out / "rank_collapse.md").write_text("\n".join(lines) + "\n")
@@ -330,7 +417,7 @@ def main() -> None:
     print((args.out / "rank_collapse.md").read_text())
     print((args.out / "path_counts.md").read_text())
     print(f"wrote {args.out}/rank_collapse.{{csv,md,png}}, rank_collapse_measures.png, "
-          "cubic_rate.{csv,png} and path_counts.md")  # fmt: skip
+          "collapse_rate.csv, cubic_rate.{csv,png} and path_counts.md")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from attnzoo.analysis.compare import attached_keys, blocks, config_name  # noqa: E402
-from attnzoo.analysis.fits import RATE_FLOOR, rate_pairs  # noqa: E402
+from attnzoo.analysis.fits import FIT_LAYERS, FLOAT64_FLOOR, rate_pairs  # noqa: E402
 from attnzoo.analysis.groups import X_AXES, Group, axis_name, curve_band  # noqa: E402
 from attnzoo.analysis.runs import Job  # noqa: E402
 from attnzoo.analysis.verdicts import RankConfig  # noqa: E402
@@ -317,13 +317,15 @@ def _num(value: float, spec: str) -> str:
     return "n/a" if math.isnan(value) else format(value, spec)
 
 
-def rate_figure(rate: dict[str, dict], depth: int, title: str) -> plt.Figure:
+def rate_figure(
+    rate: dict[str, dict], depth: int, title: str, floor: float = FLOAT64_FLOOR
+) -> plt.Figure:
     """Left: −log10 r on a log axis (log(−log r): a rate r_{l+1} = r_l^k is a line of slope
-    log k), each seed of each mixer, beside the cubic rate r_{l+1} = c·r_l³ (dashed; c fitted
-    with the exponent held at 3) from the mixer's first layer. Right: log10 r_{l+1} against
-    log10 r_l, the pairs the fit uses, beside the line of slope 3 through the same c. `rate`:
-    per mixer, its residual `curves` per seed and the fitted exponent's `mean` and `half`
-    width."""
+    log k), each seed of each mixer down to `floor`, beside the cubic rate r_{l+1} = c·r_l³
+    (dashed; c fitted with the exponent held at 3) from the mixer's first layer. Right:
+    log10 r_{l+1} against log10 r_l, the pairs the fit uses (attnzoo.analysis.fits.FIT_LAYERS),
+    beside the line of slope 3 through the same c. `rate`: per mixer, its residual `curves` per
+    seed and the fitted exponent's `mean` and `half` width."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (mixer, r) in enumerate(rate.items()):
@@ -331,10 +333,10 @@ def rate_figure(rate: dict[str, dict], depth: int, title: str) -> plt.Figure:
         label = f"{mixer}: k = {_num(r['mean'], '.2f')} ± {_num(r['half'], '.2f')}"
         pairs_all = []
         for j, curve in enumerate(r["curves"]):
-            pts = [(layer, -math.log10(v)) for layer, v in enumerate(curve) if v > RATE_FLOOR]
+            pts = [(layer, -math.log10(v)) for layer, v in enumerate(curve) if v > floor]
             left.plot(*zip(*pts, strict=True), marker="o", markersize=3, color=colour, alpha=0.6,
                       label=label if j == 0 else None)  # fmt: skip
-            pairs = rate_pairs(curve)
+            pairs = rate_pairs(curve, floor)
             pairs_all += pairs
             if pairs:
                 right.plot(*zip(*pairs, strict=True), marker="o", markersize=4, color=colour,
@@ -342,9 +344,9 @@ def rate_figure(rate: dict[str, dict], depth: int, title: str) -> plt.Figure:
         if not pairs_all:
             continue
         log_c = sum(y - 3 * x for x, y in pairs_all) / len(pairs_all)  # k held at 3
-        first = [math.log10(c[1]) for c in r["curves"] if c[1] > RATE_FLOOR]
+        first = [math.log10(c[1]) for c in r["curves"] if c[1] > floor]
         ref = [(1, sum(first) / len(first))]
-        while ref[-1][0] < depth and 3 * ref[-1][1] + log_c > math.log10(RATE_FLOOR):
+        while ref[-1][0] < depth and 3 * ref[-1][1] + log_c > math.log10(floor):
             ref.append((ref[-1][0] + 1, 3 * ref[-1][1] + log_c))
         left.plot([x for x, _ in ref], [-y for _, y in ref], color=colour, linestyle="--",
                   linewidth=1)  # fmt: skip
@@ -353,7 +355,7 @@ def rate_figure(rate: dict[str, dict], depth: int, title: str) -> plt.Figure:
     for ax in (left, right):
         ax.plot([], [], color="gray", linestyle="--", label="cubic rate r_{l+1} = c·r_l³")
     left.set_yscale("log")
-    left.axhline(-math.log10(RATE_FLOOR), color="gray", linewidth=0.8, linestyle=":")
+    left.axhline(-math.log10(floor), color="gray", linewidth=0.8, linestyle=":")
     left.set_xlabel("depth l")
     left.set_ylabel("−log10 relative residual (log axis)")
     left.set_title("pure attention: the residual beside the cubic rate")
@@ -361,7 +363,9 @@ def rate_figure(rate: dict[str, dict], depth: int, title: str) -> plt.Figure:
     left.legend(fontsize=7)
     right.set_xlabel("log10 r_l")
     right.set_ylabel("log10 r_{l+1}")
-    right.set_title("per-layer exponent k: the slope")
+    right.set_title(
+        f"per-layer exponent k: the slope over layers {FIT_LAYERS.start}–{FIT_LAYERS.stop - 1}"
+    )
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
