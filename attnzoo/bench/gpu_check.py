@@ -36,7 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnzoo.bench.gpu_report import slug, stage_table_md, verdict_table_md, write_report
+from attnzoo.bench.gpu_report import (
+    remove_report,
+    slug,
+    stage_table_md,
+    verdict_table_md,
+    write_report,
+)
 from attnzoo.mixers import causal_mixers
 
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
@@ -64,6 +70,7 @@ DRY_SHARES = {
     "bench-train": 10,
     "default-job": 10,
 }
+UNNAMED_GPU = "unnamed-gpu"  # the report's name for the GPU until a stage has named it
 RESERVE_S = 2.0  # kept back from the stages for the last report and the log archive
 MIN_STAGE_S = 3.0  # no stage is started with less than this left of the budget
 
@@ -148,6 +155,7 @@ class Check:
     train: list[dict] = field(default_factory=list)
     default_job: dict = field(default_factory=dict)
     table: dict = field(default_factory=dict)
+    day: str = field(default_factory=lambda: time.strftime("%Y-%m-%d", time.gmtime()))
 
     def limit(self, stage: str, left: Sequence[str]) -> float:
         """The stage's share of the time left, among the stages `left` to run (itself first)."""
@@ -498,7 +506,9 @@ def run_check(
     if dry_run and not (data / CORPUS).exists():
         data = work / "data"
         env["ATTNZOO_TINYSHAKESPEARE_SHA256"] = _synthetic_corpus(data)
-    stem = report_stem(check) if dry_run else None  # else once the env stage named the GPU
+    # the report is written before each stage starts, the first one included, so a check killed
+    # in its env stage still leaves one; on a GPU its name says `unnamed-gpu` until then
+    stem = report_stem(check)
 
     def stop(signum: int, frame: object) -> None:
         raise Stopped(signal.Signals(signum).name)
@@ -518,8 +528,7 @@ def run_check(
                 stage.error = f"the budget of {budget:.0f} s was spent before it"
                 continue
             stage.status = "running"
-            if stem:
-                write_report(check, stem)
+            stem = rewrite_report(check, stem)
             print(f"== {stage.name} (limit {stage.limit_s:.0f} s)", flush=True)
             start = time.monotonic()
             try:
@@ -531,8 +540,7 @@ def run_check(
                 stage.status, stage.error = "failed", f"{type(err).__name__}: {err}"[:400]
             stage.seconds = time.monotonic() - start
             print(f"   {stage.status}: {stage.summary} {stage.error}".rstrip(), flush=True)
-            stem = stem or report_stem(check)
-            write_report(check, stem)
+            stem = rewrite_report(check, stem)
             if stopped:
                 break
     except Stopped as err:  # between stages, or while a report was written
@@ -543,8 +551,7 @@ def run_check(
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    stem = stem or report_stem(check)
-    write_report(check, stem)
+    stem = rewrite_report(check, stem)
     shutil.rmtree(work, ignore_errors=True)
     print(f"\nwrote {out / stem}.md, .json and -logs.tar.gz\n\n{stage_table_md(check)}\n")
     print(verdict_table_md(check), flush=True)
@@ -557,19 +564,22 @@ def run_check(
 
 
 def report_stem(check: Check) -> str:
-    """`<date>-<gpu>`: the GPU the env stage found, else torch's name for it."""
-    day = time.strftime("%Y-%m-%d", time.gmtime())
+    """`<date>-<gpu>`: the date the check started and the GPU the env stage found (else the one
+    the kernel benchmark ran on); `unnamed-gpu` until a stage has named it."""
     if check.dry_run:
-        return f"{day}-cpu-dry-run"
-    gpu = check.env.get("gpu")
-    if not gpu:
-        try:
-            import torch
+        return f"{check.day}-cpu-dry-run"
+    gpu = check.env.get("gpu") or check.bench.get("meta", {}).get("device")
+    return f"{check.day}-{slug(gpu) if gpu else UNNAMED_GPU}"
 
-            gpu = torch.cuda.get_device_name()
-        except Exception:  # noqa: BLE001 - the env stage's error says what is wrong
-            gpu = "unknown-gpu"
-    return f"{day}-{slug(gpu)}"
+
+def rewrite_report(check: Check, stem: str) -> str:
+    """Write the report under the stem the check has now (`report_stem`) and remove the one
+    written under `stem` before, if the name changed (the GPU was named); the stem now used."""
+    now = report_stem(check)
+    write_report(check, now)
+    if now != stem:
+        remove_report(check.out, stem)
+    return now
 
 
 def run_stage(check: Check, stage: Stage, env: dict[str, str], data: Path, table_dir: Path) -> None:

@@ -130,6 +130,15 @@ def write_archive(check: Check, path: Path) -> None:
     _replace(path, write)
 
 
+REPORT_SUFFIXES = (".md", ".json", "-logs.tar.gz")
+
+
+def remove_report(out: Path, stem: str) -> None:
+    """Remove the report files of `stem` (one renamed once the GPU was named)."""
+    for suffix in REPORT_SUFFIXES:
+        (out / f"{stem}{suffix}").unlink(missing_ok=True)
+
+
 def write_report(check: Check, stem: str) -> None:
     """`<out>/<stem>.md` (tables, verdicts, what failed with its error), `<out>/<stem>.json`
     and `<out>/<stem>-logs.tar.gz`."""
