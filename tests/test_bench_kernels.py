@@ -7,6 +7,8 @@ conftest sets TRITON_INTERPRET=1, so the validation runs the Triton kernels in t
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
 import json
 import time
@@ -305,3 +307,65 @@ def test_host_bench_stubs_every_launch_and_times_every_op(monkeypatch, capsys):
 
     with pytest.raises(RuntimeError, match="_keep_mask_kernel was launched for real"):
         attention.dropout_keep_mask(torch.zeros(1, dtype=torch.int64), 1, 1, 8, 0.5)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_steps_share_the_budget_and_pass_on_what_they_leave(bench, monkeypatch, tmp_path):
+    """With --budget each step (every part's validation, then every part's timing) gets its share
+    of the time left among the steps still to run: a step that finishes early leaves its time to
+    the later ones, one that runs to its limit does not eat theirs, and a step that finds the
+    budget spent is not run and says so."""
+    from attnzoo.kernels.bench import timing
+
+    runner = importlib.import_module("attnzoo.kernels.bench.run")  # the module, not run()
+
+    clock = FakeClock()
+    monkeypatch.setattr(runner, "Budget", lambda *a: timing.Budget(*a, clock=clock))
+    limits: dict[str, float] = {}
+    spend: dict[str, float] = {}
+    overrun: set[str] = set()  # steps the alarm cannot stop (stuck in a C call)
+
+    @contextlib.contextmanager
+    def time_limit(seconds, what):
+        limits[what] = seconds
+        yield
+        wanted = spend.get(what, 0.0)
+        clock.now += wanted if what in overrun else min(wanted, seconds)
+
+    monkeypatch.setattr(runner, "time_limit", time_limit)
+    monkeypatch.setattr(runner, "validate", lambda *a: [])
+    monkeypatch.setattr(runner, "time_part", lambda *a: None)
+    shares = bench.step_shares(("scaled_dot", "pool"))
+    total = sum(shares.values())
+
+    def check(budget: float) -> None:
+        limits.clear()
+        opts = bench.Options(parts=("scaled_dot", "pool"), smoke=True, budget=budget, out=tmp_path)
+        assert runner.run(opts) == 0
+
+    # every step finishes at once: the last one gets all that is left
+    check(total)
+    assert limits["validation of scaled_dot"] == pytest.approx(shares["validate scaled_dot"])
+    assert limits["part pool"] == pytest.approx(total)
+    # scaled_dot's timing runs to its limit: pool's timing gets the rest, not a fixed quarter
+    spend.update({"part scaled_dot": 1e9})
+    check(total)
+    timed = shares["scaled_dot"] + shares["pool"]
+    assert limits["part scaled_dot"] == pytest.approx(total * shares["scaled_dot"] / timed)
+    assert limits["part pool"] == pytest.approx(total - limits["part scaled_dot"])
+    # a validation overruns its limit past the deadline: the timing steps are not run
+    spend.clear()
+    spend["validation of pool"] = 1e9
+    overrun.add("validation of pool")
+    check(total)
+    assert set(limits) == {"validation of scaled_dot", "validation of pool"}
+    notes = json.loads((tmp_path / "bench_kernels.json").read_text())["notes"]
+    assert f"scaled_dot: not run, the budget of {total:g} s was spent" in notes
+    assert f"pool: not run, the budget of {total:g} s was spent" in notes

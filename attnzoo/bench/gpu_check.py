@@ -71,6 +71,9 @@ DRY_SHARES = {
     "default-job": 10,
 }
 UNNAMED_GPU = "unnamed-gpu"  # the report's name for the GPU until a stage has named it
+BENCH_REPS = 10  # timed calls per kernel-benchmark measurement
+# of the kernel benchmark's limit, what its start-up and its files take (not its parts' budget)
+BENCH_START_S, DRY_BENCH_START_S = 10.0, 3.0
 RESERVE_S = 2.0  # kept back from the stages for the last report and the log archive
 MIN_STAGE_S = 3.0  # no stage is started with less than this left of the budget
 
@@ -301,9 +304,11 @@ def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str]) -> None
         cmd += ["--smoke", "--n", "32", "--batch", "1", "--heads", "2", "--head-dim", "16"]
         cmd += ["--only", "scaled_dot", "pool"]  # the other two take the same path, slower
         cmd += ["--no-train-shape", "--no-pool-large", "--reps", "1"]
-    else:  # N = 1k and 4k (and the training shape); four parts, each under a quarter of the limit
-        cmd += ["--n", "1024", "4096", "--reps", "20"]
-        cmd += ["--timeout", f"{max(10.0, stage.limit_s / 4 - 5):.0f}"]
+    else:  # N = 1k and 4k (and the training shape)
+        cmd += ["--n", "1024", "4096", "--reps", str(BENCH_REPS)]
+    # the parts share the stage's limit, less the process's start (torch, triton) and its files
+    start_s = DRY_BENCH_START_S if check.dry_run else BENCH_START_S
+    cmd += ["--budget", f"{max(stage.limit_s - start_s, stage.limit_s / 2):.1f}"]
     stage.commands.append(" ".join(["python", *cmd[1:]]))
     bench_env = {**env, "TRITON_INTERPRET": "1" if check.dry_run else "0"}
     code, output = run(

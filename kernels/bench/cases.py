@@ -38,6 +38,19 @@ from ..flops import ATTENTION_OPS, op_flops
 BLOCK_M = 128  # query tile of the byte model
 PARTS = ("scaled_dot", "metric", "quadratic", "pool")
 BACKENDS = ("flash", "cudnn", "efficient")
+# Each part's share of a budget (`--budget`), in the seconds it is expected to take on an H100 at
+# the GPU check's options (training shape, N = 1k/4k, 10 reps): mostly compiling and autotuning
+# each kernel variant (estimated, not yet measured), and the same for its validation's fp32
+# variants at the tiny shape.
+PART_S = {"scaled_dot": 20, "metric": 18, "quadratic": 22, "pool": 6}
+VALIDATION_S = 3
+
+
+def step_shares(parts: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """The shares of the benchmark's steps: each part's validation, then each part's timing."""
+    return {**{f"validate {p}": VALIDATION_S for p in parts}, **{p: PART_S[p] for p in parts}}
+
+
 POOL_LARGE = (8, 8192, 1024)  # (batch, tokens, D): ~134 MB per bf16 tensor, well beyond L2
 
 
