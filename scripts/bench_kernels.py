@@ -9,10 +9,14 @@ its PyTorch formulation, bf16, forward and forward+backward:
 | metric | `metric_attention(p, M)` | `sdpa(p @ M, p, p)` |
 | quadratic | `quadratic_attention(x, U, v)` | `sdpa(x @ U[h], x, v)`, x expanded over the heads |
 | pool | `pool_mix(x, window)` (centred) | `avg_pool1d(x, window, count_include_pad=False) - x` |
+| linear | `linear_attention(q, k, v)` | its PyTorch path (`impl="torch"`); causal: the cumsum/einsum formulation and flash-linear-attention's `chunk_linear_attn` |
+| local | `scaled_dot_attention(q, k, v, window=w)` | `sdpa(q, k, v, attn_mask=band)` |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, timed on each backend that takes the
 shape (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION; a backend that refuses a shape is
-noted and skipped). Shapes: the training shape of nanoGPT's GPU recipe (batch 64, 6 heads, N = 256,
+noted and skipped). flash-linear-attention is timed where the optional `fla-core` is importable
+(`pip install -e ".[fla]"`); elsewhere its rows say why they were skipped. local's window reaches
+min(128, N / 4) keys back (and forward, bidirectional). Shapes: the training shape of nanoGPT's GPU recipe (batch 64, 6 heads, N = 256,
 head dim 64, causal) and batch 2, 8 heads, head dim 64 at N = 1024 / 4096 / 8192, causal and
 bidirectional; pool_mix on x of (batch, N, heads x head dim), plus one large x (8 x 8192 x 1024).
 Two numbers per call: device ms (CUDA events, L2 flushed, launches hidden behind a sleep kernel)

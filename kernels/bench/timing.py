@@ -176,6 +176,9 @@ def time_part(
         inputs = make_inputs(part, s, device, dtype)
         c = cost(part, replace(s, elt=dtype.itemsize), window)
         for cand in candidates(part, s, impl, window, backends):
+            if cand.skip:
+                emit(Result(part, s.name, cand.name, "fwd+bwd", note=f"skipped: {cand.skip}"))
+                continue
             modes = ("fwd",) if cand.reference else ("fwd", "fwd+bwd")
             with backend_only(cand.backend):
                 try:
