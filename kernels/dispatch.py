@@ -23,9 +23,9 @@ works on — the head dim for scaled_dot and metric, the model width D for quadr
 width) and pool_mix; the n bucket is the sequence length rounded up to a power of two; `grad` is
 whether autograd records the call (a training step) or not (evaluation, inference). A
 scaled-dot call with a sliding window has a key of its own (`windowed`, one key for every
-window): no table has windowed entries yet (no GPU has timed the windowed kernels), so such
-calls take PyTorch, and benchmark mode does not time them (its candidates have no window);
-an entry with `"windowed": true` is what would choose the kernel for them.
+window): the benchmark's `local` part times the windowed kernel and writes entries with
+`"windowed": true`; where a table has none, such calls take PyTorch, and benchmark mode does not
+time them (its candidates have no window).
 
 **Table schema** (version 1; `load_table` checks every field and names the file in its error):
 
@@ -64,7 +64,13 @@ SCHEMA = 1
 # The folder of the measured tables, the one place impl="auto" reads them from: in a checkout
 # kernels/dispatch_tables/, which is where scripts/gpu_check.py writes by default.
 TABLE_DIR = Path(__file__).resolve().parent / "dispatch_tables"
-OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix")
+OPS = (
+    "scaled_dot_attention",
+    "quadratic_attention",
+    "metric_attention",
+    "pool_mix",
+    "linear_attention",
+)
 DTYPES = ("float16", "bfloat16", "float32")
 CHOICES = ("triton", "torch")
 
@@ -249,8 +255,9 @@ def table_for(device: str, capability: str) -> tuple[Entry, ...]:
 def make_table(rows: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """A dispatch table from benchmark measurements.
 
-    `rows`: one per op, dtype, causal, dim, grad and measured sequence length n, with
-    `triton_ms`, `torch_ms` (the fastest PyTorch formulation) and `torch_path`. Each measured
+    `rows`: one per op, dtype, causal, dim, grad, windowed (absent: False) and measured
+    sequence length n, with `triton_ms`, `torch_ms` (the fastest PyTorch formulation) and
+    `torch_path`. Each measured
     n covers its own bucket and the buckets up to the geometric middle between it and the next
     measured bucket; the shortest measured covers every bucket below it and the longest one bucket
     beyond it (longer sequences have no entry, so PyTorch). The kernel is chosen where it was
@@ -258,9 +265,11 @@ def make_table(rows: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         if r.get("triton_ms") and r.get("torch_ms"):
-            groups.setdefault((r["op"], r["dtype"], r["causal"], r["dim"], r["grad"]), []).append(r)
+            key = (r["op"], r["dtype"], r["causal"], r["dim"], r["grad"], r.get("windowed", False))
+            groups.setdefault(key, []).append(r)
     entries = []
-    for (op, dtype, causal, dim, grad), group in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for key, group in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        op, dtype, causal, dim, grad, windowed = key
         by_bucket: dict[int, dict] = {}
         for r in group:  # two measurements in one bucket: the longer n speaks for it
             b = n_bucket(r["n"])
@@ -288,6 +297,7 @@ def make_table(rows: Iterable[dict[str, Any]], meta: dict[str, Any]) -> dict[str
                         torch_ms=round(r["torch_ms"], 4),
                         torch_path=r.get("torch_path", ""),
                         ratio=round(ratio, 3),
+                        windowed=windowed,
                     )
                 )
             )

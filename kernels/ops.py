@@ -409,7 +409,7 @@ def _tuning_candidates(op: str) -> dispatch.CandidateMaker:
     return make
 
 
-for _op in dispatch.OPS:
+for _op in ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix"):
     dispatch.CANDIDATES[_op] = _tuning_candidates(_op)
 
 

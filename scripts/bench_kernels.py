@@ -9,10 +9,14 @@ its PyTorch formulation, bf16, forward and forward+backward:
 | metric | `metric_attention(p, M)` | `sdpa(p @ M, p, p)` |
 | quadratic | `quadratic_attention(x, U, v)` | `sdpa(x @ U[h], x, v)`, x expanded over the heads |
 | pool | `pool_mix(x, window)` (centred) | `avg_pool1d(x, window, count_include_pad=False) - x` |
+| linear | `linear_attention(q, k, v)` | its PyTorch path (`impl="torch"`); causal: the cumsum/einsum formulation and flash-linear-attention's `chunk_linear_attn` |
+| local | `scaled_dot_attention(q, k, v, window=w)` | `sdpa(q, k, v, attn_mask=band)` |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, timed on each backend that takes the
 shape (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION; a backend that refuses a shape is
-noted and skipped). Shapes: the training shape of nanoGPT's GPU recipe (batch 64, 6 heads, N = 256,
+noted and skipped). flash-linear-attention is timed where the optional `fla-core` is importable
+(`pip install -e ".[fla]"`); elsewhere its rows say why they were skipped. local's window reaches
+min(128, N / 4) keys back (and forward, bidirectional). Shapes: the training shape of nanoGPT's GPU recipe (batch 64, 6 heads, N = 256,
 head dim 64, causal) and batch 2, 8 heads, head dim 64 at N = 1024 / 4096 / 8192, causal and
 bidirectional; pool_mix on x of (batch, N, heads x head dim), plus one large x (8 x 8192 x 1024).
 Two numbers per call: device ms (CUDA events, L2 flushed, launches hidden behind a sleep kernel)
@@ -29,9 +33,11 @@ compute the ops. Without a GPU it also prints the FLOP and byte model of each op
     python scripts/bench_kernels.py --dry-run                      # validation only, any machine
     python scripts/bench_kernels.py --smoke --n 32 --head-dim 16 --out DIR   # the timing path on CPU
 
-Each part runs under its own time limit (`--timeout`, SIGALRM); results print as they come, a
-short table of ratios and verdicts comes last, and `--out DIR` writes bench_kernels.json and
-bench_kernels.md. Exit status 1 if a validation fails. The JSON also holds `dispatch`: one row per
+Each step (a part's validation, a part's timing) runs under its own time limit (SIGALRM):
+`--timeout` seconds each, or with `--budget` its share of the time left, so that what one step
+leaves unused goes to the steps after it (the shares are each part's expected seconds on an H100,
+`attnzoo.kernels.bench.cases.PART_S`). Results print as they come, a short table of ratios and
+verdicts comes last, and `--out DIR` writes bench_kernels.json and bench_kernels.md. Exit status 1 if a validation fails. The JSON also holds `dispatch`: one row per
 op, dtype, causal, width, forward-only or forward+backward and N, with the attnzoo op's time and
 the fastest PyTorch formulation's: what `scripts/gpu_check.py` turns into the dispatch table of
 `impl="auto"` (`attnzoo.kernels.dispatch.make_table`).
@@ -67,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pool-large", action="store_true", help="leave out pool's 8x8192x1024")
     parser.add_argument("--window", type=int, default=3, help="pool_mix window (odd)")
     parser.add_argument("--reps", type=int, default=30, help="timed calls per measurement")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per part (0: none)")
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds per step without --budget (0: none)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=0,
+        help="seconds for every step together, each its share of the time left (0: none)",
+    )
     parser.add_argument("--tol", type=float, default=2e-4, help="validation: max relative error")
     parser.add_argument("--dry-run", action="store_true", help="validate only, no timing")
     parser.add_argument(
@@ -84,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--head-dim must be in 16..128, got {args.head_dim}")
     if args.window < 1 or args.window % 2 == 0:
         parser.error(f"--window must be a positive odd int (centred pool), got {args.window}")
+    if args.budget < 0:
+        parser.error(f"--budget must be seconds >= 0, got {args.budget}")
     if any(n < 1 for n in args.n):
         parser.error(f"--n must be ≥ 1, got {args.n}")
 
@@ -101,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             window=args.window,
             reps=args.reps,
             timeout=args.timeout,
+            budget=args.budget,
             tol=args.tol,
             dry_run=args.dry_run,
             smoke=args.smoke,

@@ -7,9 +7,13 @@ conftest sets TRITON_INTERPRET=1, so the validation runs the Triton kernels in t
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
 import json
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -53,6 +57,11 @@ def test_dry_run_proves_every_formulation_equal_to_its_triton_op(script, tmp_pat
         ("quadratic", "bidirectional", "sdpa(x@U,x,v)"),
         ("quadratic", "causal", "sdpa(x@U,x,v)"),
         ("pool", "bidirectional", "avg_pool1d - x"),
+        ("linear", "bidirectional", "torch path"),
+        ("linear", "causal", "torch path"),
+        ("linear", "causal", "cumsum/einsum"),
+        ("local", "bidirectional", "sdpa(band)"),
+        ("local", "causal", "sdpa(band)"),
     }
     for key, c in checks.items():
         assert c["impl"] == "triton", key
@@ -305,3 +314,173 @@ def test_host_bench_stubs_every_launch_and_times_every_op(monkeypatch, capsys):
 
     with pytest.raises(RuntimeError, match="_keep_mask_kernel was launched for real"):
         attention.dropout_keep_mask(torch.zeros(1, dtype=torch.int64), 1, 1, 8, 0.5)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_steps_share_the_budget_and_pass_on_what_they_leave(bench, monkeypatch, tmp_path):
+    """With --budget each step (every part's validation, then every part's timing) gets its share
+    of the time left among the steps still to run: a step that finishes early leaves its time to
+    the later ones, one that runs to its limit does not eat theirs, and a step that finds the
+    budget spent is not run and says so."""
+    from attnzoo.kernels.bench import timing
+
+    runner = importlib.import_module("attnzoo.kernels.bench.run")  # the module, not run()
+
+    clock = FakeClock()
+    monkeypatch.setattr(runner, "Budget", lambda *a: timing.Budget(*a, clock=clock))
+    limits: dict[str, float] = {}
+    spend: dict[str, float] = {}
+    overrun: set[str] = set()  # steps the alarm cannot stop (stuck in a C call)
+
+    @contextlib.contextmanager
+    def time_limit(seconds, what):
+        limits[what] = seconds
+        yield
+        wanted = spend.get(what, 0.0)
+        clock.now += wanted if what in overrun else min(wanted, seconds)
+
+    monkeypatch.setattr(runner, "time_limit", time_limit)
+    monkeypatch.setattr(runner, "validate", lambda *a: [])
+    monkeypatch.setattr(runner, "time_part", lambda *a: None)
+    shares = bench.step_shares(("scaled_dot", "pool"))
+    total = sum(shares.values())
+
+    def check(budget: float) -> None:
+        limits.clear()
+        opts = bench.Options(parts=("scaled_dot", "pool"), smoke=True, budget=budget, out=tmp_path)
+        assert runner.run(opts) == 0
+
+    # every step finishes at once: the last one gets all that is left
+    check(total)
+    assert limits["validation of scaled_dot"] == pytest.approx(shares["validate scaled_dot"])
+    assert limits["part pool"] == pytest.approx(total)
+    # scaled_dot's timing runs to its limit: pool's timing gets the rest, not a fixed quarter
+    spend.update({"part scaled_dot": 1e9})
+    check(total)
+    timed = shares["scaled_dot"] + shares["pool"]
+    assert limits["part scaled_dot"] == pytest.approx(total * shares["scaled_dot"] / timed)
+    assert limits["part pool"] == pytest.approx(total - limits["part scaled_dot"])
+    # a validation overruns its limit past the deadline: the timing steps are not run
+    spend.clear()
+    spend["validation of pool"] = 1e9
+    overrun.add("validation of pool")
+    check(total)
+    assert set(limits) == {"validation of scaled_dot", "validation of pool"}
+    notes = json.loads((tmp_path / "bench_kernels.json").read_text())["notes"]
+    assert f"scaled_dot: not run, the budget of {total:g} s was spent" in notes
+    assert f"pool: not run, the budget of {total:g} s was spent" in notes
+
+
+def _stand_in_timer(fn):
+    fn()
+    return {"device_ms": 2.0, "host_us": 5.0}
+
+
+def test_linear_rows_name_why_a_comparison_is_skipped(bench, monkeypatch):
+    """linear's comparisons on CPU: the PyTorch path and, causal, the cumsum formulation are
+    timed; flash-linear-attention is a row that says why it was not (absent here; present but
+    without a GPU under --smoke), and the bidirectional rows say the comparisons are causal only."""
+    monkeypatch.setitem(sys.modules, "fla", None)  # as if fla-core were not installed
+    monkeypatch.setitem(sys.modules, "fla.ops", None)
+    monkeypatch.setitem(sys.modules, "fla.ops.linear_attn", None)
+    results = []
+    shapes = [bench.Shape(f"N40-{m}", 1, 2, 40, 16, m == "causal") for m in ("causal", "bidir")]
+    bench.time_part(
+        "linear", shapes, "triton", 3, _stand_in_timer, results.append, "cpu", torch.float32,
+        ("math",),
+    )  # fmt: skip
+    by = {(r.shape, r.candidate, r.mode): r for r in results}
+    timed = {k for k, r in by.items() if r.device_ms is not None}
+    for shape in ("N40-causal", "N40-bidir"):
+        for cand in ("attnzoo", "torch path"):
+            assert {(shape, cand, "fwd"), (shape, cand, "fwd+bwd")} <= timed
+    assert ("N40-causal", "cumsum/einsum", "fwd+bwd") in timed
+    fla = by[("N40-causal", "fla chunk_linear_attn", "fwd+bwd")]
+    assert fla.device_ms is None and fla.note.startswith("skipped: fla-core is not importable")
+    assert "causal only" in by[("N40-bidir", "fla chunk_linear_attn", "fwd+bwd")].note
+    assert "causal only" in by[("N40-bidir", "cumsum/einsum", "fwd+bwd")].note
+
+    # fla-core importable, but --smoke has no GPU for its kernels: still a skip, saying so
+    fake = types.ModuleType("fla.ops.linear_attn")
+    fake.chunk_linear_attn = lambda q, k, v, scale=None, normalize=True: pytest.fail("called")
+    monkeypatch.setitem(sys.modules, "fla.ops.linear_attn", fake)
+    (cand,) = [
+        c
+        for c in bench.cases.candidates("linear", shapes[0], "triton", 3, ("math",))
+        if c.name == "fla chunk_linear_attn"
+    ]
+    assert cand.skip == "flash-linear-attention's kernels need a GPU"
+
+
+def test_fla_is_called_in_its_own_layout_and_matches_the_op(bench, monkeypatch):
+    """Where fla-core is importable (and a GPU runs it), its chunk_linear_attn gets the
+    (B, N, H, F) tensors as they are, scale 1 and normalisation on, and its output is compared in
+    the op's (B, H, N, dv) layout: a stand-in with fla's documented semantics agrees with the op."""
+    seen = {}
+
+    def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                          normalize=True, head_first=True):  # fmt: skip
+        seen.update(shape=tuple(q.shape), scale=scale, normalize=normalize, head_first=head_first)
+        s = torch.einsum("bnhf,bnhv->bnhfv", k, v).cumsum(1)
+        o = torch.einsum("bnhf,bnhfv->bnhv", q * scale, s)
+        z = (q * scale * k.cumsum(1)).sum(-1, keepdim=True)
+        return o / (z + 1e-10), None
+
+    fake = types.ModuleType("fla.ops.linear_attn")
+    fake.chunk_linear_attn = chunk_linear_attn
+    monkeypatch.setitem(sys.modules, "fla.ops.linear_attn", fake)
+    run, why = bench.cases.fla_linear()
+    assert why == ""
+    s = bench.Shape("tiny", 2, 3, 37, 16, True, elt=4)
+    q, k, v = bench.cases.make_inputs("linear", s, "cpu", torch.float32)
+    got = run(q, k, v)
+    assert seen == {"shape": (2, 37, 3, 16), "scale": 1.0, "normalize": True, "head_first": False}
+    want = bench.cases.linear_in_torch_layout(q, k, v, True)
+    assert got.shape == want.shape == (2, 3, 37, 16)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_and_local_verdicts_and_dispatch_rows(bench):
+    """The verdicts read linear's and local's ratios the right way round; the dispatch rows
+    compare the kernel with the path impl="auto" runs instead (never the cumsum formulation or
+    fla-core, however fast), and local's rows are scaled_dot_attention's windowed key."""
+    R = bench.Result
+    shape = "N4096-causal"
+    results = [
+        _r(bench, "linear", shape, "attnzoo", 1.0),
+        _r(bench, "linear", shape, "torch path", 3.0),
+        _r(bench, "linear", shape, "cumsum/einsum", 0.5),  # faster, but not what auto runs
+        R("linear", shape, "fla chunk_linear_attn", "fwd+bwd", note="skipped: fla-core is gone"),
+        _r(bench, "local", shape, "attnzoo", 2.0),
+        _r(bench, "local", shape, "sdpa(band) efficient", 3.0),
+        _r(bench, "local", shape, "sdpa(band) cudnn", 1.0),
+        R("local", shape, "sdpa(band) flash", "fwd+bwd", note="unavailable: RuntimeError"),
+    ]
+    got = {v.target: v for v in bench.verdicts(results)}
+    v = got["linear fwd+bwd vs its PyTorch path, N4096-causal"]
+    assert v.verdict == "met" and v.measured.startswith("3.00×")
+    v = got["linear fwd+bwd vs the cumsum/einsum formulation, N4096-causal"]
+    assert v.verdict == "MISSED" and v.measured.startswith("0.50×")
+    v = got["linear fwd+bwd vs flash-linear-attention, N4096-causal"]
+    assert v.verdict == "not measured" and "fla-core is gone" in v.measured
+    v = got["local fwd+bwd vs best sdpa(band), N4096-causal"]
+    assert v.verdict == "MISSED" and v.measured.startswith("0.50×") and "cudnn" in v.measured
+    assert got["linear fwd+bwd vs its PyTorch path, N4096-bidirectional"].verdict == (
+        "not measured"
+    )
+
+    s = bench.Shape(shape, 2, 8, 4096, 64, True)
+    rows = {r["op"]: r for r in bench.dispatch_rows(results, [s], torch.bfloat16)}
+    assert rows["linear_attention"]["torch_path"] == "torch path"
+    assert rows["linear_attention"]["ratio"] == pytest.approx(3.0)
+    assert "windowed" not in rows["linear_attention"]
+    local = rows["scaled_dot_attention"]
+    assert local["windowed"] is True and local["torch_path"] == "sdpa(band) cudnn"
+    assert (local["dim"], local["n"], local["grad"], local["causal"]) == (64, 4096, True, True)

@@ -340,12 +340,18 @@ def test_what_benchmark_mode_times_computes_the_same_on_both_paths(op, grad):
         "quadratic_attention": (2, 2, 16, 32, 16),
         "metric_attention": (2, 2, 16, 16),
         "pool_mix": (2, 16, 24),
+        "linear_attention": (2, 2, 16, 16, 16),
     }[op]
     make = dispatch.CANDIDATES[op]
     ours, theirs = make(torch.float32, True, shape, 3, torch.device("cpu"), grad)
     got, want = ours(), theirs()
     got, want = (got, want) if grad else ((got,), (want,))
-    leaves = {"scaled_dot_attention": 3, "quadratic_attention": 3, "metric_attention": 2}
+    leaves = {
+        "scaled_dot_attention": 3,
+        "quadratic_attention": 3,
+        "metric_attention": 2,
+        "linear_attention": 3,
+    }
     assert len(got) == len(want) == (leaves.get(op, 1) if grad else 1)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
@@ -414,3 +420,24 @@ def test_benchmark_mode_is_read_without_a_graph_break(monkeypatch):
     monkeypatch.setattr(kernels, "benchmark_mode", True)
     assert compiled(torch.ones(3))[0] == 2
     torch._dynamo.reset()
+
+
+def test_a_table_from_the_benchmark_chooses_for_windowed_and_linear_calls(gpu):
+    """The benchmark's local rows (windowed) and linear rows become entries of their own keys:
+    a windowed call follows the windowed entry and a plain call of the same shape the plain one,
+    and linear_attention follows its own; without an entry each takes PyTorch."""
+    row = {"dtype": "bfloat16", "causal": True, "dim": 64, "grad": True, "n": 256}
+    rows = [
+        {**row, "op": "scaled_dot_attention", "triton_ms": 2.0, "torch_ms": 1.0},
+        {**row, "op": "scaled_dot_attention", "triton_ms": 1.0, "torch_ms": 2.0, "windowed": True},
+        {**row, "op": "linear_attention", "triton_ms": 1.0, "torch_ms": 3.0},
+    ]
+    table = dispatch.make_table(rows, {"capability": "9.0"})
+    write_table(gpu, "9.0", table["entries"])
+    assert len(dispatch.load_table(gpu / "9.0.json")) == 3  # no overlap between the two keys
+    t = CudaLike()
+    args = ("q", (t,), True, 64, 256, lambda: (1, 1, 256, 64, 64))
+    assert not ops._use_triton("auto", "scaled_dot_attention", *args)
+    assert ops._use_triton("auto", "scaled_dot_attention", *args, windowed=True)
+    assert ops._use_triton("auto", "linear_attention", *args)
+    assert not ops._use_triton("auto", "linear_attention", "q", (t,), False, 64, 256, tuple)

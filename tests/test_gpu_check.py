@@ -305,6 +305,56 @@ def test_sigterm_cuts_the_stage_running_and_keeps_the_ones_before(monkeypatch, t
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is undone
 
 
+def _reports(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir())
+
+
+def test_a_report_is_on_disk_while_env_runs_and_is_renamed_once_the_gpu_is_named(
+    monkeypatch, tmp_path
+):
+    """A GPU check killed during its env stage (before anything named the card) still leaves a
+    report saying env was running; once env names the GPU the report carries its name and the
+    provisional one is gone (the folder stays within what comes back from a lent machine)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "out"
+    seen_during_env: dict = {}
+
+    def run_stage(check, stage, env, data, table_dir):
+        if stage.name == "env":
+            (report,) = out.glob("*-unnamed-gpu.json")  # what a kill now would leave
+            seen_during_env.update(json.loads(report.read_text()))
+            check.env = {"gpu": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
+        stage.status = "ok"
+
+    monkeypatch.setattr(checker, "run_stage", run_stage)
+    assert checker.run_check(tmp_path, out, False, tmp_path, tmp_path, 60) == 0
+    stages = {s["name"]: s["status"] for s in seen_during_env["stages"]}
+    assert stages["env"] == "running" and stages["bench-kernels"] == "not reached"
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    stem = f"{day}-NVIDIA-H100-80GB-HBM3"
+    assert _reports(out) == [f"{stem}-logs.tar.gz", f"{stem}.json", f"{stem}.md"]
+
+
+def test_a_gpu_env_did_not_name_is_named_by_the_kernel_benchmark(monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    out = tmp_path / "out"
+
+    def run_stage(check, stage, env, data, table_dir):
+        if stage.name == "env":
+            stage.status, stage.error = "timeout", "stopped at 14 s"
+            return
+        if stage.name == "bench-kernels":
+            (report,) = out.glob("*.json")
+            assert report.name.endswith("-unnamed-gpu.json")
+            check.bench = {"meta": {"device": "NVIDIA H200"}}
+        stage.status = "ok"
+
+    monkeypatch.setattr(checker, "run_stage", run_stage)
+    assert checker.run_check(tmp_path, out, False, tmp_path, tmp_path, 60) == 1
+    names = _reports(out)
+    assert len(names) == 3 and all("-NVIDIA-H200" in n for n in names), names
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -36,7 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnzoo.bench.gpu_report import slug, stage_table_md, verdict_table_md, write_report
+from attnzoo.bench.gpu_report import (
+    remove_report,
+    slug,
+    stage_table_md,
+    verdict_table_md,
+    write_report,
+)
 from attnzoo.mixers import causal_mixers
 
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
@@ -47,12 +53,12 @@ CORPUS = "tinyshakespeare/input.txt"
 # (docs/gpu.md gives the arithmetic). A stage's limit is its share of the time that is left, so
 # what one stage leaves unused goes to the stages after it.
 SHARES = {
-    "env": 15,
-    "bench-kernels": 110,
+    "env": 10,
+    "bench-kernels": 130,
     "dispatch-table": 5,
-    "cuda-tests": 60,
+    "cuda-tests": 55,
     "bench-train": 100,
-    "default-job": 40,
+    "default-job": 30,
 }
 BUDGET = sum(SHARES.values())  # 330 s
 # --dry-run's shares (CPU, tiny sizes: `--dry-run --budget 60` takes 15-30 s on two cores)
@@ -64,6 +70,10 @@ DRY_SHARES = {
     "bench-train": 10,
     "default-job": 10,
 }
+UNNAMED_GPU = "unnamed-gpu"  # the report's name for the GPU until a stage has named it
+BENCH_REPS = 10  # timed calls per kernel-benchmark measurement
+# of the kernel benchmark's limit, what its start-up and its files take (not its parts' budget)
+BENCH_START_S, DRY_BENCH_START_S = 10.0, 3.0
 RESERVE_S = 2.0  # kept back from the stages for the last report and the log archive
 MIN_STAGE_S = 3.0  # no stage is started with less than this left of the budget
 
@@ -148,6 +158,7 @@ class Check:
     train: list[dict] = field(default_factory=list)
     default_job: dict = field(default_factory=dict)
     table: dict = field(default_factory=dict)
+    day: str = field(default_factory=lambda: time.strftime("%Y-%m-%d", time.gmtime()))
 
     def limit(self, stage: str, left: Sequence[str]) -> float:
         """The stage's share of the time left, among the stages `left` to run (itself first)."""
@@ -291,11 +302,14 @@ def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str]) -> None
     cmd = [sys.executable, str(check.root / "scripts" / "bench_kernels.py"), "--out", str(out)]
     if check.dry_run:
         cmd += ["--smoke", "--n", "32", "--batch", "1", "--heads", "2", "--head-dim", "16"]
-        cmd += ["--only", "scaled_dot", "pool"]  # the other two take the same path, slower
+        # metric and quadratic take scaled_dot's path, slower; linear has the skipped rows
+        cmd += ["--only", "scaled_dot", "pool", "linear", "local"]
         cmd += ["--no-train-shape", "--no-pool-large", "--reps", "1"]
-    else:  # N = 1k and 4k (and the training shape); four parts, each under a quarter of the limit
-        cmd += ["--n", "1024", "4096", "--reps", "20"]
-        cmd += ["--timeout", f"{max(10.0, stage.limit_s / 4 - 5):.0f}"]
+    else:  # N = 1k and 4k (and the training shape)
+        cmd += ["--n", "1024", "4096", "--reps", str(BENCH_REPS)]
+    # the parts share the stage's limit, less the process's start (torch, triton) and its files
+    start_s = DRY_BENCH_START_S if check.dry_run else BENCH_START_S
+    cmd += ["--budget", f"{max(stage.limit_s - start_s, stage.limit_s / 2):.1f}"]
     stage.commands.append(" ".join(["python", *cmd[1:]]))
     bench_env = {**env, "TRITON_INTERPRET": "1" if check.dry_run else "0"}
     code, output = run(
@@ -498,7 +512,9 @@ def run_check(
     if dry_run and not (data / CORPUS).exists():
         data = work / "data"
         env["ATTNZOO_TINYSHAKESPEARE_SHA256"] = _synthetic_corpus(data)
-    stem = report_stem(check) if dry_run else None  # else once the env stage named the GPU
+    # the report is written before each stage starts, the first one included, so a check killed
+    # in its env stage still leaves one; on a GPU its name says `unnamed-gpu` until then
+    stem = report_stem(check)
 
     def stop(signum: int, frame: object) -> None:
         raise Stopped(signal.Signals(signum).name)
@@ -518,8 +534,7 @@ def run_check(
                 stage.error = f"the budget of {budget:.0f} s was spent before it"
                 continue
             stage.status = "running"
-            if stem:
-                write_report(check, stem)
+            stem = rewrite_report(check, stem)
             print(f"== {stage.name} (limit {stage.limit_s:.0f} s)", flush=True)
             start = time.monotonic()
             try:
@@ -531,8 +546,7 @@ def run_check(
                 stage.status, stage.error = "failed", f"{type(err).__name__}: {err}"[:400]
             stage.seconds = time.monotonic() - start
             print(f"   {stage.status}: {stage.summary} {stage.error}".rstrip(), flush=True)
-            stem = stem or report_stem(check)
-            write_report(check, stem)
+            stem = rewrite_report(check, stem)
             if stopped:
                 break
     except Stopped as err:  # between stages, or while a report was written
@@ -543,8 +557,7 @@ def run_check(
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    stem = stem or report_stem(check)
-    write_report(check, stem)
+    stem = rewrite_report(check, stem)
     shutil.rmtree(work, ignore_errors=True)
     print(f"\nwrote {out / stem}.md, .json and -logs.tar.gz\n\n{stage_table_md(check)}\n")
     print(verdict_table_md(check), flush=True)
@@ -557,19 +570,22 @@ def run_check(
 
 
 def report_stem(check: Check) -> str:
-    """`<date>-<gpu>`: the GPU the env stage found, else torch's name for it."""
-    day = time.strftime("%Y-%m-%d", time.gmtime())
+    """`<date>-<gpu>`: the date the check started and the GPU the env stage found (else the one
+    the kernel benchmark ran on); `unnamed-gpu` until a stage has named it."""
     if check.dry_run:
-        return f"{day}-cpu-dry-run"
-    gpu = check.env.get("gpu")
-    if not gpu:
-        try:
-            import torch
+        return f"{check.day}-cpu-dry-run"
+    gpu = check.env.get("gpu") or check.bench.get("meta", {}).get("device")
+    return f"{check.day}-{slug(gpu) if gpu else UNNAMED_GPU}"
 
-            gpu = torch.cuda.get_device_name()
-        except Exception:  # noqa: BLE001 - the env stage's error says what is wrong
-            gpu = "unknown-gpu"
-    return f"{day}-{slug(gpu)}"
+
+def rewrite_report(check: Check, stem: str) -> str:
+    """Write the report under the stem the check has now (`report_stem`) and remove the one
+    written under `stem` before, if the name changed (the GPU was named); the stem now used."""
+    now = report_stem(check)
+    write_report(check, now)
+    if now != stem:
+        remove_report(check.out, stem)
+    return now
 
 
 def run_stage(check: Check, stage: Stage, env: dict[str, str], data: Path, table_dir: Path) -> None:

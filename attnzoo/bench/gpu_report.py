@@ -28,7 +28,8 @@ def verdict_rows(check: Check) -> list[dict[str, str]]:
         rows.append(
             {
                 "what": f"impl=auto {e['op']} {e['dtype']} "
-                f"{'causal' if e['causal'] else 'bidirectional'} dim {e['dim']} "
+                f"{'causal' if e['causal'] else 'bidirectional'}"
+                f"{' windowed' if e.get('windowed') else ''} dim {e['dim']} "
                 f"N {e['measured_n']} (covers {e['n_min']}..{e['n_max']}) "
                 f"{'fwd+bwd' if e['grad'] else 'fwd'}",
                 "measured": f"{e['ratio']:.2f}× (triton {e['triton_ms']:.3f} ms, "
@@ -128,6 +129,15 @@ def write_archive(check: Check, path: Path) -> None:
                 added += size
 
     _replace(path, write)
+
+
+REPORT_SUFFIXES = (".md", ".json", "-logs.tar.gz")
+
+
+def remove_report(out: Path, stem: str) -> None:
+    """Remove the report files of `stem` (one renamed once the GPU was named)."""
+    for suffix in REPORT_SUFFIXES:
+        (out / f"{stem}{suffix}").unlink(missing_ok=True)
 
 
 def write_report(check: Check, stem: str) -> None:

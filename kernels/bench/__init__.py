@@ -14,14 +14,24 @@ Read in order:
 Only attnzoo.kernels and PyTorch are imported, as everywhere in attnzoo.kernels.
 """
 
-from .cases import BACKENDS, PARTS, TRAIN, Shape, attention_shapes, cost, pool_shapes
+from .cases import (
+    BACKENDS,
+    PARTS,
+    TRAIN,
+    Shape,
+    attention_shapes,
+    cost,
+    pool_shapes,
+    step_shares,
+)
 from .run import Options, run
-from .timing import PartTimeout, Result, Timer, time_limit, time_part, wall_timer
+from .timing import Budget, PartTimeout, Result, Timer, time_limit, time_part, wall_timer
 from .validate import Check, validate
 from .verdicts import Verdict, dispatch_rows, verdicts
 
 __all__ = [
     "BACKENDS",
+    "Budget",
     "PARTS",
     "TRAIN",
     "Check",
@@ -36,6 +46,7 @@ __all__ = [
     "dispatch_rows",
     "pool_shapes",
     "run",
+    "step_shares",
     "time_limit",
     "time_part",
     "validate",

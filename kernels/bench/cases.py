@@ -9,13 +9,24 @@ write instead:
 | metric | `metric_attention(p, M)` | `sdpa(p @ M, p, p)` |
 | quadratic | `quadratic_attention(x, U, v)` | `sdpa(x @ U[h], x, v)`, x expanded over the heads |
 | pool | `pool_mix(x, window)` (centred) | `avg_pool1d(x, window, count_include_pad=False) - x` |
+| linear | `linear_attention(q, k, v)` | its PyTorch path (`impl="torch"`, chunked einsums); causal: the cumsum/einsum formulation, and flash-linear-attention's `chunk_linear_attn` where `fla-core` is importable |
+| local | `scaled_dot_attention(q, k, v, window=w)` | `sdpa(q, k, v, attn_mask=band)`, the banded boolean mask (also the PyTorch path of a windowed call) |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, pinned to one backend at a time
 (`backend_only`). Shapes: the training shape of nanoGPT's GPU recipe (`TRAIN`: batch 64, 6 heads,
 N = 256, head dim 64, causal) and (batch, heads, N, head dim) grids, causal and bidirectional;
 quadratic's width is D = heads x head dim. pool_mix runs on x of (batch, N, D) of the same shapes,
 centred (`avg_pool1d` has no causal window that leaves padding uncounted), plus one large x
-(`POOL_LARGE`) for its bandwidth, against a copy of x as the bandwidth reference.
+(`POOL_LARGE`) for its bandwidth, against a copy of x as the bandwidth reference. linear takes
+non-negative features (elu + 1) of width F = head dim, laid out (batch, N, heads, F) as a
+mixer's projection gives them (the attnzoo op and PyTorch read them through strides, fla-core
+takes that layout as it is). local's window reaches `local_reach(shape)` keys back (and forward,
+bidirectional): min(128, N / 4).
+
+Candidates that are not what `impl="auto"` runs instead of the kernel (`ALTERNATIVES`: the cumsum
+formulation, fla-core) are timed for the verdicts but never decide the dispatch table; a
+candidate that cannot run here (fla-core not installed, no GPU, no bidirectional form) is kept as
+a row that says why (`Candidate.skip`).
 
 The cost model: FLOPs by `attnzoo.kernels.flops.op_flops` (matmuls only, 2 per multiply-add,
 causal halves the N x N terms, the attention backward 2.5x its forward); the byte model counts one
@@ -26,6 +37,7 @@ streamed once per `BLOCK_M`-query tile.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -36,8 +48,26 @@ from .. import ops
 from ..flops import ATTENTION_OPS, op_flops
 
 BLOCK_M = 128  # query tile of the byte model
-PARTS = ("scaled_dot", "metric", "quadratic", "pool")
+PARTS = ("scaled_dot", "metric", "quadratic", "pool", "linear", "local")
 BACKENDS = ("flash", "cudnn", "efficient")
+# Each part's share of a budget (`--budget`), in the seconds it is expected to take on an H100 at
+# the GPU check's options (training shape, N = 1k/4k, 10 reps): mostly compiling and autotuning
+# each kernel variant (estimated, not yet measured), and the same for its validation's fp32
+# variants at the tiny shape.
+PART_S = {"scaled_dot": 20, "metric": 18, "quadratic": 22, "pool": 6, "linear": 18, "local": 16}
+VALIDATION_S = 3
+
+
+def step_shares(parts: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """The shares of the benchmark's steps: each part's validation, then each part's timing."""
+    return {**{f"validate {p}": VALIDATION_S for p in parts}, **{p: PART_S[p] for p in parts}}
+
+
+LOCAL_WINDOW = 128  # local's reach at long N: keys each side of the query (min(128, N / 4))
+LINEAR_EPS = 1e-6  # linear_attention's default
+FLA = "fla chunk_linear_attn"
+CUMSUM = "cumsum/einsum"
+ALTERNATIVES = (CUMSUM, FLA)  # timed against, but not what impl="auto" runs instead
 POOL_LARGE = (8, 8192, 1024)  # (batch, tokens, D): ~134 MB per bf16 tensor, well beyond L2
 
 
@@ -96,10 +126,18 @@ def cost(op: str, s: Shape, window: int = 3) -> dict[str, float]:
     and HBM bytes of the forward, by the byte model in the module docstring."""
     bh, n, d, e = s.batch * s.heads, s.n, s.head_dim, s.elt
     tiles = -(-n // BLOCK_M)
-    if op in ATTENTION_OPS:
+    if op in (*ATTENTION_OPS, "linear"):
         fwd = op_flops(op, s.batch, s.heads, n, d, s.causal)
         bwd = op_flops(op, s.batch, s.heads, n, d, s.causal, backward=True)
-    if op == "scaled_dot":
+    if op == "local":  # the scores inside the window only, as the kernels skip the rest
+        keys = min(n, local_reach(s) * (1 if s.causal else 2) + 1)
+        fwd = 2 * bh * n * keys * 2 * d
+        bwd = 2.5 * fwd
+        compulsory = e * bh * n * (3 * d + d) + 4 * bh * n
+        streamed = e * bh * tiles * min(n, keys + BLOCK_M) * (2 * d)  # the window's k, v tiles
+    elif op == "linear":  # q, k, v in, out out, the normaliser (fp32) out; no tile re-reads
+        compulsory, streamed = e * bh * n * 4 * d + 4 * bh * n, 0
+    elif op == "scaled_dot":
         compulsory = e * bh * n * (3 * d + d) + 4 * bh * n  # q, k, v in; out, lse out
         streamed = e * bh * tiles * n * (2 * d)  # k and v tiles per query tile
     elif op == "quadratic":
@@ -148,6 +186,60 @@ def avg_pool_mix(x, window: int):
     return pooled.mT - x
 
 
+def local_reach(s: Shape) -> int:
+    """How many keys back (and forward, bidirectional) local's window reaches at shape s."""
+    return max(1, min(LOCAL_WINDOW, s.n // 4))
+
+
+def local_window(s: Shape) -> tuple[int, int]:
+    """The `window=(left, right)` of scaled_dot_attention for local at shape s."""
+    reach = local_reach(s)
+    return (reach, 0 if s.causal else reach)
+
+
+def sdpa_band(q, k, v, window: tuple[int, int]):
+    """`sdpa(q, k, v, attn_mask=band)`: query i sees keys i - left ..= i + right."""
+    n = q.shape[-2]
+    i = torch.arange(n, device=q.device)
+    offset_nn = i[None, :] - i[:, None]  # key - query
+    band_nn = (offset_nn >= -window[0]) & (offset_nn <= window[1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=band_nn)
+
+
+def heads_first(t_bnhf: torch.Tensor) -> torch.Tensor:
+    """(B, N, H, F) -> (B, H, N, F), a view."""
+    return t_bnhf.transpose(1, 2)
+
+
+def cumsum_linear(q_bnhf, k_bnhf, v_bnhv):
+    """Causal normalised linear attention as one would write it: the running state as a cumsum
+    of the outer products k vᵀ, then einsums: -> (B, H, N, dv)."""
+    s_bnhfv = torch.einsum("bnhf,bnhv->bnhfv", k_bnhf, v_bnhv).cumsum(dim=1)
+    num_bnhv = torch.einsum("bnhf,bnhfv->bnhv", q_bnhf, s_bnhfv)
+    den_bnh = torch.einsum("bnhf,bnhf->bnh", q_bnhf, k_bnhf.cumsum(dim=1))
+    return heads_first(num_bnhv / (den_bnh[..., None] + LINEAR_EPS))
+
+
+def fla_linear() -> tuple[Callable[..., torch.Tensor] | None, str]:
+    """flash-linear-attention's chunked linear attention, or None and why it is not there."""
+    try:
+        from fla.ops.linear_attn import chunk_linear_attn
+    except Exception as err:  # noqa: BLE001 - absent, or present and broken: either way a skip
+        return None, f"fla-core is not importable ({type(err).__name__}: {str(err)[:80]})"
+    keywords = {"scale": 1.0, "normalize": True}
+    if "head_first" in inspect.signature(chunk_linear_attn).parameters:
+        keywords["head_first"] = False  # older releases: (B, H, N, F) unless told otherwise
+
+    def run(q_bnhf, k_bnhf, v_bnhv):
+        return heads_first(chunk_linear_attn(q_bnhf, k_bnhf, v_bnhv, **keywords)[0])
+
+    return run, ""
+
+
+def _skipped(*inputs):
+    raise NotImplementedError("a skipped candidate is never called")
+
+
 def copy_of(x):
     """The bandwidth reference: one read and one write of x."""
     return x.clone()
@@ -159,6 +251,7 @@ class Candidate:
     run: Callable[..., torch.Tensor]
     backend: str | None = None  # the SDPA backend it is pinned to
     reference: bool = False  # timed for scale (the copy), not a competitor
+    skip: str = ""  # why it cannot run here (then it is reported, never called)
 
 
 def make_inputs(
@@ -185,6 +278,15 @@ def make_inputs(
         )
     if part == "pool":
         return (randn(b, n, d),)
+    if part == "local":
+        return randn(b, h, n, d), randn(b, h, n, d), randn(b, h, n, d)
+    if part == "linear":  # non-negative features, (B, N, H, F) as a projection leaves them
+
+        def feature() -> torch.Tensor:
+            t = F.elu(torch.randn(b, n, h, d, generator=gen)) + 1
+            return t.to(device=device, dtype=dtype).requires_grad_(True)
+
+        return feature(), feature(), randn(b, n, h, d)
     raise ValueError(f"unknown part {part!r}")
 
 
@@ -221,9 +323,39 @@ def candidates(
             Candidate("avg_pool1d - x", lambda x: avg_pool_mix(x, window)),
             Candidate("copy", copy_of, reference=True),
         ]
+    elif part == "local":
+        w = local_window(s)
+        ours = Candidate(
+            "attnzoo",
+            lambda q, k, v: ops.scaled_dot_attention(q, k, v, causal=c, impl=impl, window=w),
+        )
+        theirs = [
+            Candidate(f"sdpa(band) {be}", lambda q, k, v: sdpa_band(q, k, v, w), be)
+            for be in backends
+        ]
+    elif part == "linear":
+        ours = Candidate("attnzoo", lambda q, k, v: linear_in_torch_layout(q, k, v, c, impl))
+        theirs = [Candidate("torch path", lambda q, k, v: linear_in_torch_layout(q, k, v, c))]
+        if c:
+            theirs.append(Candidate(CUMSUM, cumsum_linear))
+            fla, why = fla_linear()
+            if fla is not None and backends == ("math",):  # --smoke: no GPU for its kernels
+                fla, why = None, "flash-linear-attention's kernels need a GPU"
+            theirs.append(Candidate(FLA, fla or _skipped, skip=why))
+        else:
+            why = "causal only (bidirectional, the PyTorch path already is q (kᵀ v))"
+            theirs.append(Candidate(CUMSUM, _skipped, skip=why))
+            theirs.append(Candidate(FLA, _skipped, skip="flash-linear-attention's is causal only"))
     else:
         raise ValueError(f"unknown part {part!r}")
     return [ours, *theirs]
+
+
+def linear_in_torch_layout(q_bnhf, k_bnhf, v_bnhv, causal: bool, impl: str = "torch"):
+    """attnzoo's linear_attention on (B, N, H, F) inputs, read as (B, H, N, F) views; impl
+    "torch" is the path impl="auto" takes where the kernel is not chosen."""
+    qkv = (heads_first(q_bnhf), heads_first(k_bnhf), heads_first(v_bnhv))
+    return ops.linear_attention(*qkv, causal=causal, eps=LINEAR_EPS, impl=impl)
 
 
 @contextlib.contextmanager

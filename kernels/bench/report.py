@@ -16,7 +16,8 @@ from .verdicts import Verdict, lookup
 def print_model(shapes: list[Shape], pools: list[Shape], window: int) -> None:
     print("| op | shape | fwd GFLOP | fwd+bwd GFLOP | fwd bytes (MB) | fwd FLOP/byte |")
     print("|---|---|---|---|---|---|")
-    rows = [(op, s) for s in shapes for op in PARTS[:3]] + [("pool", s) for s in pools]
+    rows = [(op, s) for s in shapes for op in PARTS if op != "pool"]
+    rows += [("pool", s) for s in pools]
     for op, s in rows:
         c = cost(op, s, window)
         print(

@@ -12,9 +12,18 @@ from pathlib import Path
 
 import torch
 
-from .cases import BACKENDS, PARTS, attention_shapes, pool_shapes
+from .cases import BACKENDS, PARTS, attention_shapes, pool_shapes, step_shares
 from .report import print_model, results_table, verdict_table, write_out
-from .timing import PartTimeout, Result, Timer, first_line, time_limit, time_part, wall_timer
+from .timing import (
+    Budget,
+    PartTimeout,
+    Result,
+    Timer,
+    first_line,
+    time_limit,
+    time_part,
+    wall_timer,
+)
 from .validate import Check, validate
 from .verdicts import dispatch_rows, verdicts
 
@@ -33,7 +42,8 @@ class Options:
     pool_large: bool = True  # pool's 8 x 8192 x 1024
     window: int = 3  # pool_mix window (odd)
     reps: int = 30  # timed calls per measurement
-    timeout: float = 600  # seconds per part (0: none)
+    timeout: float = 600  # seconds per part (0: none), where there is no budget
+    budget: float = 0  # seconds for every part together, shared as `Budget` says (0: none)
     tol: float = 2e-4  # validation: max relative error
     dry_run: bool = False  # validate only, no timing
     smoke: bool = False  # time on CPU to exercise the timing path
@@ -59,6 +69,9 @@ def _emit(results: list[Result]):
     return emit
 
 
+MIN_STEP_S = 1.0  # a step is not started with less than this of the budget left
+
+
 def run(opts: Options) -> int:
     """Validate every comparison, time them where there is a GPU (or `smoke`), print the tables
     and write the files; exit status 1 if a validation fails, else 0."""
@@ -81,10 +94,26 @@ def run(opts: Options) -> int:
             "no GPU and no TRITON_INTERPRET=1: the formulations were checked against the PyTorch "
             "reference (impl='torch'), not the Triton kernels"
         )
+    # the steps (each part's validation, then each part's timing) share one budget, if given
+    steps = [f"validate {p}" for p in opts.parts] + (list(opts.parts) if timing or smoke else [])
+    budget = Budget(opts.budget, step_shares(opts.parts), opts.timeout)
+
+    def step_limit(step: str) -> float | None:
+        """The step's limit, or None (noted) where the budget is spent."""
+        limit = budget.limit(step, steps[steps.index(step) :])
+        if opts.budget > 0 and limit < MIN_STEP_S:
+            notes.append(f"{step}: not run, the budget of {opts.budget:g} s was spent")
+            print(notes[-1], flush=True)
+            return None
+        return limit
+
     checks: list[Check] = []
     for part in opts.parts:
+        limit = step_limit(f"validate {part}")
+        if limit is None:
+            continue
         try:
-            with time_limit(opts.timeout, f"validation of {part}"):
+            with time_limit(limit, f"validation of {part}"):
                 checks += validate([part], "cuda" if gpu else "cpu", impl, opts.window, opts.tol)
         except PartTimeout as err:
             notes.append(str(err))
@@ -106,8 +135,11 @@ def run(opts: Options) -> int:
             )
         for part in opts.parts:
             part_shapes = pools if part == "pool" else shapes
+            limit = step_limit(part)
+            if limit is None:
+                continue
             try:
-                with time_limit(opts.timeout, f"part {part}"):
+                with time_limit(limit, f"part {part}"):
                     time_part(part, part_shapes, impl, opts.window, timer, emit, *where, backends)
             except PartTimeout as err:
                 notes.append(f"{err}; its results so far are kept")

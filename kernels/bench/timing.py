@@ -9,7 +9,8 @@
 
 A training step pays max(device, host) per op when nothing else keeps the GPU busy. `wall_timer`
 stands in on CPU (`--smoke`): it exercises the timing path, its numbers measure nothing. Each
-part runs under its own time limit (`time_limit`, SIGALRM).
+step (a part's validation, a part's timing) runs under its own time limit (`time_limit`,
+SIGALRM): a fixed one per step, or its share of one budget (`Budget`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -55,6 +56,31 @@ def time_limit(seconds: float, what: str) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass
+class Budget:
+    """One time budget shared by the benchmark's steps in order, as the GPU check's stages share
+    theirs: a step's limit is its share of the time left, among the steps still to run (itself
+    first), so the time one step leaves unused goes to the steps after it. Without a budget
+    (`seconds` <= 0) every step gets `per_step` (0: no limit)."""
+
+    seconds: float
+    shares: Mapping[str, float]
+    per_step: float = 0.0
+    clock: Callable[[], float] = time.monotonic
+    deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = self.clock() + self.seconds
+
+    def limit(self, step: str, left: Sequence[str]) -> float:
+        """The step's limit in seconds; at most 0 once the budget is spent (the step is then
+        not run: `time_limit` takes 0 as no limit at all)."""
+        if self.seconds <= 0:
+            return self.per_step
+        available = self.deadline - self.clock()
+        return available * self.shares[step] / sum(self.shares[s] for s in left)
 
 
 @dataclass
@@ -150,6 +176,9 @@ def time_part(
         inputs = make_inputs(part, s, device, dtype)
         c = cost(part, replace(s, elt=dtype.itemsize), window)
         for cand in candidates(part, s, impl, window, backends):
+            if cand.skip:
+                emit(Result(part, s.name, cand.name, "fwd+bwd", note=f"skipped: {cand.skip}"))
+                continue
             modes = ("fwd",) if cand.reference else ("fwd", "fwd+bwd")
             with backend_only(cand.backend):
                 try:

@@ -6,11 +6,18 @@ Targets, judged on device time:
 - metric fwd+bwd >= 1.0x the best SDPA formulation at N = 4096 (goal 1.3x);
 - quadratic fwd+bwd >= 1.0x its SDPA formulation and >= 50% of scaled_dot's TFLOP/s, N = 4096;
 - pool_mix fwd+bwd >= 1.0x `avg_pool1d - x`, at every pool shape;
+- linear_attention fwd+bwd >= 1.0x its PyTorch path at N = 4096, causal and bidirectional, and,
+  causal, >= 1.0x the cumsum/einsum formulation and flash-linear-attention's chunked kernel
+  (where fla-core was importable; else "not measured" with the reason);
+- local (windowed scaled_dot) fwd+bwd >= 1.0x the best `sdpa(band)` at N = 4096, causal and
+  bidirectional;
 - host time per call (fwd, and fwd+bwd) <= 1.5x SDPA's at the training shape.
 
 `dispatch_rows` keys each measurement as attnzoo.kernels.dispatch keys a call (op, dtype, causal,
 width, forward-only or forward+backward, N), with the attnzoo op's time and the fastest PyTorch
-formulation's: what `dispatch.make_table` turns into a table.
+formulation's: what `dispatch.make_table` turns into a table. The local part's rows are
+scaled_dot_attention's windowed key; the ALTERNATIVES (cumsum/einsum, fla-core) are not what
+impl="auto" would run instead, so they never set the PyTorch side of a row.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cases import Shape
+from .cases import ALTERNATIVES, CUMSUM, FLA, Shape
 from .timing import Result
 
 
@@ -155,6 +162,37 @@ def verdicts(results: list[Result], n_target: int = 4096) -> list[Verdict]:
         "≥ 1.0×",
         "" if worst is None else f" (worst: {worst[1]})",
     )
+    for mode in ("causal", "bidirectional"):
+        shape = f"N{n_target}-{mode}"
+        ours = get("linear", shape, "attnzoo")
+        judge(
+            f"linear fwd+bwd vs its PyTorch path, {shape}",
+            speedup(ours, get("linear", shape, "torch path")),
+            1.0,
+            "≥ 1.0×",
+        )
+    shape = f"N{n_target}-causal"
+    ours = get("linear", shape, "attnzoo")
+    for name, what in ((CUMSUM, "the cumsum/einsum formulation"), (FLA, "flash-linear-attention")):
+        target = f"linear fwd+bwd vs {what}, {shape}"
+        skipped = next(
+            (r for r in results if (r.part, r.shape, r.candidate) == ("linear", shape, name)), None
+        )
+        ratio = speedup(ours, get("linear", shape, name))
+        if ratio is None and skipped is not None and skipped.note.startswith("skipped"):
+            out.append(Verdict(target, f"– ({skipped.note})", "≥ 1.0×", "not measured"))
+        else:
+            judge(target, ratio, 1.0, "≥ 1.0×")
+    for mode in ("causal", "bidirectional"):
+        shape = f"N{n_target}-{mode}"
+        best = _best_sdpa(results, "local", shape)
+        judge(
+            f"local fwd+bwd vs best sdpa(band), {shape}",
+            speedup(get("local", shape, "attnzoo"), best),
+            1.0,
+            "≥ 1.0×",
+            f" (best: {best.candidate})" if best else "",
+        )
     for mode in ("fwd", "fwd+bwd"):
         ours = get("scaled_dot", "train", "attnzoo", mode)
         flash = get("scaled_dot", "train", "sdpa flash", mode)
@@ -179,6 +217,8 @@ OP_NAMES = {
     "metric": "metric_attention",
     "quadratic": "quadratic_attention",
     "pool": "pool_mix",
+    "linear": "linear_attention",
+    "local": "scaled_dot_attention",  # windowed
 }
 
 
@@ -194,7 +234,7 @@ def dispatch_rows(results: list[Result], shapes: list[Shape], dtype: torch.dtype
             r for r in results if (r.part, r.shape, r.mode) == (part, shape, mode) and r.device_ms
         ]
         ours = next((r for r in same if r.candidate == "attnzoo"), None)
-        theirs = [r for r in same if r.candidate not in ("attnzoo", "copy")]
+        theirs = [r for r in same if r.candidate not in ("attnzoo", "copy", *ALTERNATIVES)]
         best = min(theirs, key=lambda r: r.device_ms, default=None)
         if s is None or ours is None or best is None:
             continue
@@ -211,6 +251,7 @@ def dispatch_rows(results: list[Result], shapes: list[Shape], dtype: torch.dtype
                 "torch_ms": best.device_ms,
                 "torch_path": best.candidate,
                 "ratio": best.device_ms / ours.device_ms,
+                **({"windowed": True} if part == "local" else {}),
             }
         )
     return rows
