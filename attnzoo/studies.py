@@ -98,6 +98,13 @@ def float_list(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
+def default_out(name: str) -> Path:
+    """Where a study script writes when not told (`--out`): `results/<name>/` under the folder it
+    is run from, which git ignores, so that a first try never overwrites the committed results
+    (`scripts/results/<name>/`, regenerated with an explicit `--out scripts/results/<name>`)."""
+    return Path("results") / name
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """--parallel, --device, --preset, --data-dir and --override, as every study driver takes
     them."""

@@ -48,6 +48,7 @@ from attnzoo.architectures import (
     unknown_model_message,
     write_csvs,
 )
+from attnzoo.studies import default_out
 
 
 def parse_models(value: str) -> list[str]:
@@ -77,7 +78,9 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="holds tinyshakespeare/input.txt")
     parser.add_argument("--wandb", choices=["disabled", "offline", "online"], default="disabled")
     parser.add_argument("--wandb-project", default="attnzoo")
-    parser.add_argument("--out", type=Path, default=Path("scripts/results/architectures"))
+    parser.add_argument("--out", type=Path, default=default_out("architectures"),
+                        help="report folder (default results/architectures/; the committed one: "
+                             "--out scripts/results/architectures)")  # fmt: skip
     args = parser.parse_args()
     args.batch = args.batch or (4 if args.tiny else 8)
     args.tokens = args.tokens or (32 if args.tiny else 128)

@@ -63,6 +63,7 @@ from attnzoo.studies import (
     add_run_options,
     check_seeds,
     chosen_lrs,
+    default_out,
     float_list,
     int_list,
     lr_text,
@@ -352,7 +353,9 @@ def main() -> None:
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
     add_run_options(parser)
-    parser.add_argument("--out", type=Path, default=Path("scripts/results/mixer_ablation"))
+    parser.add_argument("--out", type=Path, default=default_out("mixer_ablation"),
+                        help="report folder (default results/mixer_ablation/; the committed one: "
+                             "--out scripts/results/mixer_ablation)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="the whole pipeline at toy size: 3 steps, 2 LRs, tuning seeds "
                              "100,101, fresh seeds 0,1, synthetic data unless --data-dir")  # fmt: skip

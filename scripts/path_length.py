@@ -31,6 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from attnzoo.paths import num_heads, num_paths, path_logits, sample_paths  # noqa: E402
+from attnzoo.studies import default_out  # noqa: E402
 from attnzoo.tasks import TASKS  # noqa: E402
 
 
@@ -102,7 +103,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
     parser.add_argument("--reuse", action="store_true", help="evaluate the runs in --out/runs")
-    parser.add_argument("--out", type=Path, default=Path("scripts/results/path_length"))
+    parser.add_argument("--out", type=Path, default=default_out("path_length"),
+                        help="report folder (default results/path_length/; the committed one: "
+                             "--out scripts/results/path_length)")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 

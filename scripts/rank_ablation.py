@@ -57,6 +57,7 @@ from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
+    default_out,
     int_list,
     machine,
     run_overrides,
@@ -281,7 +282,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int_list, default=[0, 1, 2, 3, 4], help="default 0-4")
     parser.add_argument("--confidence", type=float, default=0.95)
     add_run_options(parser)
-    parser.add_argument("--out", type=Path, default=Path("scripts/results/rank_ablation"))
+    parser.add_argument("--out", type=Path, default=default_out("rank_ablation"),
+                        help="report folder (default results/rank_ablation/; the committed one: "
+                             "--out scripts/results/rank_ablation)")  # fmt: skip
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the sweeps already in --out; run nothing")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",

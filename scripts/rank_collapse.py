@@ -36,7 +36,7 @@ than 1 and the mean leaks into the residual, a singly exponential term that take
 residual is small. The report checks its reading against what is known: a pure Re(fft2) stack
 keeps rank, the control decays singly exponentially, and so does a local mask, which decays more
 slowly than full attention (Wu et al. 2024). Attention entropy is reported only where the
-mixer's weights are a distribution (n/a for pooling, Nyström's pseudo-inverse, Fourier, the
+mixer's weights are a distribution (n/a for pooling, Nyström (no weights exposed), Fourier, the
 token MLP, identity).
 
 Outputs (in --out): rank_collapse.csv (every point, every measure, mean and std over the
@@ -90,7 +90,7 @@ from attnzoo.model import EMBED_STD  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import Interval, mean_interval, t_ppf  # noqa: E402
-from attnzoo.studies import machine  # noqa: E402
+from attnzoo.studies import default_out, machine  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
     "pure": (False, False),
@@ -226,7 +226,9 @@ def main() -> None:
     parser.add_argument("--rate-seeds", type=int, default=5, help="seeds of the rate fit (>= 3)")
     parser.add_argument("--rate-input-std", type=float, default=1.0,
                         help="std of the token embeddings and positions in the rate study")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=Path("scripts/results/rank_collapse"))
+    parser.add_argument("--out", type=Path, default=default_out("rank_collapse"),
+                        help="report folder (default results/rank_collapse/; the committed one: "
+                             "--out scripts/results/rank_collapse)")  # fmt: skip
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: the interval is over seeds")

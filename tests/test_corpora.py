@@ -222,6 +222,44 @@ def test_shakespeare_bad_local_file(tmp_path: Path, content: bytes, match: str) 
     assert TINY_SHAKESPEARE.url in str(err.value)
 
 
+def test_a_data_dir_that_does_not_exist_says_so(tmp_path: Path, monkeypatch) -> None:
+    with pytest.raises(CorpusError) as err:
+        build_task("shakespeare_char", str(tmp_path / "nonexistent"), 0)
+    assert str(err.value).startswith(f"data_dir {tmp_path / 'nonexistent'} does not exist")
+    assert "tinyshakespeare/input.txt" in str(err.value)
+    # without ATTNZOO_OFFLINE set, the message does not ask to unset it
+    monkeypatch.delenv("ATTNZOO_OFFLINE")
+    monkeypatch.setenv("ATTNZOO_TINYSHAKESPEARE_URL", "http://127.0.0.1:9/unreachable")
+    with pytest.raises(CorpusError) as err:
+        build_task("shakespeare_char", str(tmp_path / "nonexistent"), 0)
+    assert "does not exist" in str(err.value) and "ATTNZOO_OFFLINE" not in str(err.value)
+
+
+def test_a_bad_copy_gets_one_fix_naming_one_file(tmp_path: Path, _isolated_cache: Path) -> None:
+    """The user's own file is to be replaced, not deleted; attnzoo's cached download is deleted
+    and fetched again; the labelled repack of IMDB points at the original archive."""
+    user = tmp_path / "tinyshakespeare" / "input.txt"
+    user.parent.mkdir(parents=True)
+    user.write_bytes(PLAY.encode()[:1000])
+    with pytest.raises(CorpusError) as err:
+        build_task("shakespeare_char", str(tmp_path), 0)
+    assert "Replace it with a good copy" in str(err.value) and "Delete" not in str(err.value)
+    user.unlink()
+    cached = _isolated_cache / "downloads" / "tinyshakespeare" / "input.txt"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(PLAY.encode()[:1000])
+    with pytest.raises(CorpusError, match=f"Delete {cached} and run again"):
+        build_task("shakespeare_char", str(tmp_path), 0)
+    repack = tmp_path / "imdb" / "aclImdb_labeled.tar.gz"
+    repack.parent.mkdir(parents=True)
+    repack.write_bytes(b"\x1f\x8b" + b"x" * 100)
+    with pytest.raises(ValueError) as err:
+        build_task("imdb", str(tmp_path), 0)
+    message = str(err.value)
+    assert str(repack) in message and str(tmp_path / "imdb" / "aclImdb_v1.tar.gz") in message
+    assert "place it at " + str(repack) not in message  # not: the original under the repack's name
+
+
 @pytest.fixture
 def play_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A data_dir holding a small stand-in for Tiny Shakespeare (its checksum declared)."""

@@ -457,3 +457,20 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
     }
     assert "nystrom" in left_out and lm + left_out != [] and set(lm) | set(left_out) == set(MIXERS)
     assert mixers_for_task("imdb", list(MIXERS)) == (list(MIXERS), [])  # not causal: every one
+
+
+STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "rank_collapse")
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(name, tmp_path):
+    """A first try (no --out) writes results/<script>/ where it is run, which git ignores; the
+    committed results under scripts/results/ change only with an explicit --out."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"default results/{name}/" in " ".join(proc.stdout.split())
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"results/{name}/report.md"], cwd=ROOT)
+    kept = subprocess.run(["git", "check-ignore", "-q", "results/gpu/report.md"], cwd=ROOT)
+    if (ROOT / ".git").exists():
+        assert ignored.returncode == 0 and kept.returncode == 1  # the GPU check's is committed

@@ -681,3 +681,17 @@ def test_threads_auto_is_kept_on_resume(tmp_path, monkeypatch):
     assert resumed["resumed_from"] == 20 and resumed["threads"] == 2
     explicit = run(tiny("train.max_steps=40", "train.resume=true", "train.threads=1"), tmp_path)
     assert explicit["threads"] == 1  # an explicit count is the user's choice
+
+
+def test_a_run_long_for_this_cpu_says_so_before_its_first_step(tmp_path, monkeypatch, capsys):
+    """The GPU recipe on a CPU: about 6 x 10.8M params x 16,384 tokens = 1.06 TFLOP a step, so
+    5000 steps are hours at the measured ~5e10 FLOP/s per thread; the run says so up front."""
+    from attnzoo.train import system
+
+    hours = system.cpu_estimate(10_786_625, 64 * 256, 5000, 2) / 3600
+    assert 10 < hours < 20
+    monkeypatch.setattr("attnzoo.train.trainer.LONG_CPU_RUN_S", 0.0)  # any run is "long"
+    run(tiny(), tmp_path)
+    err = capsys.readouterr().err
+    assert "warning: on this CPU" in err and "(30 steps)" in err and "Ctrl-C" in err
+    assert err.index("warning: on this CPU") < err.index("completed at step 30")

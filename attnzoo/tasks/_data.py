@@ -90,6 +90,8 @@ class Remote:
     sha256: str
     env: str
     homepage: str
+    # a repack of another Remote's file (no URL of its own): obtained by getting that one instead
+    original: Remote | None = None
 
     @property
     def current_url(self) -> str:
@@ -100,12 +102,29 @@ class Remote:
         return (os.environ.get(f"ATTNZOO_{self.env}_SHA256") or self.sha256).lower()
 
     def how_to_obtain(self, data_dir: Path | str) -> str:
+        """How a user gets this file: one way that works from where they are."""
+        if self.original is not None:
+            return self.original.how_to_obtain(data_dir)
+        switches = [s for s, on in (("unset ATTNZOO_OFFLINE", offline()),) if on]
+        let = f"; {' and '.join(switches)}" if switches else ""
         return (
-            f"To obtain {self.name}: let attnzoo download it (it fetches {self.current_url} into "
-            f"{cache_dir() / 'downloads'}; unset ATTNZOO_OFFLINE and keep task.download=true), or "
-            f"download it yourself from {self.url} (see {self.homepage}) and place it at "
+            f"To obtain {self.name}: let attnzoo download it (task.download=true fetches "
+            f"{self.current_url} into {cache_dir() / 'downloads'}{let}), or download it yourself "
+            f"from {self.url} (see {self.homepage}) and place it at "
             f"{Path(data_dir) / self.filename} (sha256 {self.sha256})."
         )
+
+    def how_to_fix(self, path: Path, data_dir: Path | str) -> str:
+        """The one fix for a copy at `path` that is not the expected file."""
+        if cache_dir() in path.parents:  # attnzoo's own download: fetched again once removed
+            return f"Delete {path} and run again: attnzoo downloads it again."
+        if self.original is not None:
+            good = Path(data_dir) / self.original.filename
+            return (
+                f"Replace it with a good copy, or remove it and place the original archive at "
+                f"{good} (from {self.original.url}, sha256 {self.original.sha256})."
+            )
+        return f"Replace it with a good copy of {self.url} (sha256 {self.sha256})."
 
 
 def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
@@ -153,13 +172,12 @@ def verify(path: Path, remote: Remote, data_dir: Path | str) -> Path:
     """`path` if it is non-empty and has the expected sha256; otherwise a CorpusError."""
     size = path.stat().st_size
     if size == 0:
-        raise CorpusError(f"{path} is empty. {remote.how_to_obtain(data_dir)}")
+        raise CorpusError(f"{path} is empty. {remote.how_to_fix(path, data_dir)}")
     got = sha256_file(path)
     if got != remote.current_sha256:
         raise CorpusError(
             f"{path} ({size} bytes) has sha256 {got}, expected {remote.current_sha256}: it is "
-            f"truncated, corrupt or a different file. Delete it and run again to re-download. "
-            f"{remote.how_to_obtain(data_dir)}"
+            f"truncated, corrupt or a different file. {remote.how_to_fix(path, data_dir)}"
         )
     return path
 
@@ -173,13 +191,19 @@ def fetch(remote: Remote, data_dir: Path | str, allow_download: bool = True) -> 
     cached = cache_dir() / "downloads" / remote.filename
     if cached.exists():
         return verify(cached, remote, data_dir)
+    missing = (
+        f"data_dir {data_dir} does not exist (it is where the corpora are read from: "
+        f"{remote.filename} under it). "
+        if not Path(data_dir).exists()
+        else ""
+    )
     if not allow_download or offline():
         why = "ATTNZOO_OFFLINE is set" if offline() else "task.download=false"
         raise CorpusError(
-            f"{remote.name} not found at {local} or {cached}, and downloading is off ({why}). "
-            f"{remote.how_to_obtain(data_dir)}"
+            f"{missing}{remote.name} not found at {local} or {cached}, and downloading is off "
+            f"({why}). {remote.how_to_obtain(data_dir)}"
         )
     try:
         return download(remote.current_url, cached, remote.current_sha256)
     except CorpusError as err:
-        raise CorpusError(f"{err}. {remote.how_to_obtain(data_dir)}") from err
+        raise CorpusError(f"{missing}{err}. {remote.how_to_obtain(data_dir)}") from err

@@ -42,6 +42,7 @@ ACL_IMDB_LABELED = Remote(
     sha256="4cc06ea1c4131f27d30484278c4f6dd8d4bfb7e1ddbb5893ba30e55062cd2a9c",
     env="IMDB_LABELED",
     homepage=ACL_IMDB.homepage,
+    original=ACL_IMDB,
 )
 SPLITS = ("train", "val", "test")
 LABELS = {"neg": 0, "pos": 1}

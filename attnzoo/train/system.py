@@ -12,6 +12,16 @@ from pathlib import Path
 # less on the default job (~0.6 GFLOP), but when another process starts mid-run two threads can
 # run many times slower (README, "Threads"): a small job keeps one thread.
 AUTO_FLOP_PER_THREAD = 1.5e9
+# What one CPU thread trains, in FLOP/s by the 6 x params x tokens count: scaled_dot on the Tiny
+# Shakespeare CPU recipe takes 3.8 GFLOP a step in 66 ms on one thread (docs/results.md, "Training
+# benchmark on CPU"). Used only to warn, before a long run starts, how long it will take on a CPU.
+CPU_FLOP_PER_S_PER_THREAD = 5e10
+LONG_CPU_RUN_S = 1800  # a run estimated to take longer than this on the CPU is said to, up front
+
+
+def cpu_estimate(params: int, tokens_per_step: int, steps: int, threads: int) -> float:
+    """Seconds a run of `steps` steps would train on this CPU, roughly (CPU_FLOP_PER_S_PER_THREAD)."""
+    return steps * 6 * params * tokens_per_step / (max(threads, 1) * CPU_FLOP_PER_S_PER_THREAD)
 
 
 def threads_for(value: int | str, params: int, tokens_per_step: int, cores: int) -> int:

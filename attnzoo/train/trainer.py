@@ -42,7 +42,7 @@ from attnzoo.train.budget import Budget
 from attnzoo.train.rank_probe import by_depth, probe_batch, rank_record
 from attnzoo.train.resume import EvaluationInterrupted, Preemption, rng_state, set_rng_state
 from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
-from attnzoo.train.system import available_cores, threads_for
+from attnzoo.train.system import LONG_CPU_RUN_S, available_cores, cpu_estimate, threads_for
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DIVERGED, EXIT_PREEMPTED = 0, 1, 2, 3, 75
 EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C (128 + SIGINT)
@@ -231,7 +231,7 @@ class Trainer:
         self.bar = _progress_bar(bool(t.progress), self.max_steps, self.state.step)
         self.print = self.bar.write if self.bar is not None else _print_err
         if self.main:
-            for note in self.not_available():
+            for note in [*self.not_available(), *self.long_on_cpu()]:
                 self.print(note)
 
     def not_available(self) -> list[str]:
@@ -254,6 +254,28 @@ class Trainer:
                 f"compute/flops: not available for this mixer ({who} flops_per_token): null"
             )
         return notes
+
+    def long_on_cpu(self) -> list[str]:
+        """A warning, before the first step, when the run would take long on this CPU: a GPU
+        preset started without a GPU sits at its first steps for many minutes otherwise."""
+        if self.device.type != "cpu" or self.state.step >= self.max_steps:
+            return []
+        t, tokens = self.cfg.train, int(self.cfg.train.batch_size) * self.task.max_len
+        steps = self.max_steps - self.state.step
+        seconds = cpu_estimate(self.model.num_parameters(), tokens, steps, self.threads)
+        if seconds < LONG_CPU_RUN_S:
+            return []
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get() if HydraConfig.initialized() else None
+        preset = str(hc.runtime.choices.get("experiment") or "") if hc is not None else ""
+        gpu = f" experiment={preset} is sized for a GPU." if preset.endswith("_gpu") else ""
+        compiled = " train.compile=true also compiles for minutes first." if t.compile else ""
+        return [
+            f"warning: on this CPU ({self.threads} thread(s)) this run would take about "
+            f"{_duration(seconds)} ({steps} steps).{gpu}{compiled} Stop with Ctrl-C: a checkpoint "
+            "is kept and train.resume=true continues."
+        ]
 
     def _threads(self, model: Model, loaded: tuple[dict[str, Any], Path] | None) -> int:
         """`train.threads`, with `auto` decided when the run starts and kept when it resumes (the
@@ -619,6 +641,10 @@ class Trainer:
         if self.main:
             write_json(self.run_dir / "summary.json", summary)
             report(self.run_dir, summary)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
 def _bar(batches: Iterable[Any], enabled: bool, what: str) -> Iterable[Any]:
