@@ -25,7 +25,9 @@ Attention entropy is reported as a value (n/a for pooling and identity).
 Outputs (in --out): rank_ablation.md (command, machine, wall time, seeds, budget, the verdict
 matrices at init and after training, validation loss, every configuration), rank_ablation.csv
 and .json (the same numbers), runs.csv (one row per job: its configuration, seed, final values
-and status, from which every interval can be recomputed), rank_ablation_<measure>.png (each measure through depth, init and
+and status), runs_layers.csv (per job, at init and trained, every measure at every layer from
+layer 0 and the share kept: every number each share and verdict is computed from),
+rank_ablation_<measure>.png (each measure through depth, init and
 trained, one line per residual variant, one panel per mixer). Running the command again skips
 the sweeps whose jobs all completed and resumes the others.
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shlex
 import sys
@@ -49,10 +52,20 @@ from typing import Any
 from attnzoo import MIXERS
 from attnzoo.analysis.figures import plot_rank_ablation
 from attnzoo.analysis.groups import group_jobs
+from attnzoo.analysis.metrics import rank_layers
 from attnzoo.analysis.report import write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
 from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
-from attnzoo.analysis.verdicts import COLLAPSED, KEPT, SPREAD, RankConfig, rank_config, verdict
+from attnzoo.analysis.verdicts import (
+    COLLAPSED,
+    KEPT,
+    SPREAD,
+    WHEN,
+    RankConfig,
+    kept_share,
+    rank_config,
+    verdict,
+)
 from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
@@ -206,7 +219,9 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         "n/a when layer 0 is already at it. "
         f"Over the seeds: **kept** when the {args.confidence:.0%} Student-t interval of that share "
         f"lies at or above {KEPT:g}, **collapsed** when it lies at or below {COLLAPSED:g}, "
-        "**partial** otherwise. Per-seed values: `runs.csv`.",
+        "**partial** otherwise. Intervals are Student-t with the sample standard deviation "
+        "(ddof = 1). Per-seed values: `runs.csv` (final values), `runs_layers.csv` (every "
+        "measure at every layer, layer 0 included, at init and trained, and each seed's share).",
         "",
         "",
     ]
@@ -268,6 +283,42 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         json.dumps({**header, "configurations": rows}, indent=2, default=str) + "\n"
     )
     return path
+
+
+LAYER_COLUMNS = ("job", "mixer", "residual", "mlp", "norm", "seed", "when", "step", "measure")
+
+
+def write_layers(cs: list[RankConfig], path: Path) -> None:
+    """runs_layers.csv: per completed job, at init (step 0) and trained (its last evaluation),
+    each measure at every layer (`layer_0` the embedding, `layer_<l>` block l's output) on the
+    run's fixed probe batch, and the share of layer 0's distance from collapse the last block
+    keeps (`kept_share`, empty where n/a): every per-seed number behind the report's intervals
+    and verdicts, so that each one recomputes."""
+    rows, depth = [], 0
+    for c in cs:
+        for job in c.jobs:
+            for when in WHEN:
+                for name in [*SPREAD, "attention_entropy"]:
+                    values = job.profile(name, when)
+                    if values is None:
+                        continue
+                    records = [r for r in job.records if rank_layers(r, name)]
+                    step = records[0 if when == "init" else -1].get("step") if records else None
+                    share = kept_share(name, values) if name in SPREAD else math.nan
+                    depth = max(depth, len(values))
+                    rows.append({
+                        "job": job.name, "mixer": c.mixer, "residual": c.residual, "mlp": c.mlp,
+                        "norm": c.norm, "seed": get(job.config, "train.seed"), "when": when,
+                        "step": step, "measure": name,
+                        **{f"layer_{k}": v for k, v in enumerate(values)},
+                        "kept_share": share,
+                    })  # fmt: skip
+    columns = [*LAYER_COLUMNS, *(f"layer_{k}" for k in range(depth)), "kept_share"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        # every digit of a float64: a share near collapse is a ratio of two small differences
+        writer.writerows({k: fmt(r.get(k), 17) for k in columns} for r in rows)
 
 
 def main() -> None:
@@ -344,6 +395,7 @@ def main() -> None:
         sys.exit(f"no completed jobs under {args.out} ({', '.join(args.sweeps)})")
     path = write_report(cs, args, header)
     write_runs(runs, args.out / "runs.csv")
+    write_layers(cs, args.out / "runs_layers.csv")
     plot_rank_ablation(cs, _mixers(cs), _variants(cs), args.out)
     print(path.read_text())
 

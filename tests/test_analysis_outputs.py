@@ -46,3 +46,59 @@ def test_rank_ablation_report_writes_what_it_wrote_before(tmp_path: Path) -> Non
     for f in RANK_ABLATION_FILES:
         got = normalised((tmp_path / "ra" / f).read_text(), SCRIPTS, tmp_path)
         assert got == (EXPECTED / "rank_ablation" / f).read_text(), f"{f} differs"
+
+
+# Student-t 97.5% quantiles by degrees of freedom (tables), so that the check below shares no
+# code with attnzoo.stats
+T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 5: 2.570581836}
+COLLAPSE_VALUE = {"relative_residual": 0.0, "effective_rank": 1.0, "stable_rank": 1.0,
+                  "token_similarity": 1.0}  # fmt: skip
+
+
+def test_rank_ablation_shares_and_verdicts_recompute_from_runs_layers(tmp_path: Path) -> None:
+    """Every share and verdict of rank_ablation.csv, recomputed from runs_layers.csv alone by the
+    report's stated rule: share = (m_L − c) / (m_0 − c) ((c − s_L)/(c − s_0) for similarity),
+    mean and Student-t 95% interval (ddof = 1) over seeds, kept at ≥ 0.5, collapsed at ≤ 0.2."""
+    import csv
+    import math
+    import statistics
+
+    make_rank_ablation(tmp_path / "ra")
+    _run("rank_ablation.py", ["--report-only", "--smoke", "--out", "ra"], tmp_path)
+    layers = list(csv.DictReader((tmp_path / "ra" / "runs_layers.csv").open()))
+    assert layers and {r["when"] for r in layers} == {"init", "trained"}
+    assert layers[0]["layer_0"] != ""  # layer 0 (the embedding) is there
+    shares: dict[tuple, list[float]] = {}
+    for r in layers:
+        if r["measure"] not in COLLAPSE_VALUE:
+            continue
+        values = [float(r[k]) for k in r if k.startswith("layer_") and r[k] != ""]
+        c, sign = COLLAPSE_VALUE[r["measure"]], -1 if r["measure"] == "token_similarity" else 1
+        share = sign * (values[-1] - c) / (sign * (values[0] - c))
+        assert math.isclose(share, float(r["kept_share"]), rel_tol=1e-6)
+        key = (r["mixer"], r["residual"], r["mlp"], r["norm"], r["when"], r["measure"])
+        shares.setdefault(key, []).append(share)
+    table = list(csv.DictReader((tmp_path / "ra" / "rank_ablation.csv").open()))
+    checked = 0
+    for row in table:
+        for (mixer, residual, mlp, norm, when, measure), xs in shares.items():
+            if (mixer, residual, mlp, norm) != (
+                row["mixer"],
+                row["residual"],
+                row["mlp"],
+                row["norm"],
+            ):
+                continue
+            mean = statistics.fmean(xs)
+            half = T975[len(xs) - 1] * statistics.stdev(xs) / math.sqrt(len(xs))
+            prefix = f"{when}_{measure}_kept"
+            assert math.isclose(float(row[f"{prefix}_mean"]), mean, rel_tol=1e-6, abs_tol=1e-9)
+            assert math.isclose(
+                float(row[f"{prefix}_ci_low"]), mean - half, rel_tol=1e-6, abs_tol=1e-9
+            )
+            word = (
+                "kept" if mean - half >= 0.5 else "collapsed" if mean + half <= 0.2 else "partial"
+            )
+            assert row[f"{when}_{measure}_verdict"] == word
+            checked += 1
+    assert checked == len(shares) > 0
