@@ -116,6 +116,25 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="the study's sizes: cpu (default) or gpu (one H100, docs/sweeps.md)")  # fmt: skip
     parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the sweeps, their jobs and an estimate of the time; run and "
+                             "write nothing")  # fmt: skip
+
+
+def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note: str = "") -> str:
+    """What a study will cost, before it runs: each sweep's jobs and seconds per job (`sweeps`:
+    name, jobs, seconds per job), the total, and the wall time at `parallel` jobs at a time
+    (one at a time for 0), with the `basis` of the per-job seconds (where they were measured)."""
+    lines = [f"  {name}: {n} jobs × ~{s:.0f} s" for name, n, s in sweeps]
+    jobs = sum(n for _, n, _ in sweeps)
+    seconds = sum(n * s for _, n, s in sweeps) / max(parallel, 1)
+    at = f"{parallel} at a time" if parallel > 1 else "one at a time"
+    lines.append(f"  total: {jobs} jobs, about {_hours(seconds)} {at} ({basis}){note}")
+    return "\n".join(lines)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
 def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list[str]:

@@ -69,6 +69,7 @@ from attnzoo.studies import (
     lr_text,
     machine,
     mixers_for_task,
+    price,
     run_overrides,
     sweep,
     tune_lr,
@@ -91,6 +92,13 @@ GPU_TASKS = {"shakespeare_char": ["experiment=shakespeare_char_study_gpu"],
 SELECT_BY = {
     "shakespeare_char": ("val_loss", False, "whole-split val loss (min)"),
     "imdb": ("metric", True, "whole-split val accuracy (max)"),
+}
+# Seconds per run, start-up included, for --dry-run. CPU: measured (the committed study's runs on
+# 2 cores: Tiny Shakespeare ~125 s in the loop, IMDB at one block 29-50 s); GPU: the estimate of
+# docs/sweeps.md for one H100 (not measured).
+RUN_S = {
+    "cpu": ({"shakespeare_char": 130.0, "imdb": 45.0}, "measured on 2 CPU cores"),
+    "gpu": ({"shakespeare_char": 65.0, "imdb": 55.0}, "estimated for one H100"),
 }
 # The files (under the data folder) whose presence means the corpus is there.
 CORPUS = {
@@ -370,7 +378,7 @@ def main() -> None:
         if args.seeds == parser.get_default("seeds"):
             args.seeds = [0, 1]
         args.tune_seeds = args.tune_seeds[:2]
-        if args.data_dir is None:
+        if args.data_dir is None and not args.dry_run:
             args.data_dir = str(args.out / "smoke_data")
             env |= write_smoke_data(Path(args.data_dir))
             env["ATTNZOO_CACHE_DIR"] = str(args.out / "smoke_cache")  # its tokenizer, not yours
@@ -378,6 +386,20 @@ def main() -> None:
         parser.error("the study needs ≥ 2 learning rates (--lrs)")
     if problem := check_seeds(args.tune_seeds, args.seeds):
         parser.error(problem)
+    if args.dry_run:
+        seconds, basis = RUN_S[args.preset]
+        plan = []
+        for task in args.tasks:
+            n = len(mixers_for_task(task, args.mixers)[0])
+            plan.append((f"{task} tuning", n * len(args.lrs) * len(args.tune_seeds), seconds[task]))
+            plan.append((f"{task} fresh seeds", n * len(args.seeds), seconds[task]))
+        extra = sum(
+            args.max_extensions * len(args.tune_seeds) * len(mixers_for_task(t, args.mixers)[0])
+            for t in args.tasks
+        )
+        note = f"; grid extensions add up to {extra} tuning runs more"
+        print(price(plan, args.parallel, basis, note))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir_of(args)
     results = []

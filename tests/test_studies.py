@@ -474,3 +474,12 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
     kept = subprocess.run(["git", "check-ignore", "-q", "results/gpu/report.md"], cwd=ROOT)
     if (ROOT / ".git").exists():
         assert ignored.returncode == 0 and kept.returncode == 1  # the GPU check's is committed
+
+
+@pytest.mark.parametrize("name,jobs", [("rank_ablation", 900), ("mixer_ablation", 260)])
+def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path):
+    """--dry-run: the jobs and the time they take, nothing run and nothing written."""
+    out = tmp_path / "out"
+    proc = run_script(f"{name}.py", "--dry-run", "--parallel", "2", "--out", str(out))
+    assert f"total: {jobs} jobs, about " in proc.stdout and "2 at a time" in proc.stdout
+    assert not out.exists()

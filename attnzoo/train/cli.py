@@ -54,6 +54,7 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
 
 
 _exit_code = EXIT_OK
+_launched = False  # whether Hydra got as far as a run or a sweep (past the command line)
 
 
 class CheckMixer(Callback):
@@ -61,7 +62,13 @@ class CheckMixer(Callback):
     made, the mixer's class must import and take the options given (`check_mixer`), else the
     command exits 2 naming the key. A job of a multirun is checked by `run` and fails as a job."""
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _launched
+        _launched = True
+
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _launched
+        _launched = True
         try:
             check_mixer(config.mixer)
         except ConfigError as err:
@@ -145,7 +152,7 @@ def main() -> None:
         if isinstance(err, (ConfigError, CheckpointError)):  # a refused job of a multirun
             print(f"attnzoo.train: configuration error: {err}", file=sys.stderr)
             sys.exit(EXIT_CONFIG)
-        if _is_config_error(err):
+        if _is_config_error(err) or not _launched:  # Hydra stopped at the command line
             print(f"attnzoo.train: configuration error: {_hydra_message(err)}", file=sys.stderr)
             sys.exit(EXIT_CONFIG)
         traceback.print_exc()
