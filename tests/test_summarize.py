@@ -578,3 +578,54 @@ def test_interval_figure_shows_held_out_test_where_the_runs_have_it():
     panels = interval_panels(held_out)
     assert [w for w, _ in panels] == ["test_loss", "test_metric", "rank"]
     assert all("held-out test" in title for _, title in panels[:2])
+
+
+# ---- figures with many series --------------------------------------------------------------
+
+MIXERS_11 = ["scaled_dot", "quadratic", "metric", "pooling", "identity", "local", "linear",
+             "favor", "nystrom", "fourier", "token_mlp"]  # fmt: skip
+RESIDUALS_7 = ["none", "add", "scaled", "rezero", "layerscale", "denseformer", "attnres"]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.size
+
+
+@pytest.mark.parametrize("mixers", [MIXERS_11, MIXERS_11 + [f"m{i}" for i in range(5)]])
+def test_figures_with_many_series_wrap_into_rows_of_readable_panels(tmp_path, mixers):
+    """One panel per mixer (val_curves), per residual (rank_vs_depth) or per residual of the
+    compared mixers (val_bands): at most four panels to a row, so 11 or 16 panels are a grid
+    a screen shows, not a strip 4840 px wide."""
+    from fake_sweeps import make_wide_sweep
+
+    sweep = make_wide_sweep(tmp_path / "sweep", mixers, RESIDUALS_7)
+    out = tmp_path / "report"
+    analysis.summarize(sweep, out, compare_axis="mixer", wandb_mode="disabled")
+    for name, panels in (("val_curves.png", len(mixers)), ("rank_vs_depth.png", 7),
+                         ("val_bands.png", 7)):  # fmt: skip
+        width, height = png_size(out / name)
+        assert 1200 <= width <= 2000, (name, width)
+        panel_rows = -(-panels // 4)
+        assert height >= 300 * panel_rows, (name, height)  # each row a readable height
+        assert height <= 450 * panel_rows + 600, (name, height)  # plus one legend below
+
+
+def test_sixteen_series_have_distinct_colours_and_markers():
+    from attnzoo.analysis.figures import series_style, series_styles
+
+    styles = [series_style(i) for i in range(16)]
+    assert len({s["color"] for s in styles}) == 16  # scaled_dot and token_mlp no longer both blue
+    assert len({(s["color"], s["marker"]) for s in styles}) == 16
+    # markers cycle on their own period: neighbours differ in both, and pairs stay unique further
+    assert all(styles[i]["marker"] != styles[i + 1]["marker"] for i in range(15))
+    assert len({tuple(series_style(i).values()) for i in range(100)}) == 100
+    # a label keeps its style in every panel, in order of first appearance, and a later series
+    # is drawn inside an earlier one: two identical curves both show
+    styled = series_styles(["b", "a", "b"])
+    assert list(styled) == ["b", "a"]
+    for i, label in enumerate(styled):
+        assert series_style(i).items() <= styled[label].items()
+    assert styled["a"]["ms"] < styled["b"]["ms"] and styled["a"]["mfc"] == "none"
