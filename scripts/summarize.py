@@ -76,10 +76,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import warnings
 from pathlib import Path
 
 from attnzoo.analysis import summarize
 from attnzoo.analysis.groups import X_AXES
+from attnzoo.analysis.runs import SweepWarning
 
 
 def main() -> None:
@@ -119,22 +121,24 @@ def main() -> None:
     if not 0.0 < args.confidence < 1.0:
         parser.error("--confidence must be in (0, 1)")
     try:
-        rows = summarize(
-            args.sweep,
-            args.out,
-            compare_axis=args.compare,
-            margin=args.margin,
-            reference=args.reference,
-            correction=args.correction,
-            confidence=args.confidence,
-            select_by=args.select_by,
-            tune_axis=args.tune_axis,
-            fresh_seeds=args.fresh_seeds,
-            final_dir=args.final_dir,
-            x_axis=args.x_axis,
-            wandb_mode=args.wandb_mode,
-            script=shlex.quote(os.path.relpath(Path(__file__).resolve())),  # from where it runs
-        )
+        with warnings.catch_warnings(record=True) as caught:  # printed after the tables
+            warnings.simplefilter("always")
+            summarize(
+                args.sweep,
+                args.out,
+                compare_axis=args.compare,
+                margin=args.margin,
+                reference=args.reference,
+                correction=args.correction,
+                confidence=args.confidence,
+                select_by=args.select_by,
+                tune_axis=args.tune_axis,
+                fresh_seeds=args.fresh_seeds,
+                final_dir=args.final_dir,
+                x_axis=args.x_axis,
+                wandb_mode=args.wandb_mode,
+                script=shlex.quote(os.path.relpath(Path(__file__).resolve())),  # from where it runs
+            )
     except ValueError as err:
         parser.error(str(err))
     out = args.out or args.sweep[0]
@@ -149,9 +153,11 @@ def main() -> None:
     print(f"wrote {out}/: {written}, rank_vs_depth.png, val_curves.png")
     for run_folder in sorted((out / "wandb").glob("offline-run-*"))[-1:]:
         print(f"W&B summary run (the groups table): {run_folder}   upload: wandb sync {run_folder}")
-    bad = [r["job"] for r in rows if r["status"] != "completed"]
-    if bad:
-        print(f"{len(bad)} job(s) did not complete: {', '.join(bad)}")
+    for w in caught:  # which jobs did not complete and why, what was left out
+        if issubclass(w.category, SweepWarning):
+            print(f"WARNING: {w.message}")
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 if __name__ == "__main__":

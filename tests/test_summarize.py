@@ -629,3 +629,81 @@ def test_sixteen_series_have_distinct_colours_and_markers():
     for i, label in enumerate(styled):
         assert series_style(i).items() <= styled[label].items()
     assert styled["a"]["ms"] < styled["b"]["ms"] and styled["a"]["mfc"] == "none"
+
+
+# ---- what did not complete is said loudly -----------------------------------------------------
+
+
+def make_broken_seed_sweep(root: Path) -> Path:
+    """scaled_dot: seeds 0, 1 completed, seed 2 still running; pooling: seeds 0, 1 failed and
+    seed 2 refused before it wrote anything (no folder: the sweep's refused.jsonl says why)."""
+    for job, (mixer, seed) in enumerate([("scaled_dot", 0), ("scaled_dot", 1), ("scaled_dot", 2),
+                                         ("pooling", 0), ("pooling", 1)]):  # fmt: skip
+        status = {2: "running", 3: "failed", 4: "failed"}.get(job, "completed")
+        make_run(root / str(job), mixer, seed, 2.0 + job / 10, status=status)
+    summary = json.loads((root / "3" / "summary.json").read_text())
+    summary["error"] = "Traceback ...\nRuntimeError: CUDA out of memory"
+    (root / "3" / "summary.json").write_text(json.dumps(summary))
+    grid = ["mixer=scaled_dot,pooling", "train.lr=0.003", "train.seed=0,1,2", "model.skip=True"]
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": grid}}}))
+    refused = {"job": "mixer=pooling,train.seed=2", "error": "mixer.window must be odd",
+               "overrides": ["mixer=pooling", "train.lr=0.003", "train.seed=2", "model.skip=True"]}  # fmt: skip
+    (root / "refused.jsonl").write_text(json.dumps(refused) + "\n")
+    return root
+
+
+def test_jobs_that_did_not_complete_are_named_and_no_configuration_is_silently_n0(
+    tmp_path, monkeypatch, capsys
+):
+    sweep = make_broken_seed_sweep(tmp_path / "sweep")
+    with pytest.warns(analysis.SweepWarning) as caught:
+        loaded = analysis.load_sweep(sweep)
+    (message,) = [str(w.message) for w in caught]  # one message, every job in it
+    assert "4 of 6 job(s) did not complete" in message
+    assert "2 (running: still running, or killed" in message
+    assert "3 (failed: RuntimeError: CUDA out of memory)" in message
+    assert "mixer=pooling,train.seed=2 (refused: refused before it wrote anything: " in message
+    assert "No completed seed (n=0, no values) in: mixer=pooling" in message
+
+    # the refused job (no folder) is counted in its configuration, not lost as unplaced
+    assert loaded.orphans == []
+    pool = {r["group"]: r for r in loaded.group_table()}["mixer=pooling"]
+    assert (pool["n_seeds"], pool["n_jobs"]) == (0, 3)
+    assert pool["note"].startswith("n=0: no completed seed with a final val_loss: ")
+    for part in ("seed 0 failed (job 3: RuntimeError: CUDA out of memory)", "seed 1 failed (job 4",
+                 "seed 2 refused (job mixer=pooling,train.seed=2: refused before it wrote "
+                 "anything: mixer.window must be odd)"):  # fmt: skip
+        assert part in pool["note"]
+
+    out = tmp_path / "report"
+    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out)])
+    summarize.main()
+    printed = capsys.readouterr().out
+    assert "WARNING: 4 of 6 job(s) did not complete" in printed
+    assert "n=0: no completed seed" in printed  # groups.md, as printed
+    assert "n=0: no completed seed" in read_groups(out)["mixer=pooling"]["note"]
+    assert "n=0: no completed seed" in (out / "groups.md").read_text()
+
+
+def test_selection_names_the_values_it_left_out_and_warns_for_a_configuration_it_drops(tmp_path):
+    sweep, job = tmp_path / "tune", 0
+    for mixer in ("scaled_dot", "pooling"):
+        for lr in (1e-3, 3e-3, 1e-2):
+            for seed in (100, 101):
+                # scaled_dot at 1e-2 failed on both seeds; pooling failed everywhere
+                failed = mixer == "pooling" or lr == 1e-2
+                make_run(sweep / str(job), mixer, seed, 2.0 + lr * 10, lr=lr,
+                         status="failed" if failed else "completed")  # fmt: skip
+                job += 1
+    with pytest.warns(analysis.SweepWarning) as caught:
+        groups = analysis.load_sweep(sweep).groups
+        chosen = analysis.select(groups, "train.lr", "val_loss")
+    assert [c["axes"] for c in chosen] == [{"mixer": "scaled_dot"}]  # pooling: nothing to pick
+    note = chosen[0]["note"]
+    assert "train.lr=0.01 left out: no val_loss (seed 100 failed, seed 101 failed)" in note
+    dropped = [str(w.message) for w in caught if "nothing selected" in str(w.message)]
+    why = "left out: no val_loss (seed 100 failed, seed 101 failed)"
+    values = "; ".join(f"train.lr={lr} {why}" for lr in ("0.001", "0.003", "0.01"))
+    assert dropped == [
+        f"mixer=pooling: nothing selected, no train.lr value has a completed seed: {values}"
+    ]
