@@ -7,7 +7,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 --out (default: the sweep folder):
 
 - summary.md, summary.csv: one row per job, the per-seed values behind every interval and test:
-  its configuration (`group` in the csv, as in groups.csv), mixer, skip, residual (the variant the job ran,
+  its configuration (`group` in the csv, as in groups.csv), mixer, residual (the variant the job ran,
   `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
   task, seed, final validation loss and metric, final rank (the relative residual) and
   final_<measure> for each other collapse measure (effective_rank, stable_rank,
@@ -31,6 +31,11 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   _mean, _std, _ci_low, _ci_high (Student-t, see attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
   flops, note. A configuration with one seed has an empty interval and says so; a seed that did
   not complete is left out and named in the note.
+- which split: --metric (val_loss, metric, test_loss, test_metric; default auto: test_loss when
+  every completed job has held-out test numbers and nothing is selected, else val_loss) is what
+  the comparisons, groups.md's loss and metric columns and intervals.png show; groups.md says
+  which split and comparisons.csv has `split`. Jobs that did not complete are printed as
+  warnings with their reasons; a configuration with no completed seed says n=0 and why.
 - comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
   sweep varied, the mixer when it varied several), each configuration against a reference fixed
   up front (--reference; default scaled_dot for the mixer, add for model.residual, else the
@@ -81,6 +86,7 @@ from pathlib import Path
 
 from attnzoo.analysis import summarize
 from attnzoo.analysis.groups import X_AXES
+from attnzoo.analysis.report import METRICS
 from attnzoo.analysis.runs import SweepWarning
 
 
@@ -101,8 +107,12 @@ def main() -> None:
                              "axis's first value in the sweep)")  # fmt: skip
     parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm",
                         help="family-wise correction over the report's comparisons (default holm)")  # fmt: skip
+    parser.add_argument("--metric", choices=METRICS, default="auto",
+                        help="what to compare on: val_loss, metric (the task's, on val), "
+                             "test_loss, test_metric (held-out test); auto (default): test_loss "
+                             "when every completed job has it and no --select-by, else val_loss")  # fmt: skip
     parser.add_argument("--margin", type=float, default=None,
-                        help="equivalence margin on the validation loss for TOST (e.g. 0.01)")  # fmt: skip
+                        help="equivalence margin on the compared value for TOST (e.g. 0.01)")  # fmt: skip
     parser.add_argument("--confidence", type=float, default=0.95, help="default 0.95")
     parser.add_argument("--select-by", choices=("val_loss", "metric"), default=None,
                         help="pick the --tune-axis value with the best mean of this")  # fmt: skip
@@ -130,6 +140,7 @@ def main() -> None:
                 margin=args.margin,
                 reference=args.reference,
                 correction=args.correction,
+                metric=args.metric,
                 confidence=args.confidence,
                 select_by=args.select_by,
                 tune_axis=args.tune_axis,

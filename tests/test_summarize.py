@@ -707,3 +707,56 @@ def test_selection_names_the_values_it_left_out_and_warns_for_a_configuration_it
     assert dropped == [
         f"mixer=pooling: nothing selected, no train.lr value has a completed seed: {values}"
     ]
+
+
+# ---- which split a report compares on ----------------------------------------------------------
+
+
+def add_test_numbers(folder: Path, test_loss: float) -> None:
+    """What a run that read every final split records: test/loss and test/accuracy."""
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["final"] |= {"test/loss": test_loss, "test/accuracy": 1 - test_loss / 3, "test/n": 500}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_fresh_seed_report_compares_on_held_out_test_and_every_table_says_so(tmp_path):
+    """val says pooling is worse, the held-out test says better: the fresh-seed report (every
+    run has test numbers) compares on test by default, groups.md and comparisons.csv say which
+    split; --metric val_loss gives val, a tuning summary (--select-by) stays on val."""
+    sweep = tmp_path / "sweep"
+    for job, (mixer, seed) in enumerate(
+        [(m, s) for m in ("scaled_dot", "pooling") for s in range(3)]
+    ):
+        val = 2.0 + seed / 100 + (0.5 if mixer == "pooling" else 0.0)
+        make_run(sweep / str(job), mixer, seed, val)
+        add_test_numbers(sweep / str(job), 2.0 + seed / 100 - (0.5 if mixer == "pooling" else 0.0))
+
+    analysis.summarize(sweep, tmp_path / "auto")
+    (row,) = csv.DictReader((tmp_path / "auto" / "comparisons.csv").open())
+    assert (row["on"], row["split"], row["verdict"]) == ("test_loss", "test", "better")
+    md = (tmp_path / "auto" / "groups.md").read_text()
+    assert "Loss and metric: final values on the held-out test split" in md
+    assert "comparisons on `test_loss` (every completed job has held-out test numbers" in md
+    assert "| group | n_seeds | test_loss | test_metric |" in md and "| 1.51 [" in md
+    assert float(read_groups(tmp_path / "auto")["mixer=pooling"]["test_loss_mean"]) == 1.51
+
+    analysis.summarize(sweep, tmp_path / "val", metric="val_loss")
+    (row,) = csv.DictReader((tmp_path / "val" / "comparisons.csv").open())
+    assert (row["on"], row["split"], row["verdict"]) == ("val_loss", "val", "worse")
+    md = (tmp_path / "val" / "groups.md").read_text()
+    assert "on the validation split" in md and "| group | n_seeds | val_loss | metric |" in md
+
+    from attnzoo.analysis.report import choose_metric
+
+    rows = analysis.load_sweep(sweep).rows  # a tuning summary (--select-by) stays on val
+    on, why = choose_metric(rows, "auto", tuning=True)
+    assert on == "val_loss" and "--metric test_loss compares on test" in why
+
+    for job in range(6):  # runs that read val only: no test to compare on
+        summary = json.loads((sweep / str(job) / "summary.json").read_text())
+        summary["final"] = {k: v for k, v in summary["final"].items() if not k.startswith("test/")}
+        (sweep / str(job) / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="no completed job has held-out test numbers"):
+        analysis.summarize(sweep, tmp_path / "none", metric="test_loss")
+    rows = analysis.load_sweep(sweep).compare("mixer", on="val_loss")
+    assert [r["split"] for r in rows] == ["val"]

@@ -179,12 +179,15 @@ def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
     save(fig, path)
 
 
-def interval_panels(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """What intervals.png shows: the held-out test loss and metric where the runs have them
-    (the numbers a study's claims are about), else the validation ones; then the rank."""
+def interval_panels(table: list[dict[str, Any]], split: str | None = None) -> list[tuple[str, str]]:
+    """What intervals.png shows: the loss and metric of `split` (test or val); without one, the
+    held-out test loss and metric where the runs have them (the numbers a study's claims are
+    about), else the validation ones; then the rank."""
     rank = ("rank", "final relative residual")
     tested = [r.get("test_loss_mean") for r in table]
-    if any(t is not None and not math.isnan(t) for t in tested):
+    if split == "test" or (
+        split is None and any(t is not None and not math.isnan(t) for t in tested)
+    ):
         return [
             ("test_loss", "final held-out test loss"),
             ("test_metric", "final held-out test metric"),
@@ -193,11 +196,17 @@ def interval_panels(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [("val_loss", "final validation loss"), ("metric", "final task metric"), rank]
 
 
-def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path, conf: float):
+def plot_intervals(
+    groups: list[Group],
+    table: list[dict[str, Any]],
+    path: Path,
+    conf: float,
+    split: str | None = None,
+):
     """intervals.png: per configuration, the mean over seeds with its interval as a whisker, of
     the final loss and metric (`interval_panels`: held-out test where there is one) and rank,
     each seed as a grey dot (`table`: the group rows with the seeds' values under `_values`)."""
-    panels = interval_panels(table)
+    panels = interval_panels(table, split)
     fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(groups) + 1.6), squeeze=False)
     names = [g.name for g in groups]
     for ax, (which, title) in zip(axes[0], panels, strict=True):

@@ -42,6 +42,11 @@ GROUP_STATS = (
     "metric_std",
     "metric_ci_low",
     "metric_ci_high",
+    *(
+        f"{v}_{s}"
+        for v in ("test_loss", "test_metric")
+        for s in ("mean", "std", "ci_low", "ci_high")
+    ),
     "rank_mean",
     "rank_std",
     "rank_ci_low",
@@ -55,6 +60,14 @@ GROUP_STATS = (
     "note",
     "wandb_group",
 )
+
+
+def split_of(which: str) -> str | None:
+    """The split a final value is from: `test` (test_loss, test_metric), `val` (val_loss and the
+    task metric), None for the collapse measures."""
+    if which.startswith("test_"):
+        return "test"
+    return "val" if which in ("val_loss", "metric") else None
 
 
 def axis_name(key: str) -> str:
