@@ -7,7 +7,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 --out (default: the sweep folder):
 
 - summary.md, summary.csv: one row per job, the per-seed values behind every interval and test:
-  its configuration (`group` in the csv, as in groups.csv), mixer, skip, residual (the variant the job ran,
+  its configuration (`group` in the csv, as in groups.csv), mixer, residual (the variant the job ran,
   `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
   task, seed, final validation loss and metric, final rank (the relative residual) and
   final_<measure> for each other collapse measure (effective_rank, stable_rank,
@@ -31,6 +31,11 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   _mean, _std, _ci_low, _ci_high (Student-t, see attnzoo.stats for why not the bootstrap), then steps_per_s_mean, params, tokens, wall_s_mean,
   flops, note. A configuration with one seed has an empty interval and says so; a seed that did
   not complete is left out and named in the note.
+- which split: --metric (val_loss, metric, test_loss, test_metric; default auto: test_loss when
+  every completed job has held-out test numbers and nothing is selected, else val_loss) is what
+  the comparisons, groups.md's loss and metric columns and intervals.png show; groups.md says
+  which split and comparisons.csv has `split`. Jobs that did not complete are printed as
+  warnings with their reasons; a configuration with no completed seed says n=0 and why.
 - comparisons.csv and a section of groups.md: along one axis (--compare, default: the axis the
   sweep varied, the mixer when it varied several), each configuration against a reference fixed
   up front (--reference; default scaled_dot for the mixer, add for model.residual, else the
@@ -76,10 +81,13 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import warnings
 from pathlib import Path
 
 from attnzoo.analysis import summarize
 from attnzoo.analysis.groups import X_AXES
+from attnzoo.analysis.report import METRICS
+from attnzoo.analysis.runs import SweepWarning
 
 
 def main() -> None:
@@ -99,8 +107,12 @@ def main() -> None:
                              "axis's first value in the sweep)")  # fmt: skip
     parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm",
                         help="family-wise correction over the report's comparisons (default holm)")  # fmt: skip
+    parser.add_argument("--metric", choices=METRICS, default="auto",
+                        help="what to compare on: val_loss, metric (the task's, on val), "
+                             "test_loss, test_metric (held-out test); auto (default): test_loss "
+                             "when every completed job has it and no --select-by, else val_loss")  # fmt: skip
     parser.add_argument("--margin", type=float, default=None,
-                        help="equivalence margin on the validation loss for TOST (e.g. 0.01)")  # fmt: skip
+                        help="equivalence margin on the compared value for TOST (e.g. 0.01)")  # fmt: skip
     parser.add_argument("--confidence", type=float, default=0.95, help="default 0.95")
     parser.add_argument("--select-by", choices=("val_loss", "metric"), default=None,
                         help="pick the --tune-axis value with the best mean of this")  # fmt: skip
@@ -119,22 +131,25 @@ def main() -> None:
     if not 0.0 < args.confidence < 1.0:
         parser.error("--confidence must be in (0, 1)")
     try:
-        rows = summarize(
-            args.sweep,
-            args.out,
-            compare_axis=args.compare,
-            margin=args.margin,
-            reference=args.reference,
-            correction=args.correction,
-            confidence=args.confidence,
-            select_by=args.select_by,
-            tune_axis=args.tune_axis,
-            fresh_seeds=args.fresh_seeds,
-            final_dir=args.final_dir,
-            x_axis=args.x_axis,
-            wandb_mode=args.wandb_mode,
-            script=shlex.quote(os.path.relpath(Path(__file__).resolve())),  # from where it runs
-        )
+        with warnings.catch_warnings(record=True) as caught:  # printed after the tables
+            warnings.simplefilter("always")
+            summarize(
+                args.sweep,
+                args.out,
+                compare_axis=args.compare,
+                margin=args.margin,
+                reference=args.reference,
+                correction=args.correction,
+                metric=args.metric,
+                confidence=args.confidence,
+                select_by=args.select_by,
+                tune_axis=args.tune_axis,
+                fresh_seeds=args.fresh_seeds,
+                final_dir=args.final_dir,
+                x_axis=args.x_axis,
+                wandb_mode=args.wandb_mode,
+                script=shlex.quote(os.path.relpath(Path(__file__).resolve())),  # from where it runs
+            )
     except ValueError as err:
         parser.error(str(err))
     out = args.out or args.sweep[0]
@@ -149,9 +164,11 @@ def main() -> None:
     print(f"wrote {out}/: {written}, rank_vs_depth.png, val_curves.png")
     for run_folder in sorted((out / "wandb").glob("offline-run-*"))[-1:]:
         print(f"W&B summary run (the groups table): {run_folder}   upload: wandb sync {run_folder}")
-    bad = [r["job"] for r in rows if r["status"] != "completed"]
-    if bad:
-        print(f"{len(bad)} job(s) did not complete: {', '.join(bad)}")
+    for w in caught:  # which jobs did not complete and why, what was left out
+        if issubclass(w.category, SweepWarning):
+            print(f"WARNING: {w.message}")
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 if __name__ == "__main__":

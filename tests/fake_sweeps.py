@@ -183,6 +183,25 @@ def make_rank_ablation(out: Path) -> Path:
     return out
 
 
+def make_wide_sweep(root: Path, mixers: list[str], residuals: list[str], seeds=(0,)) -> Path:
+    """mixer × model.residual × seed, every job completed, for figures with many series: each
+    mixer's loss and each residual's rate of collapse differ."""
+    job = 0
+    for m, mixer in enumerate(mixers):
+        for r, residual in enumerate(residuals):
+            for seed in seeds:
+                folder = root / str(job)
+                loss = round(2.0 + 0.05 * m + 0.01 * r + 0.01 * seed, 9)
+                records = _records(loss, 3, 0.9 - 0.1 * r, None)
+                summary = {"status": "completed", "step": 20, "steps_per_s": 10.0,
+                           "params": 3000, "final": records[-1]}  # fmt: skip
+                cfg = _config(mixer, seed, 1e-3, folder, residual=residual)
+                overrides = [f"mixer={mixer}", f"model.residual={residual}", f"train.seed={seed}"]
+                _write_job(folder, cfg, overrides, records, summary)
+                job += 1
+    return root
+
+
 # What the tests compare: the text outputs of each command, run from the folder holding `sweep`.
 SUMMARIZE_RUNS = {
     "plain": ["sweep", "--out", "plain", "--margin", "0.05", "--wandb", "disabled"],

@@ -56,7 +56,8 @@ def test_a_torn_metrics_file_keeps_its_readable_records(tmp_path: Path):
 
 def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_path: Path):
     sweep = analysis.load_sweep(make_tune_sweep(tmp_path / "tune"))
-    assert len(sweep.jobs) == 27 and sweep.orphans == ["25", "26"]
+    # the two jobs that left no folder are counted in their configuration, not set apart
+    assert len(sweep.jobs) == 27 and sweep.orphans == []
     assert sweep.axes == ["mixer.name", "train.lr"] and sweep.axis("mixer") == "mixer.name"
     with pytest.raises(
         ValueError, match="not an axis this sweep varied; its axes: mixer, train.lr"
@@ -70,6 +71,9 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     table = {r["group"]: r for r in sweep.group_table()}
     assert table[first.name]["val_loss_ci_low"] == ci.low
     assert "seed 101 failed (job 4)" in table["mixer=scaled_dot, train.lr=0.003"]["note"]
+    last = table["mixer=metric, train.lr=0.01"]
+    assert (last["n_seeds"], last["n_jobs"]) == (1, 3)
+    assert "seed 101 missing (job 25), left out; seed 102 missing (job 26)" in last["note"]
     compared = sweep.compare("mixer", margin=0.05)  # per learning rate, against scaled_dot
     assert {r["block"] for r in compared} == {"train.lr=0.001", "train.lr=0.003", "train.lr=0.01"}
     assert all(r["on"] == "val_loss" and r["margin"] == 0.05 for r in compared)

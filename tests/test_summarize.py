@@ -578,3 +578,185 @@ def test_interval_figure_shows_held_out_test_where_the_runs_have_it():
     panels = interval_panels(held_out)
     assert [w for w, _ in panels] == ["test_loss", "test_metric", "rank"]
     assert all("held-out test" in title for _, title in panels[:2])
+
+
+# ---- figures with many series --------------------------------------------------------------
+
+MIXERS_11 = ["scaled_dot", "quadratic", "metric", "pooling", "identity", "local", "linear",
+             "favor", "nystrom", "fourier", "token_mlp"]  # fmt: skip
+RESIDUALS_7 = ["none", "add", "scaled", "rezero", "layerscale", "denseformer", "attnres"]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.size
+
+
+@pytest.mark.parametrize("mixers", [MIXERS_11, MIXERS_11 + [f"m{i}" for i in range(5)]])
+def test_figures_with_many_series_wrap_into_rows_of_readable_panels(tmp_path, mixers):
+    """One panel per mixer (val_curves), per residual (rank_vs_depth) or per residual of the
+    compared mixers (val_bands): at most four panels to a row, so 11 or 16 panels are a grid
+    a screen shows, not a strip 4840 px wide."""
+    from fake_sweeps import make_wide_sweep
+
+    sweep = make_wide_sweep(tmp_path / "sweep", mixers, RESIDUALS_7)
+    out = tmp_path / "report"
+    analysis.summarize(sweep, out, compare_axis="mixer", wandb_mode="disabled")
+    for name, panels in (("val_curves.png", len(mixers)), ("rank_vs_depth.png", 7),
+                         ("val_bands.png", 7)):  # fmt: skip
+        width, height = png_size(out / name)
+        assert 1200 <= width <= 2000, (name, width)
+        panel_rows = -(-panels // 4)
+        assert height >= 300 * panel_rows, (name, height)  # each row a readable height
+        assert height <= 450 * panel_rows + 600, (name, height)  # plus one legend below
+
+
+def test_sixteen_series_have_distinct_colours_and_markers():
+    from attnzoo.analysis.figures import series_style, series_styles
+
+    styles = [series_style(i) for i in range(16)]
+    assert len({s["color"] for s in styles}) == 16  # scaled_dot and token_mlp no longer both blue
+    assert len({(s["color"], s["marker"]) for s in styles}) == 16
+    # markers cycle on their own period: neighbours differ in both, and pairs stay unique further
+    assert all(styles[i]["marker"] != styles[i + 1]["marker"] for i in range(15))
+    assert len({tuple(series_style(i).values()) for i in range(100)}) == 100
+    # a label keeps its style in every panel, in order of first appearance, and a later series
+    # is drawn inside an earlier one: two identical curves both show
+    styled = series_styles(["b", "a", "b"])
+    assert list(styled) == ["b", "a"]
+    for i, label in enumerate(styled):
+        assert series_style(i).items() <= styled[label].items()
+    assert styled["a"]["ms"] < styled["b"]["ms"] and styled["a"]["mfc"] == "none"
+
+
+# ---- what did not complete is said loudly -----------------------------------------------------
+
+
+def make_broken_seed_sweep(root: Path) -> Path:
+    """scaled_dot: seeds 0, 1 completed, seed 2 still running; pooling: seeds 0, 1 failed and
+    seed 2 refused before it wrote anything (no folder: the sweep's refused.jsonl says why)."""
+    for job, (mixer, seed) in enumerate([("scaled_dot", 0), ("scaled_dot", 1), ("scaled_dot", 2),
+                                         ("pooling", 0), ("pooling", 1)]):  # fmt: skip
+        status = {2: "running", 3: "failed", 4: "failed"}.get(job, "completed")
+        make_run(root / str(job), mixer, seed, 2.0 + job / 10, status=status)
+    summary = json.loads((root / "3" / "summary.json").read_text())
+    summary["error"] = "Traceback ...\nRuntimeError: CUDA out of memory"
+    (root / "3" / "summary.json").write_text(json.dumps(summary))
+    grid = ["mixer=scaled_dot,pooling", "train.lr=0.003", "train.seed=0,1,2", "model.skip=True"]
+    (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": grid}}}))
+    refused = {"job": "mixer=pooling,train.seed=2", "error": "mixer.window must be odd",
+               "overrides": ["mixer=pooling", "train.lr=0.003", "train.seed=2", "model.skip=True"]}  # fmt: skip
+    (root / "refused.jsonl").write_text(json.dumps(refused) + "\n")
+    return root
+
+
+def test_jobs_that_did_not_complete_are_named_and_no_configuration_is_silently_n0(
+    tmp_path, monkeypatch, capsys
+):
+    sweep = make_broken_seed_sweep(tmp_path / "sweep")
+    with pytest.warns(analysis.SweepWarning) as caught:
+        loaded = analysis.load_sweep(sweep)
+    (message,) = [str(w.message) for w in caught]  # one message, every job in it
+    assert "4 of 6 job(s) did not complete" in message
+    assert "2 (running: still running, or killed" in message
+    assert "3 (failed: RuntimeError: CUDA out of memory)" in message
+    assert "mixer=pooling,train.seed=2 (refused: refused before it wrote anything: " in message
+    assert "No completed seed (n=0, no values) in: mixer=pooling" in message
+
+    # the refused job (no folder) is counted in its configuration, not lost as unplaced
+    assert loaded.orphans == []
+    pool = {r["group"]: r for r in loaded.group_table()}["mixer=pooling"]
+    assert (pool["n_seeds"], pool["n_jobs"]) == (0, 3)
+    assert pool["note"].startswith("n=0: no completed seed with a final val_loss: ")
+    for part in ("seed 0 failed (job 3: RuntimeError: CUDA out of memory)", "seed 1 failed (job 4",
+                 "seed 2 refused (job mixer=pooling,train.seed=2: refused before it wrote "
+                 "anything: mixer.window must be odd)"):  # fmt: skip
+        assert part in pool["note"]
+
+    out = tmp_path / "report"
+    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out)])
+    summarize.main()
+    printed = capsys.readouterr().out
+    assert "WARNING: 4 of 6 job(s) did not complete" in printed
+    assert "n=0: no completed seed" in printed  # groups.md, as printed
+    assert "n=0: no completed seed" in read_groups(out)["mixer=pooling"]["note"]
+    assert "n=0: no completed seed" in (out / "groups.md").read_text()
+
+
+def test_selection_names_the_values_it_left_out_and_warns_for_a_configuration_it_drops(tmp_path):
+    sweep, job = tmp_path / "tune", 0
+    for mixer in ("scaled_dot", "pooling"):
+        for lr in (1e-3, 3e-3, 1e-2):
+            for seed in (100, 101):
+                # scaled_dot at 1e-2 failed on both seeds; pooling failed everywhere
+                failed = mixer == "pooling" or lr == 1e-2
+                make_run(sweep / str(job), mixer, seed, 2.0 + lr * 10, lr=lr,
+                         status="failed" if failed else "completed")  # fmt: skip
+                job += 1
+    with pytest.warns(analysis.SweepWarning) as caught:
+        groups = analysis.load_sweep(sweep).groups
+        chosen = analysis.select(groups, "train.lr", "val_loss")
+    assert [c["axes"] for c in chosen] == [{"mixer": "scaled_dot"}]  # pooling: nothing to pick
+    note = chosen[0]["note"]
+    assert "train.lr=0.01 left out: no val_loss (seed 100 failed, seed 101 failed)" in note
+    dropped = [str(w.message) for w in caught if "nothing selected" in str(w.message)]
+    why = "left out: no val_loss (seed 100 failed, seed 101 failed)"
+    values = "; ".join(f"train.lr={lr} {why}" for lr in ("0.001", "0.003", "0.01"))
+    assert dropped == [
+        f"mixer=pooling: nothing selected, no train.lr value has a completed seed: {values}"
+    ]
+
+
+# ---- which split a report compares on ----------------------------------------------------------
+
+
+def add_test_numbers(folder: Path, test_loss: float) -> None:
+    """What a run that read every final split records: test/loss and test/accuracy."""
+    summary = json.loads((folder / "summary.json").read_text())
+    summary["final"] |= {"test/loss": test_loss, "test/accuracy": 1 - test_loss / 3, "test/n": 500}
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_fresh_seed_report_compares_on_held_out_test_and_every_table_says_so(tmp_path):
+    """val says pooling is worse, the held-out test says better: the fresh-seed report (every
+    run has test numbers) compares on test by default, groups.md and comparisons.csv say which
+    split; --metric val_loss gives val, a tuning summary (--select-by) stays on val."""
+    sweep = tmp_path / "sweep"
+    for job, (mixer, seed) in enumerate(
+        [(m, s) for m in ("scaled_dot", "pooling") for s in range(3)]
+    ):
+        val = 2.0 + seed / 100 + (0.5 if mixer == "pooling" else 0.0)
+        make_run(sweep / str(job), mixer, seed, val)
+        add_test_numbers(sweep / str(job), 2.0 + seed / 100 - (0.5 if mixer == "pooling" else 0.0))
+
+    analysis.summarize(sweep, tmp_path / "auto")
+    (row,) = csv.DictReader((tmp_path / "auto" / "comparisons.csv").open())
+    assert (row["on"], row["split"], row["verdict"]) == ("test_loss", "test", "better")
+    md = (tmp_path / "auto" / "groups.md").read_text()
+    assert "Loss and metric: final values on the held-out test split" in md
+    assert "comparisons on `test_loss` (every completed job has held-out test numbers" in md
+    assert "| group | n_seeds | test_loss | test_metric |" in md and "| 1.51 [" in md
+    assert float(read_groups(tmp_path / "auto")["mixer=pooling"]["test_loss_mean"]) == 1.51
+
+    analysis.summarize(sweep, tmp_path / "val", metric="val_loss")
+    (row,) = csv.DictReader((tmp_path / "val" / "comparisons.csv").open())
+    assert (row["on"], row["split"], row["verdict"]) == ("val_loss", "val", "worse")
+    md = (tmp_path / "val" / "groups.md").read_text()
+    assert "on the validation split" in md and "| group | n_seeds | val_loss | metric |" in md
+
+    from attnzoo.analysis.report import choose_metric
+
+    rows = analysis.load_sweep(sweep).rows  # a tuning summary (--select-by) stays on val
+    on, why = choose_metric(rows, "auto", tuning=True)
+    assert on == "val_loss" and "--metric test_loss compares on test" in why
+
+    for job in range(6):  # runs that read val only: no test to compare on
+        summary = json.loads((sweep / str(job) / "summary.json").read_text())
+        summary["final"] = {k: v for k, v in summary["final"].items() if not k.startswith("test/")}
+        (sweep / str(job) / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="no completed job has held-out test numbers"):
+        analysis.summarize(sweep, tmp_path / "none", metric="test_loss")
+    rows = analysis.load_sweep(sweep).compare("mixer", on="val_loss")
+    assert [r["split"] for r in rows] == ["val"]

@@ -24,7 +24,7 @@ from attnzoo.analysis.fits import collapse_kind, decrement_ratio, exponent_growt
 from attnzoo.analysis.groups import Group, group_jobs, group_row
 from attnzoo.analysis.metrics import parse_rank_key, rank_key, rank_values, read_metrics
 from attnzoo.analysis.report import summarize
-from attnzoo.analysis.runs import Job, find_jobs, load_job
+from attnzoo.analysis.runs import Job, SweepWarning, find_jobs, load_job
 from attnzoo.analysis.selection import select
 from attnzoo.analysis.sweep import Sweep, load_sweep
 from attnzoo.analysis.verdicts import RankConfig, claim_verdict, kept_share, rank_config, verdict
@@ -34,6 +34,7 @@ __all__ = [
     "Job",
     "RankConfig",
     "Sweep",
+    "SweepWarning",
     "claim_verdict",
     "collapse_kind",
     "comparisons",

@@ -27,7 +27,7 @@ import json
 import math
 from typing import Any
 
-from attnzoo.analysis.groups import Group, axis_name
+from attnzoo.analysis.groups import Group, axis_name, split_of
 from attnzoo.analysis.runs import task_attr
 from attnzoo.analysis.tables import fmt
 from attnzoo.stats import CORRECTIONS, Comparison, adjust, compare, t_ppf
@@ -37,6 +37,7 @@ COMPARISON_COLUMNS = (
     "config",
     "reference",
     "on",
+    "split",  # val or test: which split the compared values are from (empty: a collapse measure)
     "method",
     "n",
     "n_reference",
@@ -236,6 +237,7 @@ def comparison_row(a: str, ref: str, on: str, c: Comparison, lower_is_better: bo
         "config": a,
         "reference": ref,
         "on": on,
+        "split": split_of(on),
         "method": c.method,
         "n": c.n_a,
         "n_reference": c.n_b,

@@ -26,6 +26,72 @@ from attnzoo.stats import Interval  # noqa: E402
 
 # ---- the sweep summary ---------------------------------------------------------------------
 
+# Sixteen colours that stay apart (matplotlib's tab10, then six more) and nine markers cycling on
+# their own period: no two of the first 16 series share a colour, no two of the first 144 share
+# both, and two series whose curves coincide still differ in the marker a legend shows.
+SERIES_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                  "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#e6ab02", "#000080", "#d000d0",
+                  "#006d6d", "#66c2a5")  # fmt: skip
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<")
+PANELS_PER_ROW = 4  # a figure with more panels wraps into rows (at most ~1800 px wide)
+DPI = 110
+
+
+def series_style(i: int) -> dict[str, str]:
+    """The colour and marker of the i-th series of a figure (SERIES_COLOURS, SERIES_MARKERS)."""
+    return {"color": SERIES_COLOURS[i % len(SERIES_COLOURS)],
+            "marker": SERIES_MARKERS[i % len(SERIES_MARKERS)]}  # fmt: skip
+
+
+def series_styles(labels: list[str]) -> dict[str, dict[str, Any]]:
+    """One style per distinct label, in order of first appearance (a label keeps it in every
+    panel of a figure): series_style's colour and marker, hollow, the first series drawn widest
+    and each later one narrower, so that curves which coincide (stacks collapsed to the same
+    floor) show as concentric markers, each visible, rather than the last one alone."""
+    distinct = list(dict.fromkeys(labels))
+    last = max(len(distinct) - 1, 1)
+    return {
+        label: {
+            **series_style(i),
+            "mfc": "none",
+            "mew": 1.2,
+            "ms": 8.0 - 5.0 * i / last,
+            "lw": 2.4 - 1.4 * i / last,
+        }  # fmt: skip
+        for i, label in enumerate(distinct)
+    }
+
+
+def panel_grid(n: int, width: float = 4.0, height: float = 3.4, sharey: bool = True):
+    """A figure of `n` panels (at least one), PANELS_PER_ROW to a row, the unused ones hidden:
+    the figure and its panels in reading order."""
+    cols = min(PANELS_PER_ROW, max(n, 1))
+    rows = -(-max(n, 1) // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False,
+                             sharey=sharey)  # fmt: skip
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[max(n, 1) :]:
+        ax.axis("off")
+    return fig, axes
+
+
+def figure_legend(fig: plt.Figure, handles: list[Any], labels: list[str]) -> None:
+    """One legend for the whole figure, below its panels (never over a curve), as many columns
+    as fit the figure's width."""
+    if not labels:
+        return
+    per_column = 0.8 + 0.065 * max(len(label) for label in labels)  # inches at fontsize 8
+    ncol = max(1, min(len(labels), int(fig.get_figwidth() / per_column)))
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
+               fontsize=8, frameon=False)  # fmt: skip
+
+
+def save(fig: plt.Figure, path: Path) -> None:
+    """Lay out, write (the legend below the panels included) and close."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+
 
 def ablation(r: dict[str, Any]) -> str:
     """A job's block switches in words: `residual add, mlp on, norm layernorm`."""
@@ -33,67 +99,95 @@ def ablation(r: dict[str, Any]) -> str:
     return f"residual {r.get('residual') or '?'}, mlp {on(r['mlp'])}, norm {r['norm'] or '?'}"
 
 
+# the axes a panel of rank_vs_depth.png already names (its title is the job's ablation)
+_ABLATION_AXES = ("mixer=", "model.residual=", "model.skip=", "model.mlp=", "model.norm=",
+                  "model.depth=")  # fmt: skip
+
+
+def _other_axes(r: dict[str, Any], shown: tuple[str, ...]) -> str:
+    """The job's configuration (its `group`) without the axes a panel already shows."""
+    parts = str(r.get("group") or "").split(", ")
+    return ", ".join(p for p in parts if p and p != "all" and not p.startswith(shown))
+
+
 def plot_rank(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
     """rank_vs_depth.png: the relative residual after each block at the final evaluation, one
-    panel per ablation (residual/MLP/norm), one line per job."""
+    panel per ablation (residual/MLP/norm, PANELS_PER_ROW to a row), one line per job, one style
+    per mixer (and other varied axes) across the panels, one legend below."""
     panels: dict[str, list[tuple[str, list[float]]]] = {}
     for job, r in zip(jobs, rows, strict=True):
         profile = job.rank_profile()
         if profile:
-            label = f"{r['mixer']} (depth {r['depth']})"
+            rest = _other_axes(r, _ABLATION_AXES)
+            label = f"{r['mixer']} (depth {r['depth']})" + (f", {rest}" if rest else "")
             panels.setdefault(ablation(r), []).append((label, profile))
-    n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.0 * n, 3.4), squeeze=False, sharey=True)
-    for ax, (title, curves) in zip(axes[0], sorted(panels.items()), strict=False):
+    styles = series_styles([label for curves in panels.values() for label, _ in curves])
+    fig, axes = panel_grid(len(panels))
+    handles: dict[str, Any] = {}
+    for ax, (title, curves) in zip(axes, sorted(panels.items()), strict=False):
         for label, profile in curves:
-            ax.semilogy(range(len(profile)), [max(v, 1e-17) for v in profile], marker="o", ms=3,
-                        label=label)  # fmt: skip
+            ys = [max(v, 1e-17) for v in profile]
+            (line,) = ax.semilogy(range(len(profile)), ys, **styles[label])
+            handles.setdefault(label, line)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("layer (0 = embedding)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     if not panels:
-        axes[0][0].text(0.5, 0.5, "no job logged rank/layer_*", ha="center", va="center")
-    axes[0][0].set_ylabel("relative residual at the final eval")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        axes[0].text(0.5, 0.5, "no job logged rank/layer_*", ha="center", va="center")
+    for ax in axes[::PANELS_PER_ROW]:
+        ax.set_ylabel("relative residual at the final eval")
+    figure_legend(fig, list(handles.values()), list(handles))
+    save(fig, path)
 
 
 def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
-    """val_curves.png: validation loss against step, one line per job, one panel per mixer."""
-    panels: dict[str, list[tuple[str, list[int], list[float]]]] = {}
+    """val_curves.png: validation loss against step, one line per job, one panel per mixer
+    (PANELS_PER_ROW to a row), one style per configuration of the other axes across the panels
+    (dashed: a job that did not complete), one legend below."""
+    panels: dict[str, list[tuple[str, bool, list[int], list[float]]]] = {}
     for job, r in zip(jobs, rows, strict=True):
         points = [(rec["step"], rec["val/loss"]) for rec in job.records
                   if "val/loss" in rec and "step" in rec]  # fmt: skip
         if points:
             steps, losses = zip(*points, strict=True)
-            label = f"{ablation(r)}, depth {r['depth']} [{r['status']}]"
-            panels.setdefault(str(r["mixer"]), []).append((label, list(steps), list(losses)))
-    n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.0 * n, 3.4), squeeze=False, sharey=True)
-    for ax, (mixer, curves) in zip(axes[0], sorted(panels.items()), strict=False):
-        for label, steps, losses in curves:
-            ax.plot(steps, losses, marker="o", ms=2, label=label)
+            label = _other_axes(r, ("mixer=",)) or f"{ablation(r)}, depth {r['depth']}"
+            done = r["status"] == "completed"
+            panels.setdefault(str(r["mixer"]), []).append((label, done, list(steps), list(losses)))
+    styles = series_styles([c[0] for curves in panels.values() for c in curves])
+    fig, axes = panel_grid(len(panels))
+    handles: dict[str, Any] = {}
+    unfinished = False
+    for ax, (mixer, curves) in zip(axes, sorted(panels.items()), strict=False):
+        for label, done, steps, losses in curves:
+            (line,) = ax.plot(steps, losses, ls="-" if done else "--", **styles[label])
+            if done or label not in handles:
+                handles[label] = line
+            unfinished |= not done
         ax.set_title(mixer)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
     if not panels:
-        axes[0][0].text(0.5, 0.5, "no job logged val/loss", ha="center", va="center")
-    axes[0][0].set_ylabel("validation loss")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        axes[0].text(0.5, 0.5, "no job logged val/loss", ha="center", va="center")
+    for ax in axes[::PANELS_PER_ROW]:
+        ax.set_ylabel("validation loss")
+    labels = list(handles)
+    if unfinished:
+        handles["dashed"] = plt.Line2D([], [], color="gray", ls="--")
+        labels.append("dashed: a job that did not complete")
+    figure_legend(fig, list(handles.values()), labels)
+    save(fig, path)
 
 
-def interval_panels(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """What intervals.png shows: the held-out test loss and metric where the runs have them
-    (the numbers a study's claims are about), else the validation ones; then the rank."""
+def interval_panels(table: list[dict[str, Any]], split: str | None = None) -> list[tuple[str, str]]:
+    """What intervals.png shows: the loss and metric of `split` (test or val); without one, the
+    held-out test loss and metric where the runs have them (the numbers a study's claims are
+    about), else the validation ones; then the rank."""
     rank = ("rank", "final relative residual")
     tested = [r.get("test_loss_mean") for r in table]
-    if any(t is not None and not math.isnan(t) for t in tested):
+    if split == "test" or (
+        split is None and any(t is not None and not math.isnan(t) for t in tested)
+    ):
         return [
             ("test_loss", "final held-out test loss"),
             ("test_metric", "final held-out test metric"),
@@ -102,11 +196,17 @@ def interval_panels(table: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [("val_loss", "final validation loss"), ("metric", "final task metric"), rank]
 
 
-def plot_intervals(groups: list[Group], table: list[dict[str, Any]], path: Path, conf: float):
+def plot_intervals(
+    groups: list[Group],
+    table: list[dict[str, Any]],
+    path: Path,
+    conf: float,
+    split: str | None = None,
+):
     """intervals.png: per configuration, the mean over seeds with its interval as a whisker, of
     the final loss and metric (`interval_panels`: held-out test where there is one) and rank,
     each seed as a grey dot (`table`: the group rows with the seeds' values under `_values`)."""
-    panels = interval_panels(table)
+    panels = interval_panels(table, split)
     fig, axes = plt.subplots(1, 3, figsize=(13, 0.45 * len(groups) + 1.6), squeeze=False)
     names = [g.name for g in groups]
     for ax, (which, title) in zip(axes[0], panels, strict=True):
@@ -138,29 +238,35 @@ def draw_bands(
     ylabel: str,
     path: Path,
 ) -> None:
-    """One panel per title: per line (label, xs, intervals), the mean with its interval as a
-    band (no band for one seed)."""
-    n = max(len(panels), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False, sharey=True)
-    for ax, (title, curves) in zip(axes[0], panels.items(), strict=False):
-        for i, (label, xs, cis) in enumerate(curves):
+    """One panel per title (PANELS_PER_ROW to a row): per line (label, xs, intervals), the mean
+    with its interval as a band (no band for one seed); one style per label across the panels,
+    one legend below (with the seeds behind each line: n=3, or n=2-3 where panels differ)."""
+    labels = [label for curves in panels.values() for label, xs, _ in curves if xs]
+    styles = series_styles(labels)
+    seeds: dict[str, set[int]] = {}
+    fig, axes = panel_grid(len(panels), width=4.2)
+    handles: dict[str, Any] = {}
+    for ax, (title, curves) in zip(axes, panels.items(), strict=False):
+        for label, xs, cis in curves:
             if not xs:
                 continue
-            ax.plot(xs, [c.mean for c in cis], color=f"C{i % 10}", label=f"{label} (n={cis[-1].n})")
+            style = styles[label]
+            (line,) = ax.plot(xs, [c.mean for c in cis], **style)
+            handles.setdefault(label, line)
+            seeds.setdefault(label, set()).add(cis[-1].n)
             if cis[-1].n > 1:
                 ax.fill_between(xs, [c.low for c in cis], [c.high for c in cis],
-                                color=f"C{i % 10}", alpha=0.2, lw=0)  # fmt: skip
+                                color=style["color"], alpha=0.2, lw=0)  # fmt: skip
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    if not any(ax.lines for ax in axes[0]):
-        axes[0][0].text(0.5, 0.5, "no completed job logged val/loss", ha="center", va="center")
-    axes[0][0].set_ylabel(ylabel)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    if not any(ax.lines for ax in axes):
+        axes[0].text(0.5, 0.5, "no completed job logged val/loss", ha="center", va="center")
+    for ax in axes[::PANELS_PER_ROW]:
+        ax.set_ylabel(ylabel)
+    n = lambda s: f"n={min(s)}" if len(s) == 1 else f"n={min(s)}-{max(s)}"
+    figure_legend(fig, list(handles.values()), [f"{k} ({n(seeds[k])})" for k in handles])
+    save(fig, path)
 
 
 def plot_bands(

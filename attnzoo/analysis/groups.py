@@ -11,7 +11,13 @@ from typing import Any
 
 from attnzoo.analysis.runs import OTHER_MEASURES, Job, reconstructed_budget
 from attnzoo.analysis.tables import fmt
-from attnzoo.replicates import config_key, group_name, run_folders, semantic_config
+from attnzoo.replicates import (
+    REPLICATE_KEY,
+    config_key,
+    group_name,
+    run_folders,
+    semantic_config,
+)
 from attnzoo.stats import Interval, mean_interval
 
 # What a group's values are read from: the per-job row's column of each final value.
@@ -36,6 +42,11 @@ GROUP_STATS = (
     "metric_std",
     "metric_ci_low",
     "metric_ci_high",
+    *(
+        f"{v}_{s}"
+        for v in ("test_loss", "test_metric")
+        for s in ("mean", "std", "ci_low", "ci_high")
+    ),
     "rank_mean",
     "rank_std",
     "rank_ci_low",
@@ -49,6 +60,14 @@ GROUP_STATS = (
     "note",
     "wandb_group",
 )
+
+
+def split_of(which: str) -> str | None:
+    """The split a final value is from: `test` (test_loss, test_metric), `val` (val_loss and the
+    task metric), None for the collapse measures."""
+    if which.startswith("test_"):
+        return "test"
+    return "val" if which in ("val_loss", "metric") else None
 
 
 def axis_name(key: str) -> str:
@@ -96,18 +115,39 @@ def run_paths(job: Job) -> list[str]:
     return [] if job.folder is None else run_folders(job.folder)
 
 
+def _grid_point(job: Job) -> tuple[str, tuple[str, ...]]:
+    """The job's sweep and its overrides without the seed: jobs of one sweep that share it ran
+    (or would have run) one configuration."""
+    seedless = (str(o) for o in job.config.get("_overrides", []))
+    rest = tuple(sorted(o for o in seedless if not o.lstrip("+~").startswith(f"{REPLICATE_KEY}=")))
+    return str(job.sweep), rest
+
+
 def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group], list[str]]:
     """Groups in order of first appearance, each labelled by the axes that vary between groups,
-    and the names of the jobs that could not be placed (no readable config)."""
+    and the names of the jobs that could not be placed (no readable config). A job that left no
+    folder (refused, or never launched) joins the configuration of a job of its sweep whose
+    overrides differ from its own only in the seed, so the configuration's note names it."""
     groups: dict[str, Group] = {}
-    orphans = []
+    placed: dict[tuple[str, tuple[str, ...]], Group] = {}
+    unplaced = []
     for job, r in zip(jobs, rows, strict=True):
         flat = semantic_config(job.config, run_paths(job))
         if not flat:
-            orphans.append(job.name)
+            unplaced.append((job, r))
             continue
         key = config_key(flat)
-        groups.setdefault(key, Group(flat)).members.append((job, r))
+        group = groups.setdefault(key, Group(flat))
+        group.members.append((job, r))
+        if job.config.get("_overrides"):
+            placed.setdefault(_grid_point(job), group)
+    orphans = []
+    for job, r in unplaced:
+        group = placed.get(_grid_point(job)) if job.config.get("_overrides") else None
+        if group is None:
+            orphans.append(job.name)
+        else:
+            group.members.append((job, r))
     found = list(groups.values())
     for key in varying_axes(found):
         for g in found:
@@ -161,6 +201,17 @@ def _common(values: list[Any]) -> Any:
     return distinct.pop() if len(distinct) == 1 else _mean(values)
 
 
+def no_seed_note(group: Group, which: str) -> str:
+    """What a configuration without a single value of `which` says: n=0, and each job's seed,
+    status and reason (failed, refused, still running, ...)."""
+    why = [
+        f"seed {fmt(r['seed'])} {r['status']} (job {job.name}"
+        + (f": {job.reason})" if r["status"] != "completed" and job.reason else ")")
+        for job, r in group.members
+    ]
+    return f"n=0: no completed seed with a final {which}: " + "; ".join(why)
+
+
 def group_row(group: Group, confidence: float = 0.95) -> dict[str, Any]:
     """One row of groups.csv: n, mean, std and the Student-t interval of the final validation
     loss, task metric, rank and each other collapse measure over the completed seeds, plus cost
@@ -168,14 +219,17 @@ def group_row(group: Group, confidence: float = 0.95) -> dict[str, Any]:
     done = group.completed
     first = group.members[0][0]
     notes = []
-    for job, r in group.members:
-        if r["status"] != "completed":
-            notes.append(f"seed {fmt(r['seed'])} {r['status']} (job {job.name}), left out")
+    if not group.values("val_loss"):
+        notes.append(no_seed_note(group, "val_loss"))
+    else:
+        for job, r in group.members:
+            if r["status"] != "completed":
+                notes.append(f"seed {fmt(r['seed'])} {r['status']} (job {job.name}), left out")
     cells: dict[str, Any] = {}
     for which in VALUES:
         ci = group.interval(which, confidence)
         cells |= _interval_cells(which, ci)
-        if ci.note and which == "val_loss":
+        if ci.note and which == "val_loss" and ci.n:
             notes.append(ci.note)
     metrics = {r["metric"] for r in done if r["metric"]}
     return {

@@ -11,7 +11,15 @@ from typing import Any
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, default_axis, resolve_axis
 from attnzoo.analysis.figures import plot_bands, plot_intervals, plot_rank, plot_val
-from attnzoo.analysis.groups import GROUP_STATS, VALUES, X_AXES, Group, axis_name, group_row
+from attnzoo.analysis.groups import (
+    GROUP_STATS,
+    VALUES,
+    X_AXES,
+    Group,
+    axis_name,
+    group_row,
+    split_of,
+)
 from attnzoo.analysis.runs import COLUMNS, Job
 from attnzoo.analysis.selection import select
 from attnzoo.analysis.sweep import load_sweep
@@ -70,9 +78,12 @@ def write_groups(
     confidence: float,
     margin: float | None,
     correction: str = "holm",
+    on: str = "val_loss",
+    why: str = "",
 ) -> None:
     """groups.csv and groups.md: one row per configuration, then the comparisons along `axis`
-    in words."""
+    on `on` in words; groups.md shows the loss and metric of `on`'s split and says which (and
+    `why` that one)."""
     axes = [axis_name(k) for k in (groups[0].label if groups else {})]
     columns = ["group", *axes, *GROUP_STATS]
     write_csv(out / "groups.csv", columns, table)
@@ -84,32 +95,73 @@ def write_groups(
         "are replicates of one configuration. Values: mean over the completed seeds "
         f"[{confidence:.0%} Student-t interval]; a configuration with one seed has no interval.",
         "",
+        f"Loss and metric: {SPLIT_WORDS[split_of(on) or 'val']}; comparisons on `{on}`"
+        + (f" ({why})" if why else "")
+        + ".",
+        "",
     ]
     if orphans:
         lines += [f"Not placed (no readable config): jobs {', '.join(orphans)}.", ""]
-    short = ["group", "n_seeds", "val_loss", "metric", "rank", "steps_per_s_mean", "params",
-             "flops", "note"]  # fmt: skip
+    loss, metric = (
+        ("test_loss", "test_metric") if split_of(on) == "test" else ("val_loss", "metric")
+    )
+    short = ["group", "n_seeds", loss, metric, "rank", "steps_per_s_mean", "params", "flops",
+             "note"]  # fmt: skip
     cells = []
     for r in table:
         cells.append(
             {
                 **r,
-                "val_loss": ci_text(
-                    r["val_loss_mean"], r["val_loss_ci_low"], r["val_loss_ci_high"]
-                ),
-                "metric": (f"{r['metric']} " if r["metric"] else "")
-                + ci_text(r["metric_mean"], r["metric_ci_low"], r["metric_ci_high"]),
+                loss: ci_text(r[f"{loss}_mean"], r[f"{loss}_ci_low"], r[f"{loss}_ci_high"]),
+                metric: (f"{r['metric']} " if r["metric"] else "")
+                + ci_text(r[f"{metric}_mean"], r[f"{metric}_ci_low"], r[f"{metric}_ci_high"]),
                 "rank": ci_text(r["rank_mean"], r["rank_ci_low"], r["rank_ci_high"]),
+                "n_seeds": len(r["_values"][on]) if "_values" in r else r["n_seeds"],
             }
         )
     lines += md_table(short, cells)
     if axis is not None:
-        lines += ["", f"## Differences along `{axis_name(axis)}`", ""]
+        lines += ["", f"## Differences along `{axis_name(axis)}`, on `{on}`", ""]
         how = protocol_text(compared, confidence, margin, correction)
         lines += [how, ""]
         lines += [f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
                   for c in compared] or ["- nothing to compare (no block holds the reference and another configuration with a completed seed)"]  # fmt: skip
     (out / "groups.md").write_text("\n".join(lines) + "\n")
+
+
+SPLIT_WORDS = {
+    "val": "final values on the validation split (the split a tuning sweep selects on)",
+    "test": "final values on the held-out test split (whole split; never used for selection)",
+}
+METRICS = ("auto", "val_loss", "metric", "test_loss", "test_metric")
+
+
+def choose_metric(rows: list[dict[str, Any]], metric: str, tuning: bool) -> tuple[str, str]:
+    """What the comparisons are made on, and why: `metric` when given (a ValueError when it is
+    held-out test and no completed job has test numbers); `auto`: the held-out test loss when
+    every completed job has one and the report is not a tuning sweep's (no selection: tuning
+    reads val only), else the validation loss, saying when test numbers were there."""
+    if metric not in METRICS:
+        raise ValueError(f"--metric {metric!r}: allowed: {', '.join(METRICS)}")
+    done = [r for r in rows if r["status"] == "completed"]
+    tested = [r for r in done if isinstance(r["final_test_loss"], (int, float))]
+    if metric != "auto":
+        if split_of(metric) == "test" and not tested:
+            raise ValueError(
+                f"--metric {metric}: no completed job has held-out test numbers (runs that "
+                "read train.final_splits=[val] have none); compare on val_loss or metric"
+            )
+        return metric, "--metric"
+    if done and len(tested) == len(done) and not tuning:
+        return "test_loss", "every completed job has held-out test numbers; --metric to change"
+    if tested and tuning:
+        return "val_loss", "a tuning sweep selects on val; --metric test_loss compares on test"
+    if tested:
+        return "val_loss", (
+            f"{len(tested)} of {len(done)} completed jobs have held-out test numbers; "
+            "--metric test_loss compares those"
+        )
+    return "val_loss", ""
 
 
 def protocol_text(
@@ -244,10 +296,12 @@ def summarize(
     script: str = "scripts/summarize.py",
     reference: Any = None,
     correction: str = "holm",
+    metric: str = "auto",
 ) -> list[dict[str, Any]]:
     """Write the per-job and per-configuration tables and figures (see the module docstring);
     return the per-job rows. Several sweep folders are summarised as one (job names then start
-    with the sweep folder's name). `script` is how selected.sh calls the summarize command."""
+    with the sweep folder's name). `script` is how selected.sh calls the summarize command.
+    `metric`: what the comparisons (and groups.md, intervals.png) are on (`choose_metric`)."""
     sweeps = [Path(sweep)] if isinstance(sweep, (str, Path)) else [Path(s) for s in sweep]
     if not sweeps:
         raise ValueError("no sweep folder given")
@@ -261,6 +315,7 @@ def summarize(
         raise ValueError(f"--select-by {select_by!r}: allowed: val_loss, metric")
     sweep_ = load_sweep(*sweeps)
     jobs, rows = sweep_.jobs, sweep_.rows
+    on, why = choose_metric(rows, metric, tuning=select_by is not None)
     out.mkdir(parents=True, exist_ok=True)
     write_tables(rows, out, sweeps[0] if len(sweeps) == 1 else ", ".join(map(str, sweeps)))
     plot_rank(jobs, rows, out / "rank_vs_depth.png")
@@ -280,8 +335,10 @@ def summarize(
         table.append(r)
     compared = []
     if axis:
-        compared = comparisons(groups, axis, "val_loss", confidence, margin, reference, correction)
-    write_groups(groups, table, compared, orphans, out, axis, confidence, margin, correction)
+        compared = comparisons(groups, axis, on, confidence, margin, reference, correction)
+    write_groups(
+        groups, table, compared, orphans, out, axis, confidence, margin, correction, on, why
+    )
     mode = wandb_mode_for(jobs, wandb_mode)
     if mode != "disabled":
         group_columns = ["group", *(axis_name(k) for k in (groups[0].label if groups else {}))]
@@ -291,7 +348,7 @@ def summarize(
         log_wandb(jobs, tables, out, mode, "+".join(s.name for s in sweeps))
     if compared:
         write_csv(out / "comparisons.csv", list(COMPARISON_COLUMNS), compared)
-    plot_intervals(groups, table, out / "intervals.png", confidence)
+    plot_intervals(groups, table, out / "intervals.png", confidence, split_of(on))
     plot_bands(groups, axis, out / "val_bands.png", confidence, x_axis)
     if select_by is not None:
         if tune_key is None:

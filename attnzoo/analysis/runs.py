@@ -61,6 +61,11 @@ COLUMNS = (
 )
 
 
+class SweepWarning(UserWarning):
+    """What a sweep's reading says loudly: jobs that did not complete, configurations without a
+    completed seed, values a selection left out."""
+
+
 @dataclass
 class Job:
     """One job of a sweep: what its folder holds (`config` is the resolved config, with the
@@ -73,6 +78,13 @@ class Job:
     summary: dict[str, Any] | None = None
     status: str = "missing"
     notes: list[str] = field(default_factory=list)
+    sweep: Path | None = None  # the sweep folder it belongs to
+
+    @property
+    def reason(self) -> str:
+        """Why the job did not complete, in a few words: its first note, shortened."""
+        text = self.notes[0] if self.notes else ""
+        return text if len(text) <= 100 else text[:99] + "…"
 
     def value(self, key: str) -> Any:
         """The latest value of `key`: summary.json's `final` first, then metrics.jsonl."""
@@ -298,6 +310,8 @@ def find_jobs(sweep: Path) -> list[Job]:
             return (0, int(j.name), "")
         return (1, place.get(overrides_of(j), len(place)), j.name)
 
+    for j in jobs:
+        j.sweep = sweep
     return sorted(jobs, key=order)
 
 
@@ -372,6 +386,18 @@ def reconstructed_budget(job: Job) -> dict[str, Any]:
     return {"tokens": tokens, "wall_s": wall, "flops": flops}
 
 
+def seed_of(job: Job) -> Any:
+    """The job's seed: its resolved config's, else (a job that left no folder) its override's."""
+    seed = get(job.config, REPLICATE_KEY)
+    for override in job.config.get("_overrides", []) if seed is None else []:
+        if str(override).startswith(f"{REPLICATE_KEY}="):
+            try:
+                seed = yaml.safe_load(str(override).split("=", 1)[1])
+            except yaml.YAMLError:
+                seed = str(override).split("=", 1)[1]
+    return seed
+
+
 def row(job: Job) -> dict[str, Any]:
     """The job's row of summary.csv (COLUMNS)."""
     cfg, overrides = job.config, job.config.get("_overrides", [])
@@ -386,7 +412,7 @@ def row(job: Job) -> dict[str, Any]:
         "norm": get(cfg, "model.norm"),
         "depth": get(cfg, "model.depth"),
         "task": group_choice(cfg, "task", overrides),
-        "seed": get(cfg, REPLICATE_KEY),
+        "seed": seed_of(job),
         "final_val_loss": job.value("val/loss"),
         "metric": metric.removeprefix("val/") if metric else None,
         "final_metric": job.value(metric) if metric else None,

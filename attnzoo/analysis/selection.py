@@ -6,10 +6,13 @@ choice was made on)."""
 from __future__ import annotations
 
 import shlex
+import warnings
 from typing import Any
 
 from attnzoo.analysis.compare import blocks, lower_is_better
 from attnzoo.analysis.groups import Group, axis_name
+from attnzoo.analysis.runs import SweepWarning
+from attnzoo.analysis.tables import fmt
 from attnzoo.replicates import REPLICATE_KEY
 from attnzoo.stats import mean_interval
 
@@ -21,6 +24,12 @@ def override_value(value: Any) -> str:
     if value is None:
         return "null"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def left_out(g: Group, tune_key: str, by: str) -> str:
+    """A grid value without a single value of `by`, and why: its jobs' seeds and statuses."""
+    statuses = ", ".join(f"seed {fmt(r['seed'])} {r['status']}" for _, r in g.members)
+    return f"{axis_name(tune_key)}={fmt(g.config.get(tune_key))} left out: no {by} ({statuses})"
 
 
 def select(
@@ -35,13 +44,19 @@ def select(
     `by` over the tuning seeds (the highest when `maximize`, the lowest when not; by default the
     direction of `by`: lowest loss, the task's own direction for its metric; an exact tie goes
     to the smallest value), and the Hydra overrides that rerun it with fresh seeds (the sweep of
-    the i-th configuration into `final_dir`/<i>; they read every final split). `edge` says whether the choice sits at the "low" or "high" end of a grid
-    of more than two values (None when interior): `extend` gives the value beyond it."""
+    the i-th configuration into `final_dir`/<i>; they read every final split). `edge` says
+    whether the choice sits at the "low" or "high" end of a grid of more than two values (None
+    when interior): `extend` gives the value beyond it. A grid value without a completed seed
+    is left out and the entry's `note` names it with its jobs' statuses; a configuration none
+    of whose values has one is not selected, and a warning says so."""
     lower = lower_is_better(by, groups) if maximize is None else not maximize
     out = []
     for i, (block, members) in enumerate(blocks(groups, tune_key, attach=False).items()):
         scored = [g for g in members if g.values(by)]
+        missing = [left_out(g, tune_key, by) for g in members if not g.values(by)]
         if not scored:
+            warnings.warn(f"{block}: nothing selected, no {axis_name(tune_key)} value has a "
+                          f"completed seed: {'; '.join(missing)}", SweepWarning, stacklevel=2)  # fmt: skip
             continue
         mean = {id(g): sum(g.values(by).values()) / len(g.values(by)) for g in scored}
         grid = sorted(
@@ -57,7 +72,7 @@ def select(
             key=lambda g: (sign * mean[id(g)], place.get(repr(g.config.get(tune_key)), len(grid))),
         )
         chosen = best.config.get(tune_key)
-        notes = []
+        notes = list(missing)
         edge = None
         if len(grid) > 2 and chosen in (grid[0], grid[-1]):
             edge = "low" if chosen == grid[0] else "high"

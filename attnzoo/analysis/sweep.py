@@ -4,13 +4,14 @@ comparison along an axis, the selection of a tuned value per configuration."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnzoo.analysis.compare import comparisons, default_axis, resolve_axis
 from attnzoo.analysis.groups import Group, group_jobs, group_row, varying_axes
-from attnzoo.analysis.runs import Job, find_sweep_jobs, row
+from attnzoo.analysis.runs import Job, SweepWarning, find_sweep_jobs, row
 from attnzoo.analysis.selection import select
 
 
@@ -83,11 +84,33 @@ class Sweep:
 def load_sweep(*folders: Path | str) -> Sweep:
     """Read the multirun folder(s) of `python -m attnzoo.train -m` (each holding 0/, 1/, ...):
     several folders are read as one sweep, their jobs named `<folder>/<job>`. A ValueError
-    when a folder does not exist; every problem of a job is its status or a note."""
+    when a folder does not exist; every problem of a job is its status or a note, and one
+    warning names every job that did not complete (with its status and why) and every
+    configuration left without a completed seed."""
     paths = [Path(f) for f in folders]
     if not paths:
         raise ValueError("no sweep folder given")
     jobs = find_sweep_jobs(paths)
     rows = [row(j) for j in jobs]
     groups, orphans = group_jobs(jobs, rows)
-    return Sweep(paths, jobs, rows, groups, orphans)
+    sweep = Sweep(paths, jobs, rows, groups, orphans)
+    message = incomplete_message(sweep)
+    if message:
+        warnings.warn(message, SweepWarning, stacklevel=2)
+    return sweep
+
+
+def incomplete_message(sweep: Sweep) -> str:
+    """The jobs that did not complete, each with its status and why, and the configurations
+    without a completed seed (n=0); empty when every job completed."""
+    bad = [j for j in sweep.jobs if j.status != "completed"]
+    if not bad:
+        return ""
+    jobs = "; ".join(f"{j.name} ({j.status}" + (f": {j.reason})" if j.reason else ")") for j in bad)
+    text = f"{len(bad)} of {len(sweep.jobs)} job(s) did not complete: {jobs}."
+    empty = [g.name for g in sweep.groups if not g.values("val_loss")]
+    if empty:
+        text += f" No completed seed (n=0, no values) in: {'; '.join(empty)}."
+    if sweep.orphans:
+        text += f" Not in any configuration (no readable config): {', '.join(sweep.orphans)}."
+    return text
