@@ -278,3 +278,19 @@ def test_a_run_killed_outright_is_recognisable_as_running(tmp_path):
     assert summary["status"] == "running"  # what a sweep summary reads as "running, or killed"
     kept = {read_checkpoint(p)["step"] for p in ckpt.parent.glob("*.pt")}  # last, prev
     assert summary["step"] in kept and summary["step"] > 0  # a step a resume can start from
+
+
+def test_ctrl_c_stops_a_sweep_not_just_its_job(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path / "wandb-home")}
+    args = [*TINY, "train.max_steps=1000000", "mixer=scaled_dot,pooling", "hydra.sweep.dir=sw"]
+    proc = subprocess.Popen([sys.executable, "-m", "attnzoo.train", "-m", *args], env=env,
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    first = tmp_path / "sw" / "mixer=scaled_dot"
+    _wait_for(lambda: _summary(first).get("status") == "running", proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "train.resume=true" in err
+    assert _summary(first)["status"] == "interrupted"
+    assert not (tmp_path / "sw" / "mixer=pooling").exists()  # the sweep stopped there

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from attnzoo.checkpoint import CheckpointError
 from attnzoo.config import ConfigError, check_mixer, register_configs
 from attnzoo.train.build import hydra_runtime, run
-from attnzoo.train.trainer import EXIT_CODES, EXIT_CONFIG, EXIT_FAILED, EXIT_OK
+from attnzoo.train.trainer import EXIT_CODES, EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 register_configs()
 
@@ -91,6 +91,8 @@ def task_function(cfg: DictConfig) -> dict[str, Any] | None:
         _exit_code = EXIT_CONFIG
         return None
     _exit_code = EXIT_CODES.get(summary["status"], EXIT_FAILED)
+    if multirun and summary["status"] == "interrupted":
+        raise KeyboardInterrupt  # Ctrl-C stops the sweep, not just this job
     return summary
 
 
@@ -146,6 +148,10 @@ def main() -> None:
         hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
             task_function
         )()
+    except KeyboardInterrupt:
+        print("attnzoo.train: interrupted (the stopped job kept a checkpoint; rerun the same "
+              "command with train.resume=true to continue)", file=sys.stderr)  # fmt: skip
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as err:
         if full_error:
             raise
