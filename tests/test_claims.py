@@ -1,0 +1,128 @@
+"""Every headline claim of README.md's Results and of docs/results.md holds on the committed
+tables it rests on, and its page says it with the tables' numbers (scripts/claims.py). A table
+altered by one number makes its claims fail, through the same check."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("claims", ROOT / "scripts/claims.py")
+claims = importlib.util.module_from_spec(spec)
+sys.modules["claims"] = claims  # dataclasses look their module up by name
+spec.loader.exec_module(claims)
+
+IDS = [c.id for c in claims.CLAIMS]
+
+
+@pytest.mark.parametrize("claim", claims.CLAIMS, ids=IDS)
+def test_every_claim_holds_on_its_committed_tables(claim) -> None:
+    assert claims.check(claim) == []
+
+
+def test_claims_have_unique_ids_and_rest_on_committed_tables() -> None:
+    assert len(set(IDS)) == len(IDS)
+    for c in claims.CLAIMS:
+        assert c.tables, c.id
+        assert c.page in (claims.README, claims.RESULTS_PAGE), c.id
+        for t in c.tables:
+            assert (ROOT / claims.RESULTS / t).is_file(), (c.id, t)
+
+
+def test_a_claim_reads_only_the_tables_it_declares() -> None:
+    tables = claims.Tables(ROOT, ("rank_collapse/collapse_rate.csv",))
+    with pytest.raises(KeyError, match="not among the claim's tables"):
+        tables.rows("rank_ablation/rank_ablation.csv")
+
+
+def test_numbers_are_rounded_once_from_the_tables_precision() -> None:
+    # 0.02148 rounds to 0.021; rounding its rounded 0.0215 again would give 0.022
+    assert claims.fmt(0.02148, "+.3f") == "+0.021"
+    assert claims.fmt(-0.00755, ".3f") == "−0.008"
+    assert claims.fmt(-0.03505, ".1f", scale=100) == "−3.5"
+    assert claims.fmt(0.04971, ".3g") == "0.0497"
+    assert claims.span([3.0203, 3.0104, 3.0218], ".2f") == "3.01–3.02"
+    assert claims.span([3.334, 3.331], ".2f") == "3.33"
+
+
+def copy_tree(tmp: Path, tables: list[str]) -> Path:
+    for page in (claims.README, claims.RESULTS_PAGE):
+        (tmp / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / page, tmp / page)
+    for t in tables:
+        (tmp / claims.RESULTS / t).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / claims.RESULTS / t, tmp / claims.RESULTS / t)
+    return tmp
+
+
+def alter(path: Path, where: dict[str, str], column: str, value: str) -> None:
+    """Set `column` to `value` in the one row of the csv at `path` matching `where`."""
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    hits = [r for r in rows if all(r[k] == v for k, v in where.items())]
+    assert len(hits) == 1, where
+    hits[0][column] = value
+    with path.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def claim(claim_id: str):
+    return next(c for c in claims.CLAIMS if c.id == claim_id)
+
+
+def test_a_number_changed_in_a_table_makes_the_prose_fail(tmp_path: Path) -> None:
+    """scaled_dot's decrement ratio 3.02 -> 3.07: the sentence quoting 3.01–3.02 no longer
+    matches the table, though the predicate (cubic within [2.9, 3.1]) still holds."""
+    c = claim("collapse-softmax-cubic")
+    root = copy_tree(tmp_path, list(c.tables))
+    assert claims.check(c, root) == []
+    alter(root / claims.RESULTS / claims.RATE, {"mixer": "scaled_dot"}, "k", "3.07")
+    problems = claims.check(c, root)
+    assert len(problems) == 1 and "does not say, from the tables" in problems[0]
+    assert "3.01–3.07" in problems[0]
+
+
+def test_a_verdict_changed_in_a_table_makes_the_predicate_fail(tmp_path: Path) -> None:
+    """One MLP-on configuration keeping stable rank after training breaks 'no configuration
+    with the MLP on keeps stable rank'."""
+    c = claim("ablation-stable-rank")
+    root = copy_tree(tmp_path, list(c.tables))
+    assert claims.check(c, root) == []
+    where = {"mixer": "scaled_dot", "residual": "rezero", "mlp": "True", "norm": "layernorm"}
+    alter(root / claims.RESULTS / claims.ABLATION, where, "trained_stable_rank_verdict", "kept")
+    problems = claims.check(c, root)
+    assert any(
+        "scaled_dot residual=rezero MLP on norm=layernorm keeps stable rank" in p for p in problems
+    )
+
+
+def test_a_sentence_edited_away_from_its_table_fails(tmp_path: Path) -> None:
+    c = claim("collapse-skip")
+    root = copy_tree(tmp_path, list(c.tables))
+    readme = root / claims.README
+    text = readme.read_text(encoding="utf-8")
+    assert "22 of 33" in text
+    readme.write_text(text.replace("22 of 33", "21 of 33"), encoding="utf-8")
+    assert any("does not say" in p for p in claims.check(c, root))
+
+
+def test_a_p_value_changed_in_the_mixer_study_fails_its_sentence_and_table(tmp_path: Path) -> None:
+    """Pooling's Shakespeare comparison: its adjusted TOST p quoted in a bullet, its interval in
+    the table; changing either number in comparisons.csv fails the claim that quotes it."""
+    within, table = claim("mixers-shakespeare-within"), claim("mixers-shakespeare-table")
+    root = copy_tree(tmp_path, sorted({*within.tables, *table.tables}))
+    assert claims.check(within, root) == [] and claims.check(table, root) == []
+    csv_path = root / claims.RESULTS / claims.COMPARISONS
+    where = {"task": "shakespeare_char", "config": "pooling (train.lr=0.004)"}
+    alter(csv_path, where, "p_tost_adjusted", "0.0151")
+    assert any("TOST p = 0.015, 0.029, 0.011" in p for p in claims.check(within, root))
+    alter(csv_path, where, "diff_ci_high", "0.0105")
+    assert any("+0.011], within ±0.05" in p for p in claims.check(table, root))
