@@ -790,7 +790,8 @@ MIXERS = [
         "mixers-readme",
         README,
         "on Tiny Shakespeare, pooling, quadratic and local attention are within ±0.05 nats of it; "
-        "metric, linear, FAVOR+ and the token MLP are worse by {worse} nats, so NLP-MetaFormer's "
+        "metric, linear, FAVOR+ (run with its earlier, biased random features) and the token MLP "
+        "are worse by {worse} nats, so NLP-MetaFormer's "
         '"metric trains with not much difference from a transformer" is not supported. On IMDB '
         "(one block), six mixers are within ±2 points of scaled-dot's {reference} accuracy; "
         "pooling ({pooling} points) and the token MLP ({token_mlp}) score below it, identity and "
