@@ -19,7 +19,7 @@ can run it (a language model leaves out the mixers that cannot be causal; the re
    claims read off those comparisons: on IMDB "quadratic, pooling and identity substitute
    scaled-dot with no signs of decreasing accuracy", on Shakespeare "metric trains with not much
    difference from a transformer". Each verdict is worse/better than scaled-dot (two-sided
-   test), worse/better by more than the margin (one-sided test against it), within margin
+   test), worse/better by more than the margin (the test against it, two-sided), within margin
    (TOST; --margin-accuracy, --margin-loss, stated at the top of the report before any number),
    or not resolved with n seeds (with the smallest difference those seeds could resolve).
 

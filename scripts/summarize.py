@@ -45,7 +45,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   Every p-value is corrected over the report's comparisons (--correction, default holm);
   comparisons.csv has both (p, p_adjusted) and the verdicts use the adjusted ones: "better" /
   "worse" than the reference (two-sided test); with --margin δ, "worse (better) by more than the
-  margin" (one-sided test against δ) and "within margin" (two one-sided tests, TOST); "not
+  margin" (the test against δ, two-sided) and "within margin" (two one-sided tests, TOST); "not
   resolved with n seeds (could resolve |Δ| ≥ h)" otherwise, h the interval's half-width.
 - intervals.png: per configuration, the mean and its interval (whiskers) of the final
   validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss

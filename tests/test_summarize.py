@@ -260,7 +260,7 @@ def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(
 def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path, monkeypatch):
     """Five mixers against scaled_dot on 5 paired seeds, differences built per seed: the verdicts
     come from Holm-adjusted p-values over the 4 tests (comparisons.csv keeps both), "by more
-    than the margin" from the one-sided test against it, and "not resolved" says what the
+    than the margin" from the test against it, and "not resolved" says what the
     seeds could resolve."""
     sweep, job = tmp_path / "sweep", 0
     noise = [0.0, 0.01, -0.01, 0.02, -0.02]  # the per-seed wobble of every difference
@@ -289,7 +289,7 @@ def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path
     assert rows["metric"]["verdict"] == "not resolved"
     assert rows["quadratic"]["verdict"] == "worse by more than the margin"
     assert (
-        "worse than scaled_dot by more than the margin 0.02 (one-sided test against 0.02"
+        "worse than scaled_dot by more than the margin 0.02 (test against 0.02, two-sided"
         in (rows["quadratic"]["sentence"])
     )
     assert rows["pooling"]["verdict"] == "within margin"

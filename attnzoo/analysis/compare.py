@@ -1,7 +1,7 @@
 """Comparisons along one axis of a sweep: within each block of configurations that differ only in
 that axis, every configuration against a reference fixed before the runs (attnzoo.stats.compare:
 the paired t-test on the seeds both ran, Welch's t-test when the seed sets differ; with a margin
-δ, the one-sided test against δ and TOST), the p-values of the whole report corrected together
+δ, the test against δ and TOST), the p-values of the whole report corrected together
 (Holm by default), and each verdict in words from the test that supports it.
 
 The reference of an axis: `reference=` when given (an error if the sweep did not run it);
@@ -11,7 +11,8 @@ line, which Hydra numbers its jobs by). Never the best of the same
 runs: a reference picked after seeing the data favours itself.
 
 Verdicts, at α = 1 − confidence, each on the family-wise adjusted p of its test:
-- "worse/better by more than the margin": the one-sided test against δ (stats.Comparison.p_margin);
+- "worse/better by more than the margin": the test against δ, two-sided (the one-sided p in the
+  observed direction, doubled: stats.Comparison.p_margin);
 - "worse/better": the two-sided paired (or Welch) t-test, with ", within margin" when TOST also
   puts the difference inside ±δ (a real but negligible difference);
 - "within margin": TOST;
@@ -209,8 +210,8 @@ def sentence(r: dict[str, Any]) -> str:
     how = "" if r["correction"] == "none" else f" {r['correction'].capitalize()}-adjusted"
     margin = r["margin"]
     if v.endswith("by more than the margin"):
-        head = (f"{v.split()[0]} than {ref} by more than the margin {margin:g} (one-sided test "
-                f"against {margin:g}:{how} p = {_p(r['p_margin_adjusted'])})")  # fmt: skip
+        head = (f"{v.split()[0]} than {ref} by more than the margin {margin:g} (test against "
+                f"{margin:g}, two-sided:{how} p = {_p(r['p_margin_adjusted'])})")  # fmt: skip
     elif v in ("better", "worse", "better, within margin", "worse, within margin"):
         head = f"{v.split(',')[0]} than {ref} (two-sided test:{how} p = {_p(r['p_adjusted'])})"
         if v.endswith("within margin"):
@@ -267,7 +268,7 @@ def _resolvable(r: dict[str, Any], m: int) -> float:
 
 def correct(rows: list[dict[str, Any]], correction: str = "holm") -> list[dict[str, Any]]:
     """Adjust the p-values of `rows`, one family (every comparison of a report), each kind of
-    test over the whole family: the two-sided p, the one-sided p against the margin and TOST's;
+    test over the whole family: the two-sided p, the p against the margin (two-sided) and TOST's;
     then each row's verdict and sentence from the adjusted ones. `tests` is the family's size
     (the comparisons that could be tested). Returns `rows`, changed in place."""
     if correction not in CORRECTIONS:
@@ -297,7 +298,7 @@ def comparisons(
 ) -> list[dict[str, Any]]:
     """Within each block (the other axes fixed), every configuration against the reference
     (`reference_value`) on `on`: attnzoo.stats.compare, i.e. the paired t-test on the seeds both
-    ran, Welch's t-test when the seed sets differ, with `margin` the one-sided test against it
+    ran, Welch's t-test when the seed sets differ, with `margin` the (two-sided) test against it
     and TOST; the p-values corrected together by `correction` (holm, bonferroni, none). One row
     (COMPARISON_COLUMNS) per configuration that is not the reference; a block without the
     reference is left out. To correct over several calls (axes, tasks, metrics of one report),

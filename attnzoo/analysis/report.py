@@ -185,7 +185,7 @@ def protocol_text(
     if margin is None:
         return text + "; pass --margin for the tests against a margin."
     return text + (
-        f'; "worse/better by more than the margin": the one-sided test against ±{margin:g}; '
+        f'; "worse/better by more than the margin": the test against ±{margin:g}, two-sided (the one-sided p in the observed direction, doubled); '
         f'"within margin": two one-sided tests (TOST) put the difference inside ±{margin:g}.'
     )
 

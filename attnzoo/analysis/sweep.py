@@ -58,7 +58,7 @@ class Sweep:
         fixed up front (`reference`; by default scaled_dot for the mixer, add for the residual
         when the sweep ran them, else the axis's first value in the sweep) within its block,
         on `on` (val_loss, metric, rank or a collapse measure): paired t-test on shared seeds,
-        Welch's otherwise, with `margin` the one-sided test against it and TOST; p-values
+        Welch's otherwise, with `margin` the (two-sided) test against it and TOST; p-values
         corrected together by `correction` (holm, bonferroni, none). The rows of
         comparisons.csv."""
         key = self.axis(axis) if axis else self.default_axis()

@@ -18,7 +18,7 @@ Attention entropy has no verdict, only a value (n/a without softmax attention).
 
 Claims. A comparison against a reference is worded from the test that supports it
 (attnzoo.analysis.compare): better or worse than the reference (the two-sided test), worse or
-better by more than the margin (the one-sided test against it), within margin (two one-sided
+better by more than the margin (the test against it, two-sided), within margin (two one-sided
 tests), or not resolved with n seeds (none of them; not the same as equal), with the smallest
 difference those seeds could resolve.
 """
