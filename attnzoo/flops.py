@@ -43,18 +43,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
-def keys_per_query(seq_len: int, causal: bool) -> float:
-    """Keys per query, on average: N, or (N + 1) / 2 under a causal mask."""
-    return (seq_len + 1) / 2 if causal else float(seq_len)
+# The convention's Nₑ, which the mixers' own terms use too (they sit below this module).
+from attnzoo.mixers.base import keys_per_query as keys_per_query
+from attnzoo.mixers.registry import mixer_class
 
 
 def flops_formula(mixer: Any) -> Callable[..., float] | None:
     """The mixer class's `flops_per_token`, or None for a mixer without one. `mixer`: a
     registered name, an import path or a class (attnzoo.mixers.mixer_class); ValueError for a
     mixer that names no class."""
-    from attnzoo.mixers import mixer_class  # the mixers import this module's convention
-
     return getattr(mixer_class(mixer), "flops_per_token", None)
 
 

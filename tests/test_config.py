@@ -183,7 +183,7 @@ def test_saved_config_round_trips(tmp_path):
     back = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert back["mixer"] == {
         "name": "metric",
-        "_target_": "attnzoo.mixers.MetricTensorAttention",
+        "_target_": "attnzoo.mixers.softmax.MetricTensorAttention",
         "metric_param": "psd",
         "attn_dropout": 0.0,
     }

@@ -234,7 +234,7 @@ def test_a_package_mixer_is_the_same_configuration_as_before_its_yaml_named_the_
     from attnzoo.train.resume import check_same_run
 
     now = {
-        "mixer": {"name": "metric", "_target_": "attnzoo.mixers.MetricTensorAttention"},
+        "mixer": {"name": "metric", "_target_": "attnzoo.mixers.softmax.MetricTensorAttention"},
         "model": {"dim": 16},
         "task": {"name": "sort"},
         "train": {"seed": 0},

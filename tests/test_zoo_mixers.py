@@ -1,4 +1,5 @@
-"""The efficient-attention mixers (attnzoo.mixers_zoo) against their papers' formulas.
+"""The efficient-attention mixers (attnzoo.mixers: kernelized, nystrom, parameter_free, local in
+softmax, token_mlp) against their papers' formulas.
 
 Padding invariance (real outputs do not depend on padding tokens' values) holds for every one
 of them and is checked over the whole registry in tests/test_model.py; so is causality for the
@@ -15,7 +16,8 @@ import torch
 from attnzoo import build_mixer
 from attnzoo.config import ConfigError, validate
 from attnzoo.mixers import MIXERS
-from attnzoo.mixers_zoo import iterative_pinv, orthogonal_gaussian
+from attnzoo.mixers.kernelized import orthogonal_gaussian
+from attnzoo.mixers.nystrom import iterative_pinv
 from attnzoo.train import compose
 
 D, H = 16, 2

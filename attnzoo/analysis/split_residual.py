@@ -48,8 +48,14 @@ from torch import nn
 
 from attnzoo.analysis.controls import FrozenStochastic
 from attnzoo.kernels.reference import allowed_keys
-from attnzoo.mixers import MetricTensorAttention, QuadraticFormAttention, ScaledDotAttention
-from attnzoo.mixers_zoo import Favor, LinearAttention, LocalAttention, Nystrom, iterative_pinv
+from attnzoo.mixers.kernelized import Favor, LinearAttention
+from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
+from attnzoo.mixers.softmax import (
+    LocalAttention,
+    MetricTensorAttention,
+    QuadraticFormAttention,
+    ScaledDotAttention,
+)
 from attnzoo.rank import composite_norm
 
 # Below this the split computation's own products (the residual cubed, for the cubic rate) leave

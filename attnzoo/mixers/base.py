@@ -1,0 +1,145 @@
+"""What the mixers of the package share: input checks, the head/projection bases (per-head
+attention followed by an output projection, with each head's share of the output for the path
+decomposition; the q, k, v projections of the softmax and kernelized attention mixers; a mixer
+without scores that counts as one head), and the keys a query meets, on average, for the FLOP
+convention of attnzoo.flops."""
+
+from __future__ import annotations
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from attnzoo.kernels._checks import check_dropout
+
+
+def keys_per_query(seq_len: int, causal: bool) -> float:
+    """Keys per query, on average: N, or (N + 1) / 2 under a causal mask."""
+    return (seq_len + 1) / 2 if causal else float(seq_len)
+
+
+def _check_heads(dim: int, heads: int) -> None:
+    if not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"heads must be a positive int, got {heads!r}")
+    if dim % heads != 0:
+        raise ValueError(f"dim={dim} must be divisible by heads={heads} (dim % heads == 0)")
+
+
+def _check_input(x_bnd: torch.Tensor, dim: int) -> None:
+    if x_bnd.dim() != 3 or x_bnd.shape[-1] != dim:
+        raise ValueError(
+            f"mixer input must have shape (batch, tokens, {dim}), got {tuple(x_bnd.shape)}"
+        )
+
+
+def _eye_values(x_bnd: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, H, N, N) identity matrices: attention with these as values returns its probabilities
+    themselves, computed by the mixer's own op (same scale, same masks)."""
+    b, n, _ = x_bnd.shape
+    return torch.eye(n, dtype=x_bnd.dtype, device=x_bnd.device).expand(b, heads, n, n)
+
+
+def _per_head_projection(out_bhnk: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
+    """Each head's share of proj(concat_h out_h): (B, H, N, D); the sum over heads is the output."""
+    w_hkd = rearrange(proj.weight, "d (h k) -> h k d", h=out_bhnk.shape[1])
+    return torch.einsum("bhnk,hkd->bhnd", out_bhnk, w_hkd.to(out_bhnk.dtype))
+
+
+class _HeadsThenProjection(nn.Module):
+    """An attention mixer given by `attend` (per-head outputs, (B, H, N, dk)) and `proj`: the
+    output is proj(concat over heads), and each head's share of it is the path decomposition's
+    unit (attnzoo.paths)."""
+
+    proj: nn.Linear
+    attn_dropout: float
+
+    def dropout_p(self) -> float:
+        """Attention-probability dropout for this call: `attn_dropout` in training, 0 in eval."""
+        return self.attn_dropout if self.training else 0.0
+
+    def attend(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(
+        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
+        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
+
+
+class _QKVHeads(_HeadsThenProjection):
+    """q, k, v projections per head and an output projection, 4 D² parameters, as scaled_dot."""
+
+    def _init_qkv(self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float):
+        _check_heads(dim, heads)
+        self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
+        self.dk = dim // heads
+        self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+
+    def _qkv(self, x_bnd: torch.Tensor, scores_from: torch.Tensor | None = None):
+        _check_input(x_bnd, self.dim)
+        q_bhnk, k_bhnk, v_bhnk = rearrange(
+            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
+        )
+        if scores_from is not None:
+            q_bhnk, k_bhnk, _ = rearrange(
+                self.qkv(scores_from), "b n (three h k) -> three b h n k", three=3, h=self.heads
+            )
+        return q_bhnk, k_bhnk, v_bhnk
+
+    def deepnet_init_(self, beta: float) -> None:
+        """DeepNet's init (model.residual=deepnorm): Xavier-normal, gain 1 on Wq and Wk, gain
+        `beta` on Wv and the output projection."""
+        w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)
+        for w, gain in ((w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.proj.weight.data, beta)):
+            nn.init.xavier_normal_(w, gain=gain)
+
+
+class _OneHead(nn.Module):
+    """A mixer without scores: for the path decomposition the whole mixer is one head, and since
+    it is linear in x, `scores_from` plays no part.
+
+    Such mixers accept `attn_dropout` and do nothing with it (there are no attention
+    probabilities to drop), so that one preset (e.g. nanoGPT's recipe, `experiment=
+    shakespeare_char_gpu`) can set it for every mixer of a sweep."""
+
+    heads = 1
+
+    def head_outputs(
+        self,
+        x_bnd: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        scores_from: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The output as one head, (B, 1, N, D)."""
+        return self(x_bnd, key_padding_mask)[:, None]
+
+
+def _refuse_causal(cls: type, causal: bool) -> None:
+    if causal:
+        raise ValueError(
+            f"mixer {cls.mixer_name!r} cannot be causal (every output mixes every token); "
+            "use it on a non-causal task, or a causal mixer (e.g. linear, local, scaled_dot)"
+        )
+
+
+def _positive(value: object, name: str, kind: type = int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise ValueError(f"{name} must be a positive {kind.__name__}, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")

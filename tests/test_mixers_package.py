@@ -1,0 +1,249 @@
+"""The layout of `attnzoo.mixers`: one module per family, none too long, no import cycle through
+the package, and every import path a saved config or checkpoint may name still loading."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnzoo.mixers import MIXERS, class_path, mixer_class, without_implied_target
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "attnzoo"
+PACKAGE = LIBRARY / "mixers"
+MAX_LINES = 400
+
+# The package's mixers by family module: a newcomer finds a mixer by its family's name.
+FAMILIES = {
+    "softmax": {"scaled_dot", "quadratic", "metric", "local"},
+    "kernelized": {"linear", "favor"},
+    "nystrom": {"nystrom"},
+    "parameter_free": {"pooling", "identity", "fourier"},
+    "token_mlp": {"token_mlp"},
+}
+# Where each class was before the package had family modules: saved configs name these.
+OLD_ZOO = {"linear", "favor", "nystrom", "fourier", "local", "token_mlp"}
+
+
+def _module_name(path: Path) -> str:
+    """The import name of a file of the library (kernels/ installs as attnzoo.kernels)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = ("attnzoo", *parts) if parts[0] == "kernels" else parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the attnzoo modules it imports, at the top or inside a function (a deferred
+    import still closes a cycle). Importing `a.b.c` also runs `a.b`'s `__init__`, which counts
+    as an import of `a.b` unless the importer is inside `a.b` already (its `__init__` has run)."""
+    files = [*LIBRARY.rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]
+    paths = {_module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        here = _package_of(module, path)
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.add(sub if sub in paths else base)
+        edges: set[str] = set()
+        for target in (t for t in targets if t in paths):
+            edges.add(target)
+            parts = target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in paths and not (here + ".").startswith(parent + "."):
+                    edges.add(parent)
+        graph[module] = edges - {module}
+    return graph
+
+
+def cycles_through(graph: dict[str, set[str]], modules: set[str]) -> list[list[str]]:
+    """The strongly connected components of more than one module that hold one of `modules`."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 and modules & set(component):
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_runs_through_the_mixers_or_flops():
+    graph = import_graph()
+    ours = {m for m in graph if m.startswith("attnzoo.mixers")} | {"attnzoo.flops"}
+    assert {"attnzoo.mixers", "attnzoo.mixers.registry", "attnzoo.mixers.softmax"} <= ours
+    assert "attnzoo.mixers" in graph["attnzoo.flops"]  # the graph sees a package's __init__ run
+    assert cycles_through(graph, ours) == []
+    # the family modules import the registry and the bases, never the package's __init__
+    for module in ours - {"attnzoo.mixers", "attnzoo.flops", "attnzoo.mixers_zoo"}:
+        assert "attnzoo.mixers" not in graph[module], module
+
+
+def test_the_cycle_check_finds_a_deferred_import():
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"a"}}
+    assert cycles_through(graph, {"a"}) == [["a", "b"]]
+    assert cycles_through(graph, {"c"}) == []
+
+
+def test_no_module_of_the_package_is_over_the_line_limit():
+    lengths = {
+        p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.glob("*.py")
+    }
+    assert {"__init__.py", "registry.py", "base.py", *(f"{f}.py" for f in FAMILIES)} <= set(lengths)
+    assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+
+
+def test_each_mixer_lives_in_its_family_module_and_its_yaml_names_it_there():
+    assert set(MIXERS) == set().union(*FAMILIES.values())
+    for family, names in FAMILIES.items():
+        for name in names:
+            cls = MIXERS[name]
+            assert cls.__module__ == f"attnzoo.mixers.{family}", name
+            node = yaml.safe_load((ROOT / "conf" / "mixer" / f"{name}.yaml").read_text())
+            assert node["_target_"] == class_path(cls), name
+
+
+def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
+    assert list(MIXERS) == [
+        "scaled_dot", "quadratic", "metric", "pooling", "identity",
+        "linear", "favor", "nystrom", "fourier", "local", "token_mlp",
+    ]  # fmt: skip
+
+
+def _old_paths(name: str) -> list[str]:
+    cls = MIXERS[name]
+    old = [f"attnzoo.mixers.{cls.__name__}"]
+    return old + [f"attnzoo.mixers_zoo.{cls.__name__}"] if name in OLD_ZOO else old
+
+
+@pytest.mark.parametrize("name", sorted(MIXERS))
+def test_old_import_paths_still_name_the_class(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for path in _old_paths(name):
+            assert mixer_class(path) is MIXERS[name], path
+            node = {"name": name, "_target_": path, "attn_dropout": 0.0}
+            assert without_implied_target(node) == {"name": name, "attn_dropout": 0.0}
+    # a path that names another class is part of the configuration
+    wrong = "attnzoo.mixers.Pooling" if name == "identity" else "attnzoo.mixers.Identity"
+    other = {"name": name, "_target_": wrong}
+    assert without_implied_target(other) == other
+
+
+def test_the_old_zoo_module_is_a_deprecated_alias():
+    sys.modules.pop("attnzoo.mixers_zoo", None)
+    with pytest.deprecated_call(match="attnzoo.mixers"):
+        zoo = importlib.import_module("attnzoo.mixers_zoo")
+    assert {n: getattr(zoo, c.__name__) for n, c in MIXERS.items() if n in OLD_ZOO} == {
+        n: MIXERS[n] for n in OLD_ZOO
+    }
+
+
+def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
+    """A checkpoint's and a W&B group's config name a package mixer by whichever path its class
+    had when it was saved; the class, not the path, is the configuration."""
+    from attnzoo.config import ConfigError
+    from attnzoo.replicates import config_hash
+    from attnzoo.train.resume import check_same_run
+
+    for name in ("scaled_dot", "favor"):
+        now = {
+            "mixer": {"name": name, "_target_": class_path(MIXERS[name]), "attn_dropout": 0.0},
+            "model": {"dim": 16},
+            "task": {"name": "sort"},
+            "train": {"seed": 0},
+        }
+        for path in _old_paths(name):
+            saved = {**now, "mixer": {**now["mixer"], "_target_": path}}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                check_same_run(saved, now)
+                assert config_hash(saved) == config_hash(now)
+        user = {**now, "mixer": {**now["mixer"], "_target_": "mine.Favor"}}
+        with pytest.raises(ConfigError, match="mixer="):
+            check_same_run(user, now)
+
+
+def test_the_package_imports_in_a_fresh_interpreter():
+    """Every module of the package, and the old paths, in a fresh interpreter. (Each import of
+    an attnzoo module runs `attnzoo/__init__.py` first, so one interpreter per module would
+    test the same order; the graph test above covers the orders in between.)"""
+    modules = sorted(_module_name(p) for p in PACKAGE.glob("*.py"))
+    code = (
+        "import importlib, warnings\n"
+        "warnings.simplefilter('error')\n"
+        f"for m in {['attnzoo.flops', *modules]!r}: importlib.import_module(m)\n"
+        "from attnzoo.mixers import MIXERS, register\n"
+        "assert len(MIXERS) == 11, list(MIXERS)\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "from attnzoo.mixers_zoo import Favor\n"
+        "from attnzoo.mixers.kernelized import Favor as F\n"
+        "assert Favor is F\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_run_resumes_from_a_checkpoint_that_names_the_old_path(tmp_path, monkeypatch):
+    """End to end: a checkpoint whose config names its mixer as `attnzoo.mixers_zoo.Favor`
+    continues under today's YAML (`attnzoo.mixers.kernelized.Favor`)."""
+    from attnzoo.checkpoint import read_checkpoint, save_checkpoint
+    from attnzoo.train import compose, run
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tiny = ["mixer=favor", "model.dim=16", "model.depth=1", "model.heads=2", "train.batch_size=4",
+            "train.warmup_steps=2", "train.log_every=5", "train.eval_every=10",
+            "train.eval_batches=1", "train.ckpt_every=10", "train.probe_batch_size=4",
+            "train.progress=false", "logger.mode=disabled"]  # fmt: skip
+    run(compose([*tiny, "train.max_steps=10"]), tmp_path)
+    folder = tmp_path / "checkpoints"
+    state = read_checkpoint(folder / "last.pt")
+    assert state["config"]["mixer"]["_target_"] == "attnzoo.mixers.kernelized.Favor"
+    state["config"]["mixer"]["_target_"] = "attnzoo.mixers_zoo.Favor"
+    (folder / "last.pt").unlink()
+    (folder / "prev.pt").unlink(missing_ok=True)
+    save_checkpoint(state, folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        resumed = run(compose([*tiny, "train.max_steps=20", "train.resume=true"]), tmp_path)
+    assert resumed["status"] == "completed" and resumed["resumed_from"] == 10
