@@ -98,6 +98,25 @@ def float_list(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
+# The files (under the data folder) whose presence means a task's corpus is there.
+CORPUS = {
+    "shakespeare_char": ["tinyshakespeare/input.txt"],
+    "imdb": ["imdb/aclImdb", "imdb/aclImdb_v1.tar.gz", "imdb/aclImdb_labeled.tar.gz"],
+}
+
+
+def data_dir_of(args: argparse.Namespace) -> Path:
+    """The corpora folder a study reads: --data-dir, else the trainer's default."""
+    from attnzoo.config import default_data_dir
+
+    return Path(args.data_dir) if args.data_dir else default_data_dir()
+
+
+def has_corpus(task: str, data_dir: Path) -> bool:
+    """Whether `data_dir` holds `task`'s corpus (any of CORPUS's files)."""
+    return any((data_dir / p).exists() for p in CORPUS.get(task, []))
+
+
 def default_out(name: str) -> Path:
     """Where a study script writes when not told (`--out`): `results/<name>/` under the folder it
     is run from, which git ignores, so that a first try never overwrites the committed results
@@ -131,6 +150,19 @@ def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note:
     at = f"{parallel} at a time" if parallel > 1 else "one at a time"
     lines.append(f"  total: {jobs} jobs, about {_hours(seconds)} {at} ({basis}){note}")
     return "\n".join(lines)
+
+
+def tuned_study_price(args: argparse.Namespace, seconds: dict[str, float], basis: str) -> str:
+    """`price` for a tuned study (scripts/mixer_ablation.py): per task, the tuning runs (mixers
+    × --lrs × --tune-seeds) and the fresh-seed runs (mixers × --seeds), `seconds` per run of
+    each task; the grid extensions, which depend on the choices, as an upper bound beside."""
+    plan, extra = [], 0
+    for task in args.tasks:
+        n = len(mixers_for_task(task, args.mixers)[0])
+        plan.append((f"{task} tuning", n * len(args.lrs) * len(args.tune_seeds), seconds[task]))
+        plan.append((f"{task} fresh seeds", n * len(args.seeds), seconds[task]))
+        extra += args.max_extensions * len(args.tune_seeds) * n
+    return price(plan, args.parallel, basis, f"; grid extensions add up to {extra} runs more")
 
 
 def _hours(seconds: float) -> str:

@@ -79,8 +79,7 @@ def main() -> None:
     parser.add_argument("--wandb", choices=["disabled", "offline", "online"], default="disabled")
     parser.add_argument("--wandb-project", default="attnzoo")
     parser.add_argument("--out", type=Path, default=default_out("architectures"),
-                        help="report folder (default results/architectures/; the committed one: "
-                             "--out scripts/results/architectures)")  # fmt: skip
+                        help="report folder (default results/architectures/)")  # fmt: skip
     args = parser.parse_args()
     args.batch = args.batch or (4 if args.tiny else 8)
     args.tokens = args.tokens or (32 if args.tiny else 128)

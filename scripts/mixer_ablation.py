@@ -59,20 +59,23 @@ from attnzoo.analysis.report import protocol_text, write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt, write_csv
 from attnzoo.studies import (
+    CORPUS,
     SMOKE_SIZE,
     add_run_options,
     check_seeds,
     chosen_lrs,
+    data_dir_of,
     default_out,
     float_list,
+    has_corpus,
     int_list,
     lr_text,
     machine,
     mixers_for_task,
-    price,
     run_overrides,
     sweep,
     tune_lr,
+    tuned_study_price,
     tuning_lines,
     write_smoke_data,
 )
@@ -93,17 +96,11 @@ SELECT_BY = {
     "shakespeare_char": ("val_loss", False, "whole-split val loss (min)"),
     "imdb": ("metric", True, "whole-split val accuracy (max)"),
 }
-# Seconds per run, start-up included, for --dry-run. CPU: measured (the committed study's runs on
-# 2 cores: Tiny Shakespeare ~125 s in the loop, IMDB at one block 29-50 s); GPU: the estimate of
-# docs/sweeps.md for one H100 (not measured).
+# Seconds per run with start-up, for --dry-run: CPU measured (the committed runs on 2 cores: Tiny
+# Shakespeare ~125 s in the loop, IMDB 29-50 s); GPU docs/sweeps.md's H100 estimate (unmeasured).
 RUN_S = {
     "cpu": ({"shakespeare_char": 130.0, "imdb": 45.0}, "measured on 2 CPU cores"),
     "gpu": ({"shakespeare_char": 65.0, "imdb": 55.0}, "estimated for one H100"),
-}
-# The files (under the data folder) whose presence means the corpus is there.
-CORPUS = {
-    "shakespeare_char": ["tinyshakespeare/input.txt"],
-    "imdb": ["imdb/aclImdb", "imdb/aclImdb_v1.tar.gz", "imdb/aclImdb_labeled.tar.gz"],
 }
 # The published claims: (task, sentence, mixers compared with the reference, reference, on).
 CLAIMS = [
@@ -118,16 +115,6 @@ REFERENCE = "scaled_dot"  # every mixer is compared with it, fixed before the ru
 # The toy size of --smoke: the whole pipeline in seconds.
 SMOKE = [*SMOKE_SIZE, "model.depth=1", "train.rank_measures=[relative_residual]"]
 SMOKE_TASK = {"imdb": ["task.tokenizer=bpe", "task.bpe_vocab_size=300"]}
-
-
-def data_dir_of(args: argparse.Namespace) -> Path:
-    from attnzoo.config import default_data_dir
-
-    return Path(args.data_dir) if args.data_dir else default_data_dir()
-
-
-def has_corpus(task: str, data_dir: Path) -> bool:
-    return any((data_dir / p).exists() for p in CORPUS.get(task, []))
 
 
 def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[str]:
@@ -362,8 +349,7 @@ def main() -> None:
     parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
     add_run_options(parser)
     parser.add_argument("--out", type=Path, default=default_out("mixer_ablation"),
-                        help="report folder (default results/mixer_ablation/; the committed one: "
-                             "--out scripts/results/mixer_ablation)")  # fmt: skip
+                        help="report folder (default results/mixer_ablation/)")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",
                         help="the whole pipeline at toy size: 3 steps, 2 LRs, tuning seeds "
                              "100,101, fresh seeds 0,1, synthetic data unless --data-dir")  # fmt: skip
@@ -387,18 +373,7 @@ def main() -> None:
     if problem := check_seeds(args.tune_seeds, args.seeds):
         parser.error(problem)
     if args.dry_run:
-        seconds, basis = RUN_S[args.preset]
-        plan = []
-        for task in args.tasks:
-            n = len(mixers_for_task(task, args.mixers)[0])
-            plan.append((f"{task} tuning", n * len(args.lrs) * len(args.tune_seeds), seconds[task]))
-            plan.append((f"{task} fresh seeds", n * len(args.seeds), seconds[task]))
-        extra = sum(
-            args.max_extensions * len(args.tune_seeds) * len(mixers_for_task(t, args.mixers)[0])
-            for t in args.tasks
-        )
-        note = f"; grid extensions add up to {extra} tuning runs more"
-        print(price(plan, args.parallel, basis, note))
+        print(tuned_study_price(args, *RUN_S[args.preset]))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir_of(args)

@@ -104,8 +104,7 @@ def main() -> None:
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
     parser.add_argument("--reuse", action="store_true", help="evaluate the runs in --out/runs")
     parser.add_argument("--out", type=Path, default=default_out("path_length"),
-                        help="report folder (default results/path_length/; the committed one: "
-                             "--out scripts/results/path_length)")  # fmt: skip
+                        help="report folder (default results/path_length/)")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import shlex
 import sys
@@ -52,7 +51,6 @@ from typing import Any
 from attnzoo import MIXERS
 from attnzoo.analysis.figures import plot_rank_ablation
 from attnzoo.analysis.groups import group_jobs
-from attnzoo.analysis.metrics import rank_layers
 from attnzoo.analysis.report import write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
 from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
@@ -60,11 +58,10 @@ from attnzoo.analysis.verdicts import (
     COLLAPSED,
     KEPT,
     SPREAD,
-    WHEN,
     RankConfig,
-    kept_share,
     rank_config,
     verdict,
+    write_layers,
 )
 from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
@@ -289,42 +286,6 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
     return path
 
 
-LAYER_COLUMNS = ("job", "mixer", "residual", "mlp", "norm", "seed", "when", "step", "measure")
-
-
-def write_layers(cs: list[RankConfig], path: Path) -> None:
-    """runs_layers.csv: per completed job, at init (step 0) and trained (its last evaluation),
-    each measure at every layer (`layer_0` the embedding, `layer_<l>` block l's output) on the
-    run's fixed probe batch, and the share of layer 0's distance from collapse the last block
-    keeps (`kept_share`, empty where n/a): every per-seed number behind the report's intervals
-    and verdicts, so that each one recomputes."""
-    rows, depth = [], 0
-    for c in cs:
-        for job in c.jobs:
-            for when in WHEN:
-                for name in [*SPREAD, "attention_entropy"]:
-                    values = job.profile(name, when)
-                    if values is None:
-                        continue
-                    records = [r for r in job.records if rank_layers(r, name)]
-                    step = records[0 if when == "init" else -1].get("step") if records else None
-                    share = kept_share(name, values) if name in SPREAD else math.nan
-                    depth = max(depth, len(values))
-                    rows.append({
-                        "job": job.name, "mixer": c.mixer, "residual": c.residual, "mlp": c.mlp,
-                        "norm": c.norm, "seed": get(job.config, "train.seed"), "when": when,
-                        "step": step, "measure": name,
-                        **{f"layer_{k}": v for k, v in enumerate(values)},
-                        "kept_share": share,
-                    })  # fmt: skip
-    columns = [*LAYER_COLUMNS, *(f"layer_{k}" for k in range(depth)), "kept_share"]
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        # every digit of a float64: a share near collapse is a ratio of two small differences
-        writer.writerows({k: fmt(r.get(k), 17) for k in columns} for r in rows)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -338,8 +299,7 @@ def main() -> None:
     parser.add_argument("--confidence", type=float, default=0.95)
     add_run_options(parser)
     parser.add_argument("--out", type=Path, default=default_out("rank_ablation"),
-                        help="report folder (default results/rank_ablation/; the committed one: "
-                             "--out scripts/results/rank_ablation)")  # fmt: skip
+                        help="report folder (default results/rank_ablation/)")  # fmt: skip
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the sweeps already in --out; run nothing")  # fmt: skip
     parser.add_argument("--smoke", action="store_true",

@@ -80,6 +80,7 @@ from attnzoo.analysis.fits import (  # noqa: E402
     fit_rate,
     layers_above,
 )
+from attnzoo.analysis.known_collapse import ci, fmt, known_answers  # noqa: E402
 from attnzoo.analysis.split_residual import (  # noqa: E402
     SPLIT_FLOOR,
     split_residual_profile,
@@ -89,7 +90,7 @@ from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
 from attnzoo.model import EMBED_STD  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
-from attnzoo.stats import Interval, mean_interval, t_ppf  # noqa: E402
+from attnzoo.stats import mean_interval, t_ppf  # noqa: E402
 from attnzoo.studies import default_out, machine  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
@@ -152,10 +153,6 @@ def pure_curve(
 FLOORS = {"split": SPLIT_FLOOR, "float64": FLOAT64_FLOOR}
 
 
-def fmt(value: float, spec: str) -> str:
-    return "n/a" if math.isnan(value) else format(value, spec)
-
-
 def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     """Pure stacks (no skip, MLP or norm) of every mixer and of the control over --rate-seeds
     seeds: the residual curves, the kind of collapse with its intervals (collapse_kind), the
@@ -184,35 +181,6 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     return out
 
 
-def ci(x: Interval, spec: str) -> str:
-    return f"{fmt(x.mean, spec)} [{fmt(x.low, spec)}, {fmt(x.high, spec)}]"
-
-
-def checks(rate: dict[str, dict]) -> list[str]:
-    """What is known, read off the rate study: each line says whether it holds here."""
-    lines = []
-    if "fourier" in rate:
-        kind = rate["fourier"]["kind"]
-        lines.append(f"- A pure Re(fft2) stack (fourier) keeps rank: {kind} — "
-                     f"{'holds' if kind == 'no collapse' else 'does not hold'}.")  # fmt: skip
-    kind = rate[CONTROL]["kind"]
-    lines.append(f"- A frozen random row-stochastic mixer collapses singly exponentially: {kind} — "
-                 f"{'holds' if 'singly' in kind else 'does not hold'}.")  # fmt: skip
-    if "local" in rate:
-        kind = rate["local"]["kind"]
-        lines.append(f"- A local mask collapses singly exponentially: {kind} — "
-                     f"{'holds' if 'singly' in kind else 'does not hold'}.")  # fmt: skip
-    if "local" in rate and "scaled_dot" in rate:
-        local, full = rate["local"]["depth3"], rate["scaled_dot"]["depth3"]
-        lines.append(
-            "- A local mask decays more slowly than full attention (Wu et al. 2024): log10 r at "
-            f"depth 3, local {ci(local, '.2f')} vs scaled_dot {ci(full, '.2f')} — "
-            f"{'holds' if local.low > full.high else 'not resolved'} (95% intervals "
-            f"{'disjoint' if local.low > full.high else 'overlap or reversed'})."
-        )
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
@@ -227,8 +195,7 @@ def main() -> None:
     parser.add_argument("--rate-input-std", type=float, default=1.0,
                         help="std of the token embeddings and positions in the rate study")  # fmt: skip
     parser.add_argument("--out", type=Path, default=default_out("rank_collapse"),
-                        help="report folder (default results/rank_collapse/; the committed one: "
-                             "--out scripts/results/rank_collapse)")  # fmt: skip
+                        help="report folder (default results/rank_collapse/)")  # fmt: skip
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: the interval is over seeds")
@@ -367,7 +334,7 @@ def main() -> None:
              layers if resolved else "", r["above"], r["fit"].mean, r["fit"].low, r["fit"].high,
              args.rate_seeds]
         )  # fmt: skip
-    lines += ["", "Checks against what is known:", "", *checks(rate)]
+    lines += ["", "Checks against what is known:", "", *known_answers(rate, CONTROL)]
     with open(args.out / "collapse_rate.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(

@@ -25,13 +25,17 @@ difference those seeds could resolve.
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from attnzoo.analysis.compare import comparison_row, correct
 from attnzoo.analysis.groups import Group, group_row
-from attnzoo.analysis.runs import Job
+from attnzoo.analysis.metrics import rank_layers
+from attnzoo.analysis.runs import Job, get
+from attnzoo.analysis.tables import fmt
 from attnzoo.stats import Comparison, Interval, mean_interval
 
 KEPT, COLLAPSED = 0.5, 0.2  # the verdict thresholds on the share of the distance from collapse
@@ -148,3 +152,39 @@ def claim_verdict(a: str, b: str, on: str, c: Comparison, margin: float | None =
         raise ValueError(f"the comparison was made with margin {c.margin}, not {margin}")
     row = comparison_row(a, b, on, c, lower_is_better=on != "metric")
     return correct([row], "none")[0]["sentence"]
+
+
+LAYER_COLUMNS = ("job", "mixer", "residual", "mlp", "norm", "seed", "when", "step", "measure")
+
+
+def write_layers(cs: list[RankConfig], path: Path) -> None:
+    """runs_layers.csv: per completed job, at init (step 0) and trained (its last evaluation),
+    each measure at every layer (`layer_0` the embedding, `layer_<l>` block l's output) on the
+    run's fixed probe batch, and the share of layer 0's distance from collapse the last block
+    keeps (`kept_share`, empty where n/a): every per-seed number behind the report's intervals
+    and verdicts, so that each one recomputes."""
+    rows, depth = [], 0
+    for c in cs:
+        for job in c.jobs:
+            for when in WHEN:
+                for name in [*SPREAD, "attention_entropy"]:
+                    values = job.profile(name, when)
+                    if values is None:
+                        continue
+                    records = [r for r in job.records if rank_layers(r, name)]
+                    step = records[0 if when == "init" else -1].get("step") if records else None
+                    share = kept_share(name, values) if name in SPREAD else math.nan
+                    depth = max(depth, len(values))
+                    rows.append({
+                        "job": job.name, "mixer": c.mixer, "residual": c.residual, "mlp": c.mlp,
+                        "norm": c.norm, "seed": get(job.config, "train.seed"), "when": when,
+                        "step": step, "measure": name,
+                        **{f"layer_{k}": v for k, v in enumerate(values)},
+                        "kept_share": share,
+                    })  # fmt: skip
+    columns = [*LAYER_COLUMNS, *(f"layer_{k}" for k in range(depth)), "kept_share"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        # every digit of a float64: a share near collapse is a ratio of two small differences
+        writer.writerows({k: fmt(r.get(k), 17) for k in columns} for r in rows)
