@@ -516,3 +516,23 @@ def gated_linear_attention(
         else:
             out, final_state = gated_naive.chunked(q, k, v, log_decay, scale, initial_state)
     return (out, final_state) if output_final_state else out
+
+
+def _gated_candidates(dtype, causal, shape, window, device, grad):
+    """What benchmark mode times for gated_linear_attention: the kernel against the chunked
+    PyTorch path, with a log decay per key dimension in about [−1.5, 0)."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    b, h, n, kd, dv = shape
+    draw = lambda *size: torch.randn(*size, generator=gen)
+    log_decay = -torch.nn.functional.softplus(draw(b, h, n, kd) - 1).to(device)
+    leaves = tuple(
+        t.to(device=device, dtype=dtype)
+        for t in (draw(b, h, n, kd), draw(b, h, n, kd), draw(b, h, n, dv))
+    )
+    s = 1.0 / math.sqrt(kd)
+    ours = lambda q, k, v: library.run("gated_linear_attention", q, k, v, log_decay, s, None)[0]
+    theirs = lambda q, k, v: gated_naive.chunked(q, k, v, log_decay, s)[0]
+    return _timed_call(ours, leaves, grad), _timed_call(theirs, leaves, grad)
+
+
+dispatch.CANDIDATES["gated_linear_attention"] = _gated_candidates
