@@ -10,6 +10,7 @@ loading the modules a second time would register the `torch.ops.attnzoo` operato
 
 if __name__ == "attnzoo.kernels":
     from .ops import (
+        gated_linear_attention,
         linear_attention,
         metric_attention,
         pool_mix,
@@ -24,6 +25,7 @@ if __name__ == "attnzoo.kernels":
 
     __all__ = [
         "benchmark_mode",
+        "gated_linear_attention",
         "linear_attention",
         "metric_attention",
         "pool_mix",

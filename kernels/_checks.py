@@ -251,3 +251,53 @@ def check_linear(
     check_attention(q_bhnf, k_bhnf, v_bhnv, key_padding_mask)
     check_causal(causal)
     return check_eps(eps)
+
+
+def check_gated(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    log_decay: torch.Tensor,
+    initial_state: torch.Tensor | None,
+    causal: bool,
+) -> None:
+    """gated_linear_attention's arguments: q, k (batch, heads, tokens, K) and v (batch, heads,
+    tokens, V) as for attention; log_decay (batch, heads, tokens) or (batch, heads, tokens, K)
+    and initial_state (batch, heads, K, V) of any float dtype on q's device; causal=True."""
+    check_attention(q_bhnk, k_bhnk, v_bhnv, None)
+    b, h, n, kd = q_bhnk.shape
+    if not isinstance(log_decay, torch.Tensor) or log_decay.dtype not in FLOAT_DTYPES:
+        got = log_decay.dtype if isinstance(log_decay, torch.Tensor) else type(log_decay).__name__
+        raise ValueError(f"log_decay must be a float tensor, got {got}")
+    if tuple(log_decay.shape) not in ((b, h, n), (b, h, n, kd)):
+        raise ValueError(
+            f"log_decay must have shape (batch, heads, tokens) = {(b, h, n)} (one decay per "
+            f"token) or (batch, heads, tokens, K) = {(b, h, n, kd)} (one per key dimension), "
+            f"got {tuple(log_decay.shape)}"
+        )
+    if log_decay.device != q_bhnk.device:
+        raise ValueError(f"log_decay is on {log_decay.device} but q is on {q_bhnk.device}")
+    if initial_state is not None:
+        shape = (b, h, kd, v_bhnv.shape[-1])
+        if not isinstance(initial_state, torch.Tensor) or initial_state.dtype not in FLOAT_DTYPES:
+            got = (
+                initial_state.dtype
+                if isinstance(initial_state, torch.Tensor)
+                else type(initial_state).__name__
+            )
+            raise ValueError(f"initial_state must be None or a float tensor, got {got}")
+        if tuple(initial_state.shape) != shape:
+            raise ValueError(
+                f"initial_state must have shape (batch, heads, K, V) = {shape}, "
+                f"got {tuple(initial_state.shape)}"
+            )
+        if initial_state.device != q_bhnk.device:
+            raise ValueError(
+                f"initial_state is on {initial_state.device} but q is on {q_bhnk.device}"
+            )
+    check_causal(causal)
+    if not causal:
+        raise ValueError(
+            "causal=False: gated_linear_attention is a recurrence forwards in time and takes "
+            "causal=True only (a bidirectional mixer runs it over the sequence and its reverse)"
+        )

@@ -70,6 +70,7 @@ OPS = (
     "metric_attention",
     "pool_mix",
     "linear_attention",
+    "gated_linear_attention",
 )
 DTYPES = ("float16", "bfloat16", "float32")
 CHOICES = ("triton", "torch")

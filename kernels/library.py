@@ -13,6 +13,7 @@ tracing into Triton's launcher.
 | `metric_attention` | p, m, mask?, causal, scale, dropout_p, seed? | out, lse |
 | `pool_mix` | x, window, causal, mask? | out, rcount |
 | `linear_attention` | q, k, v, mask?, causal, eps | out, den |
+| `gated_linear_attention` | q, k, v, log_decay, scale, initial_state? | out, final_state |
 
 `lse` (the rows' log-sum-exp), `rcount` (reciprocal window counts) and `den` (linear
 attention's denominators) are what the backward needs; they are outputs so that nothing is recomputed. The backward passes are ops too
@@ -32,9 +33,13 @@ query i seeing keys i − left ..= i + right; with `causal` the right reach is 0
 The Triton modules are imported on first use of an op, not here: triton is optional off Linux and
 slow to import.
 
+`gated_linear_attention`'s final state is a real output (fp32, with a gradient), and its log
+decay and initial state are fp32 in the kernels whatever dtype they come in.
+
 Autocast: under `torch.autocast` on CPU or CUDA every floating input in fp16/bf16/fp32 is cast to
 the autocast dtype and the op runs with autocast off — the dtype policy of `kernels/ops.py`
-(`compute_dtype`), stated there once.
+(`compute_dtype`), stated there once; gated_linear_attention casts q, k and v only (its log
+decay and initial state keep their precision).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from ._checks import (
     check_attention,
     check_causal,
     check_dropout,
+    check_gated,
     check_linear,
     check_metric,
     check_pool,
@@ -482,7 +488,9 @@ def _backward(ctx, name: str, *args):
 # --------------------------------------------------------------------------------------------
 
 
-def _register_autocast(name: str, device_type: str) -> None:
+def _register_autocast(name: str, device_type: str, n_cast: int | None = None) -> None:
+    """The rule for op `name` on `device_type`; `n_cast`: only the first n_cast arguments are
+    activations to cast (the others keep their dtype), default all of them."""
     op = getattr(torch.ops.attnzoo, name).default
     key = "Autocast" + torch._C._dispatch_key_for_device(device_type)
     excluded = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
@@ -490,8 +498,9 @@ def _register_autocast(name: str, device_type: str) -> None:
     def autocast_kernel(keyset, *args):
         first = next(a for a in args if isinstance(a, Tensor))
         dtype = compute_dtype(first)
+        cast = args if n_cast is None else args[:n_cast]
         with torch._C._ExcludeDispatchKeyGuard(excluded):
-            return op(*cast_floats(args, dtype))
+            return op(*cast_floats(cast, dtype), *args[len(cast) :])
 
     _lib.impl(name, autocast_kernel, key, with_keyset=True)
 
@@ -586,3 +595,104 @@ _BACKWARDS["linear_attention_backward"] = _kernel("linear", "linear_attention_ba
 for _name in LINEAR_OPS:
     for _device in ("cpu", "cuda"):
         _register_autocast(_name, _device)
+
+
+# --------------------------------------------------------------------------------------------
+# gated_linear_attention (kernels/gated/): a decaying state; autocast casts q, k, v only
+# --------------------------------------------------------------------------------------------
+
+
+def _check_gated_call(q, k, v, log_decay, scale, initial_state) -> None:
+    check_gated(q, k, v, log_decay, initial_state, True)
+    check_triton("q", q)
+    check_scale(scale)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::gated_linear_attention", mutates_args=())
+def gated_linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor,
+    scale: float,
+    initial_state: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    _check_gated_call(q, k, v, log_decay, scale, initial_state)
+    return triton_module("gated").gated_linear_attention_forward(
+        q, k, v, log_decay, scale, initial_state
+    )
+
+
+@gated_linear_attention.register_fake
+def _(q, k, v, log_decay, scale, initial_state):
+    b, h, n, kd = q.shape
+    dv = v.shape[-1]
+    return q.new_empty((b, h, n, dv)), q.new_empty((b, h, kd, dv), dtype=torch.float32)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::gated_linear_attention_backward", mutates_args=())
+def gated_linear_attention_backward(
+    d_out: Tensor,
+    d_final: Tensor | None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor,
+    scale: float,
+    initial_state: Tensor | None,
+    final_state: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    _check_gated_call(q, k, v, log_decay, scale, initial_state)
+    b, h, n, kd = q.shape
+    state = (b, h, kd, v.shape[-1])
+    check_saved("d_out", d_out, (b, h, n, v.shape[-1]), q)
+    check_saved("final_state", final_state, state, q, torch.float32)
+    if d_final is not None:
+        check_saved("d_final", d_final, state, q, torch.float32)
+    return triton_module("gated").gated_linear_attention_backward(
+        d_out, d_final, q, k, v, log_decay, scale, initial_state, final_state
+    )
+
+
+@gated_linear_attention_backward.register_fake
+def _(d_out, d_final, q, k, v, log_decay, scale, initial_state, final_state):
+    b, h, _, kd = q.shape
+    return (
+        _contiguous_like(q),
+        _contiguous_like(k),
+        _contiguous_like(v),
+        log_decay.new_empty(log_decay.shape),
+        q.new_empty((b, h, kd, v.shape[-1]), dtype=torch.float32),
+    )
+
+
+def _gated_setup(ctx, inputs, output) -> None:
+    q, k, v, log_decay, scale, initial_state = inputs
+    ctx.save_for_backward(q, k, v, log_decay, initial_state, output[1])
+    ctx.scale = scale
+    ctx.set_materialize_grads(False)  # an unused output (often the final state) gets None
+
+
+def _gated_backward(ctx, d_out, d_final):
+    q, k, v, log_decay, initial_state, final_state = ctx.saved_tensors
+    if d_out is None:  # only the final state was used
+        d_out = q.new_zeros((*q.shape[:3], v.shape[-1]))
+    dq, dk, dv, dg, dh0 = _backward(
+        ctx, "gated_linear_attention_backward",
+        d_out, d_final, q, k, v, log_decay, ctx.scale, initial_state, final_state,
+    )  # fmt: skip
+    dh0 = None if initial_state is None else dh0.to(initial_state.dtype)
+    return dq, dk, dv, dg, None, dh0
+
+
+gated_linear_attention.register_autograd(_gated_backward, setup_context=_gated_setup)
+
+_FORMULAS["gated_linear_attention"] = (
+    _kernel("gated", "gated_linear_attention_forward"),
+    _gated_setup,
+    _gated_backward,
+)
+_BACKWARDS["gated_linear_attention_backward"] = _kernel("gated", "gated_linear_attention_backward")
+
+for _device in ("cpu", "cuda"):
+    _register_autocast("gated_linear_attention", _device, n_cast=3)

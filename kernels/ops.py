@@ -61,6 +61,7 @@ from ._checks import (
     check_attention,
     check_causal,
     check_dropout,
+    check_gated,
     check_impl,
     check_linear,
     check_metric,
@@ -70,6 +71,7 @@ from ._checks import (
     check_triton,
     check_window,
 )
+from .gated import naive as gated_naive
 
 
 def _apply_dtype_policy(
@@ -462,3 +464,75 @@ def _linear_candidates(dtype, causal, shape, window, device, grad):
 
 
 dispatch.CANDIDATES["linear_attention"] = _linear_candidates
+
+
+# --------------------------------------------------------------------------------------------
+# gated_linear_attention: linear attention with a decaying state (RetNet, Mamba-2, GLA)
+# --------------------------------------------------------------------------------------------
+
+
+def gated_linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_decay: torch.Tensor,
+    causal: bool = True,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    impl: str = "auto",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Un-normalised linear attention whose state decays:
+
+        S_t = diag(exp(log_decay_t)) S_{t−1} + k_t v_tᵀ,    o_t = scale · S_tᵀ q_t
+
+    q, k: (B, H, N, K); v: (B, H, N, V) -> o (B, H, N, V). `log_decay` ≤ 0 is one number per
+    token, (B, H, N) — RetNet's constant log γ, Mamba-2's Δ·A — or one per key dimension,
+    (B, H, N, K) — GLA; log_decay = 0 is causal linear attention without a normaliser. `scale`
+    defaults to 1/sqrt(K). `initial_state` (B, H, K, V) is S_{−1} (default 0); with
+    `output_final_state` the call returns (o, S_{N−1}). The recurrence runs forwards in time:
+    causal=True is the only value (a bidirectional mixer runs it over the sequence and over its
+    reverse). q, k and v follow the dtype policy; log_decay and the states are computed in fp32
+    (fp64 for fp64 inputs), the final state is returned in that dtype, and every input gets its
+    gradient in its own dtype.
+    """
+    (q, k, v), _ = _apply_dtype_policy((q, k, v))
+    check_gated(q, k, v, log_decay, initial_state, causal)
+    if not isinstance(output_final_state, bool):
+        raise ValueError(f"output_final_state must be a bool, got {output_final_state!r}")
+    scale = _scale(scale, q.shape[-1])
+    ct = gated_naive.compute_dtype(q)
+    log_decay = log_decay.to(ct)
+    if initial_state is not None:
+        initial_state = initial_state.to(ct)
+    with _autocast_off(q):
+        b, h, n, kd = q.shape
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), kd, v.shape[-1])
+        tensors = (q, k, v, log_decay) + (() if initial_state is None else (initial_state,))
+        if _use_triton(impl, "gated_linear_attention", "q", tensors, True, kd, n, shape):
+            out, final_state = library.run(
+                "gated_linear_attention", q, k, v, log_decay, scale, initial_state
+            )
+        else:
+            out, final_state = gated_naive.chunked(q, k, v, log_decay, scale, initial_state)
+    return (out, final_state) if output_final_state else out
+
+
+def _gated_candidates(dtype, causal, shape, window, device, grad):
+    """What benchmark mode times for gated_linear_attention: the kernel against the chunked
+    PyTorch path, with a log decay per key dimension in about [−1.5, 0)."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    b, h, n, kd, dv = shape
+    draw = lambda *size: torch.randn(*size, generator=gen)
+    log_decay = -torch.nn.functional.softplus(draw(b, h, n, kd) - 1).to(device)
+    leaves = tuple(
+        t.to(device=device, dtype=dtype)
+        for t in (draw(b, h, n, kd), draw(b, h, n, kd), draw(b, h, n, dv))
+    )
+    s = 1.0 / math.sqrt(kd)
+    ours = lambda q, k, v: library.run("gated_linear_attention", q, k, v, log_decay, s, None)[0]
+    theirs = lambda q, k, v: gated_naive.chunked(q, k, v, log_decay, s)[0]
+    return _timed_call(ours, leaves, grad), _timed_call(theirs, leaves, grad)
+
+
+dispatch.CANDIDATES["gated_linear_attention"] = _gated_candidates

@@ -341,6 +341,7 @@ def test_what_benchmark_mode_times_computes_the_same_on_both_paths(op, grad):
         "metric_attention": (2, 2, 16, 16),
         "pool_mix": (2, 16, 24),
         "linear_attention": (2, 2, 16, 16, 16),
+        "gated_linear_attention": (2, 2, 21, 16, 16),
     }[op]
     make = dispatch.CANDIDATES[op]
     ours, theirs = make(torch.float32, True, shape, 3, torch.device("cpu"), grad)
@@ -351,6 +352,7 @@ def test_what_benchmark_mode_times_computes_the_same_on_both_paths(op, grad):
         "quadratic_attention": 3,
         "metric_attention": 2,
         "linear_attention": 3,
+        "gated_linear_attention": 3,
     }
     assert len(got) == len(want) == (leaves.get(op, 1) if grad else 1)
     for g, w in zip(got, want, strict=True):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from attnzoo.kernels import attention, linear, pooling
+from attnzoo.kernels import attention, gated, linear, pooling
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "scripts" / "kernel_report.py"
@@ -78,7 +78,7 @@ REPRESENTATIVE = (
 
 
 # Every kernel package the report compiles.
-KERNEL_MODULES = (attention, pooling, linear)
+KERNEL_MODULES = (attention, pooling, linear, gated)
 
 
 def specs(only: tuple[str, ...] | None, modules=KERNEL_MODULES) -> list[tuple[str, str]]:
@@ -98,7 +98,8 @@ def test_report_compiles_every_kernel_config_for_sm80_and_sm90(tmp_path: Path) -
 
 def test_report_compiles_a_representative_config_of_every_kernel(tmp_path: Path) -> None:
     assert all(specs((o,)) for o in REPRESENTATIVE), "a REPRESENTATIVE substring matches nothing"
-    # (linear attention's kernels compile in tests/test_linear_attention.py's slow tier)
+    # (linear attention's and gated linear attention's kernels compile in the slow tiers of
+    # tests/test_linear_attention.py and tests/test_gated_linear_attention.py)
     every_kernel = {kernel for kernel, _ in specs(None, (attention, pooling))}
     assert {kernel for kernel, _ in specs(REPRESENTATIVE)} == every_kernel
     check_report(tmp_path, only=REPRESENTATIVE)

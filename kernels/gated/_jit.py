@@ -1,0 +1,370 @@
+"""The gated_linear_attention kernels: linear attention with a decaying state, chunked.
+
+Semantics (`naive.recurrent`), per batch and head, with q_t, k_t of width K, v_t of width V and
+a log decay g_t ∈ R^K (a decay per token arrives as a zero-stride view over K):
+
+    S_t = diag(exp(g_t)) S_{t−1} + k_t v_tᵀ,    o_t = scale · S_tᵀ q_t,    S_{−1} = h0 or 0
+
+Chunks of BT tokens. Inside chunk c, b_t = g_1 + … + g_t is the log decay from the chunk's start
+(inclusive) and rel(t, s) = Σ_{s < u ≤ t} g_u the decay from key s to query t, both ≤ 0: every
+factor is relative to the chunk, so a long sequence never underflows the state and no factor
+overflows. With S the state at the chunk's start:
+
+    o_t   = scale · [ (q_t ⊙ exp(b_t))ᵀ S + Σ_{s ≤ t} A_ts v_s ],   A_ts = Σ_k q_tk k_sk exp(rel_k(t, s))
+    S_end = diag(exp(b_T)) S + Σ_s (k_s ⊙ exp(rel(T, s))) v_sᵀ
+
+The decay sits inside the sum over K, so the intra-chunk block A is not one matrix product (the
+factorisation (q ⊙ exp(b_t)) (k ⊙ exp(−b_s))ᵀ overflows once b reaches −88). It is formed on
+chip one key column s at a time: rel(·, s) is a cumulative sum of the g that come after s
+(summed over its own stretch, not b_t − b_s), exp of it times q ⊙ k_s, summed over K. That is
+BT² K multiply-adds per chunk off the tensor cores, against the BT K V of the products that use
+them: BT is 16. The inter-chunk products and S v are `tl.dot`.
+
+Backward. With d_t = scale · ∂L/∂o_t, and the state's gradient walked from the end (dS_N = the
+final state's upstream gradient, or 0):
+
+    dq_t = scale · S_t ∂L/∂o_t = exp(b_t) ⊙ (S d_t) + Σ_{s ≤ t} M_ts k_s ⊙ exp(rel(t, s)),  M_ts = d_t · v_s
+    dk_s = exp(rel(T, s)) ⊙ (dS_end v_s) + Σ_{t ≥ s} M_ts q_t ⊙ exp(rel(t, s))
+    dv_s = dS_endᵀ (k_s ⊙ exp(rel(T, s))) + Σ_{t ≥ s} A_ts d_t
+    dS_start = diag(exp(b_T)) dS_end + Σ_t (q_t ⊙ exp(b_t)) d_tᵀ,     d h0 = dS_start of the first chunk
+
+and the log decay's gradient without differentiating any exponential again: o and the final
+state depend on the cumulative log decay B_t = g_0 + … + g_t only through q_t ⊙ exp(B_t),
+k_s ⊙ exp(−B_s) and the final state's prefactor diag(exp(B_{N−1})), so
+
+    ∂L/∂B_t = q_t ⊙ dq_t − k_t ⊙ dk_t  (+ Σ_v S_N ⊙ dS_N at t = N − 1),    dg_t = Σ_{u ≥ t} ∂L/∂B_u
+
+(flash-linear-attention derives its dg the same way). `_gla_bwd_dq_kernel` walks the chunks
+forwards with the forward's state; `_gla_bwd_dkdv_kernel` walks them backwards with dS, reads dq
+back for dg and carries the reverse cumulative sum across chunks. A decay per token gets
+Σ_k dg_tk (the launcher sums the zero-stride view's gradient).
+
+Every state, block and cumulative sum is fp32; the products on tensor cores take their operands
+in the inputs' dtype (fp32: IEEE dots). Limits: K and V up to 128 (padded to powers of two ≥ 16
+in the tiles), any strides for q, k, v, g and the upstream gradient, rows of one head indexed in
+int32 (the launcher checks), the batch and head offsets in int64; states contiguous fp32.
+"""
+
+from __future__ import annotations
+
+import numpy
+import triton
+import triton.language as tl
+
+from .._host import INTERPRET, check_interpreter
+
+if INTERPRET:
+    check_interpreter(triton.__version__, numpy.__version__)
+
+MAX_WIDTH = 128  # K and V, each (padded to a power of two >= 16 in the tiles)
+BT = 16  # tokens a chunk
+
+
+@triton.jit
+def _tile(base, rows_t, cols_c, stride_n, stride_c, N, C):
+    """The (BT, BC) tile base[rows_t, cols_c], zero past N rows or C columns."""
+    ptrs = base + rows_t[:, None] * stride_n + cols_c[None, :] * stride_c
+    return tl.load(ptrs, mask=(rows_t < N)[:, None] & (cols_c < C)[None, :], other=0.0)
+
+
+@triton.jit
+def _state_mask(cols_k, cols_v, K, V):
+    return (cols_k < K)[:, None] & (cols_v < V)[None, :]
+
+
+@triton.jit
+def _decay_from(g_tk, s, offs_t):
+    """exp(rel(t, s)) = exp(Σ_{s < u ≤ t} g_u) for t ≥ s, 0 for t < s: (BT, BK)."""
+    rel_tk = tl.cumsum(tl.where(offs_t[:, None] > s, g_tk, 0.0), 0)
+    return tl.where(offs_t[:, None] >= s, tl.exp(rel_tk), 0.0)
+
+
+@triton.jit
+def _row(x_tk, s, offs_t):
+    """Row s of a tile, as a vector."""
+    return tl.sum(tl.where(offs_t[:, None] == s, x_tk, 0.0), 0)
+
+
+@triton.jit
+def _to_end(g_tk):
+    """rel(T, s) = Σ_{s < u ≤ T} g_u, the decay from each key to the chunk's end: (BT, BK)."""
+    return tl.cumsum(g_tk, 0, reverse=True) - g_tk
+
+
+@triton.jit
+def _gla_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    h0_ptr,
+    out_ptr,
+    ht_ptr,
+    scale,
+    H,
+    N,
+    K,
+    V,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qk,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    stride_gk,
+    HAS_H0: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    BT: tl.constexpr,
+):
+    """out (B, H, N, V) and the final state ht (B·H, K, V) fp32 of one (batch, head)."""
+    bh = tl.program_id(0).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    q_bh = q_ptr + b * stride_qb + h * stride_qh
+    k_bh = k_ptr + b * stride_kb + h * stride_kh
+    v_bh = v_ptr + b * stride_vb + h * stride_vh
+    g_bh = g_ptr + b * stride_gb + h * stride_gh
+    out_bh = out_ptr + bh * N * V
+    dt = q_ptr.dtype.element_ty
+    offs_t = tl.arange(0, BT)
+    cols_k = tl.arange(0, BK)
+    cols_v = tl.arange(0, BV)
+    state_kv = cols_k[:, None] * V + cols_v[None, :]
+    in_kv = _state_mask(cols_k, cols_v, K, V)
+
+    s_kv = tl.zeros((BK, BV), dtype=tl.float32)
+    if HAS_H0:
+        s_kv = tl.load(h0_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
+    for c in range(0, tl.cdiv(N, BT)):
+        rows_t = c * BT + offs_t
+        q_tk = _tile(q_bh, rows_t, cols_k, stride_qn, stride_qk, N, K).to(tl.float32)
+        k_tk = _tile(k_bh, rows_t, cols_k, stride_kn, stride_kk, N, K).to(tl.float32)
+        v_tv = _tile(v_bh, rows_t, cols_v, stride_vn, stride_vd, N, V)
+        g_tk = _tile(g_bh, rows_t, cols_k, stride_gn, stride_gk, N, K).to(tl.float32)
+        b_tk = tl.cumsum(g_tk, 0)
+        o_tv = tl.dot((q_tk * tl.exp(b_tk)).to(dt), s_kv.to(dt), input_precision=DOT_PREC)
+        a_tt = tl.zeros((BT, BT), dtype=tl.float32)
+        for s in range(0, BT):  # the intra-chunk block, one key column at a time
+            col_t = tl.sum(q_tk * _row(k_tk, s, offs_t)[None, :] * _decay_from(g_tk, s, offs_t), 1)
+            a_tt += tl.where(offs_t[None, :] == s, col_t[:, None], 0.0)
+        o_tv += tl.dot(a_tt.to(dt), v_tv, input_precision=DOT_PREC)
+        tl.store(
+            out_bh + rows_t[:, None] * V + cols_v[None, :],
+            (scale * o_tv).to(out_ptr.dtype.element_ty),
+            mask=(rows_t < N)[:, None] & (cols_v < V)[None, :],
+        )
+        k_end = (k_tk * tl.exp(_to_end(g_tk))).to(dt)
+        s_kv = s_kv * tl.exp(tl.sum(g_tk, 0))[:, None]
+        s_kv += tl.dot(tl.trans(k_end), v_tv, input_precision=DOT_PREC)
+    tl.store(ht_ptr + bh * K * V + state_kv, s_kv, mask=in_kv)
+
+
+@triton.jit
+def _gla_bwd_dq_kernel(
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    h0_ptr,
+    do_ptr,
+    dq_ptr,
+    scale,
+    H,
+    N,
+    K,
+    V,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    stride_gk,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    HAS_H0: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    BT: tl.constexpr,
+):
+    """dq of one (batch, head), walking the chunks forwards with the forward's state."""
+    bh = tl.program_id(0).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    k_bh = k_ptr + b * stride_kb + h * stride_kh
+    v_bh = v_ptr + b * stride_vb + h * stride_vh
+    g_bh = g_ptr + b * stride_gb + h * stride_gh
+    do_bh = do_ptr + b * stride_ob + h * stride_oh
+    dq_bh = dq_ptr + bh * N * K
+    dt = k_ptr.dtype.element_ty
+    offs_t = tl.arange(0, BT)
+    cols_k = tl.arange(0, BK)
+    cols_v = tl.arange(0, BV)
+    state_kv = cols_k[:, None] * V + cols_v[None, :]
+    in_kv = _state_mask(cols_k, cols_v, K, V)
+
+    s_kv = tl.zeros((BK, BV), dtype=tl.float32)
+    if HAS_H0:
+        s_kv = tl.load(h0_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
+    for c in range(0, tl.cdiv(N, BT)):
+        rows_t = c * BT + offs_t
+        k_tk = _tile(k_bh, rows_t, cols_k, stride_kn, stride_kk, N, K).to(tl.float32)
+        v_tv = _tile(v_bh, rows_t, cols_v, stride_vn, stride_vd, N, V)
+        g_tk = _tile(g_bh, rows_t, cols_k, stride_gn, stride_gk, N, K).to(tl.float32)
+        d_tv = _tile(do_bh, rows_t, cols_v, stride_on, stride_od, N, V).to(tl.float32) * scale
+        d_tv = d_tv.to(dt)
+        dq_tk = tl.dot(d_tv, tl.trans(s_kv.to(dt)), input_precision=DOT_PREC)
+        dq_tk = dq_tk * tl.exp(tl.cumsum(g_tk, 0))
+        m_tt = tl.dot(d_tv, tl.trans(v_tv), input_precision=DOT_PREC)  # [t, s] = d_t · v_s
+        for s in range(0, BT):
+            m_t = tl.sum(tl.where(offs_t[None, :] == s, m_tt, 0.0), 1)
+            k_s = _row(k_tk, s, offs_t)
+            dq_tk += m_t[:, None] * k_s[None, :] * _decay_from(g_tk, s, offs_t)
+        tl.store(
+            dq_bh + rows_t[:, None] * K + cols_k[None, :],
+            dq_tk.to(dq_ptr.dtype.element_ty),
+            mask=(rows_t < N)[:, None] & (cols_k < K)[None, :],
+        )
+        k_end = (k_tk * tl.exp(_to_end(g_tk))).to(dt)
+        s_kv = s_kv * tl.exp(tl.sum(g_tk, 0))[:, None]
+        s_kv += tl.dot(tl.trans(k_end), v_tv, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _gla_bwd_dkdv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    do_ptr,
+    ht_ptr,
+    dht_ptr,
+    dq_ptr,
+    dk_ptr,
+    dv_ptr,
+    dg_ptr,
+    dh0_ptr,
+    scale,
+    H,
+    N,
+    K,
+    V,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qk,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kk,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_gb,
+    stride_gh,
+    stride_gn,
+    stride_gk,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    HAS_DHT: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    BT: tl.constexpr,
+):
+    """dk, dv, dg (fp32, per key dimension) and dh0 of one (batch, head), walking the chunks
+    from the last with the state's gradient dS; dq (written by the dq kernel) is read for dg."""
+    bh = tl.program_id(0).to(tl.int64)
+    b = bh // H
+    h = bh % H
+    q_bh = q_ptr + b * stride_qb + h * stride_qh
+    k_bh = k_ptr + b * stride_kb + h * stride_kh
+    v_bh = v_ptr + b * stride_vb + h * stride_vh
+    g_bh = g_ptr + b * stride_gb + h * stride_gh
+    do_bh = do_ptr + b * stride_ob + h * stride_oh
+    dq_bh = dq_ptr + bh * N * K
+    dk_bh = dk_ptr + bh * N * K
+    dv_bh = dv_ptr + bh * N * V
+    dg_bh = dg_ptr + bh * N * K
+    dt = q_ptr.dtype.element_ty
+    offs_t = tl.arange(0, BT)
+    cols_k = tl.arange(0, BK)
+    cols_v = tl.arange(0, BV)
+    state_kv = cols_k[:, None] * V + cols_v[None, :]
+    in_kv = _state_mask(cols_k, cols_v, K, V)
+
+    ds_kv = tl.zeros((BK, BV), dtype=tl.float32)
+    carry_k = tl.zeros((BK,), dtype=tl.float32)  # Σ of ∂L/∂B over the tokens after the chunk
+    if HAS_DHT:
+        ds_kv = tl.load(dht_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
+        ht_kv = tl.load(ht_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
+        carry_k = tl.sum(ht_kv * ds_kv, 1)  # the final state's prefactor exp(B_{N-1})
+    n_chunks = tl.cdiv(N, BT)
+    for i in range(0, n_chunks):
+        c = n_chunks - 1 - i
+        rows_t = c * BT + offs_t
+        in_tk = (rows_t < N)[:, None] & (cols_k < K)[None, :]
+        q_tk = _tile(q_bh, rows_t, cols_k, stride_qn, stride_qk, N, K).to(tl.float32)
+        k_tk = _tile(k_bh, rows_t, cols_k, stride_kn, stride_kk, N, K).to(tl.float32)
+        v_tv = _tile(v_bh, rows_t, cols_v, stride_vn, stride_vd, N, V)
+        g_tk = _tile(g_bh, rows_t, cols_k, stride_gn, stride_gk, N, K).to(tl.float32)
+        d_tv = _tile(do_bh, rows_t, cols_v, stride_on, stride_od, N, V).to(tl.float32) * scale
+        d_tv = d_tv.to(dt)
+        end_tk = tl.exp(_to_end(g_tk))
+        ds_op = ds_kv.to(dt)
+        # through the state at the chunk's end
+        dv_tv = tl.dot((k_tk * end_tk).to(dt), ds_op, input_precision=DOT_PREC)
+        dk_tk = tl.dot(v_tv, tl.trans(ds_op), input_precision=DOT_PREC) * end_tk
+        # inside the chunk, one key column s at a time: A_ts for dv, M_ts for dk
+        m_tt = tl.dot(d_tv, tl.trans(v_tv), input_precision=DOT_PREC)  # [t, s] = d_t · v_s
+        a_tt = tl.zeros((BT, BT), dtype=tl.float32)
+        for s in range(0, BT):
+            e_tk = _decay_from(g_tk, s, offs_t)
+            a_t = tl.sum(q_tk * _row(k_tk, s, offs_t)[None, :] * e_tk, 1)
+            a_tt += tl.where(offs_t[None, :] == s, a_t[:, None], 0.0)
+            m_t = tl.sum(tl.where(offs_t[None, :] == s, m_tt, 0.0), 1)
+            dk_s = tl.sum(m_t[:, None] * q_tk * e_tk, 0)
+            dk_tk += tl.where(offs_t[:, None] == s, dk_s[None, :], 0.0)
+        dv_tv += tl.dot(tl.trans(a_tt.to(dt)), d_tv, input_precision=DOT_PREC)
+        # the state's gradient at the chunk's start
+        q_start = (q_tk * tl.exp(tl.cumsum(g_tk, 0))).to(dt)
+        ds_kv = ds_kv * tl.exp(tl.sum(g_tk, 0))[:, None]
+        ds_kv += tl.dot(tl.trans(q_start), d_tv, input_precision=DOT_PREC)
+        # dg: the reverse cumulative sum of q ⊙ dq − k ⊙ dk over the whole sequence
+        dq_tk = tl.load(dq_bh + rows_t[:, None] * K + cols_k[None, :], mask=in_tk, other=0.0)
+        db_tk = q_tk * dq_tk.to(tl.float32) - k_tk * dk_tk
+        tl.store(dg_bh + rows_t[:, None] * K + cols_k[None, :],
+                 tl.cumsum(db_tk, 0, reverse=True) + carry_k[None, :], mask=in_tk)  # fmt: skip
+        carry_k += tl.sum(db_tk, 0)
+        tl.store(
+            dk_bh + rows_t[:, None] * K + cols_k[None, :],
+            dk_tk.to(dk_ptr.dtype.element_ty),
+            mask=in_tk,
+        )
+        tl.store(
+            dv_bh + rows_t[:, None] * V + cols_v[None, :],
+            dv_tv.to(dv_ptr.dtype.element_ty),
+            mask=(rows_t < N)[:, None] & (cols_v < V)[None, :],
+        )
+    tl.store(dh0_ptr + bh * K * V + state_kv, ds_kv, mask=in_kv)
