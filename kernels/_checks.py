@@ -301,3 +301,28 @@ def check_gated(
             "causal=False: gated_linear_attention is a recurrence forwards in time and takes "
             "causal=True only (a bidirectional mixer runs it over the sequence and its reverse)"
         )
+
+
+def check_chunked_launch(
+    op: str, what: str, q: torch.Tensor, v: torch.Tensor, named: dict, max_width: int
+) -> None:
+    """What a chunked linear-attention kernel (linear_attention, gated_linear_attention) cannot
+    take: `what` (key or feature) and value widths over `max_width`, bfloat16 under the
+    interpreter, a head of `named`'s (B, H, N, D) tensors spanning 2**31 elements or more."""
+    width_q, width_v = q.shape[-1], v.shape[-1]
+    if width_q > max_width or width_v > max_width:
+        raise ValueError(
+            f"the Triton {op} takes {what} and value widths up to {max_width}, got q/k width "
+            f"{width_q} and v width {width_v}; use impl='torch'"
+        )
+    if INTERPRET and q.dtype == torch.bfloat16:
+        raise ValueError(
+            f"the {op} kernels take no bfloat16 under TRITON_INTERPRET=1: the interpreter's "
+            "tl.dot on bf16 tiles is wrong; use float16 or float32 there"
+        )
+    for name, t in named.items():
+        reach = (t.shape[2] - 1) * t.stride(2) + (t.shape[3] - 1) * t.stride(3)
+        if t.numel() > 0 and max(reach, t.shape[2] * t.shape[3]) >= 2**31:
+            raise ValueError(
+                f"{name}: one head spans {reach} elements; the kernels index it in int32"
+            )

@@ -15,7 +15,8 @@ import functools
 
 import torch
 
-from .._host import INTERPRET, next_power_of_2
+from .._checks import check_chunked_launch
+from ..linear.tuning import dot_precision, width
 from ._jit import BT, MAX_WIDTH, _gla_bwd_dkdv_kernel, _gla_bwd_dq_kernel, _gla_fwd_kernel
 
 # Tests set this to True: outputs are then allocated full of NaN, so an element the kernel never
@@ -23,38 +24,12 @@ from ._jit import BT, MAX_WIDTH, _gla_bwd_dkdv_kernel, _gla_bwd_dq_kernel, _gla_
 POISON_OUTPUTS = False
 
 
-def width(n: int) -> int:
-    """A key or value width padded to the tiles' power of two (at least 16, for tl.dot)."""
-    return max(16, next_power_of_2(n))
-
-
 def num_warps(bk: int, bv: int) -> int:
     return 8 if bk * bv >= 64 * 64 else 4
 
 
-def dot_precision(dtype: torch.dtype) -> str:
-    """fp32 inputs get IEEE fp32 dots, not TF32 (half-precision inputs ignore it)."""
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
 def _check_limits(q_bhnk: torch.Tensor, v_bhnv: torch.Tensor, named: dict) -> None:
-    kd, dv = q_bhnk.shape[-1], v_bhnv.shape[-1]
-    if kd > MAX_WIDTH or dv > MAX_WIDTH:
-        raise ValueError(
-            f"the Triton gated_linear_attention takes key and value widths up to {MAX_WIDTH}, "
-            f"got q/k width {kd} and v width {dv}; use impl='torch'"
-        )
-    if INTERPRET and q_bhnk.dtype == torch.bfloat16:
-        raise ValueError(
-            "the gated_linear_attention kernels take no bfloat16 under TRITON_INTERPRET=1: the "
-            "interpreter's tl.dot on bf16 tiles is wrong; use float16 or float32 there"
-        )
-    for name, t in named.items():
-        reach = (t.shape[2] - 1) * t.stride(2) + (t.shape[3] - 1) * t.stride(3)
-        if t.numel() > 0 and max(reach, t.shape[2] * t.shape[3]) >= 2**31:
-            raise ValueError(
-                f"{name}: one head spans {reach} elements; the kernels index it in int32"
-            )
+    check_chunked_launch("gated_linear_attention", "key", q_bhnk, v_bhnv, named, MAX_WIDTH)
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -13,7 +13,7 @@ import functools
 
 import torch
 
-from .._host import INTERPRET
+from .._checks import check_chunked_launch
 from ._jit import MAX_WIDTH, _linear_bwd_dkdv_kernel, _linear_bwd_dq_kernel, _linear_fwd_kernel
 from .tuning import autotuned, dot_precision, n_bucket, width
 
@@ -27,23 +27,7 @@ _bwd_dkdv = autotuned(_linear_bwd_dkdv_kernel)
 
 
 def _check_limits(q_bhnf: torch.Tensor, v_bhnv: torch.Tensor, named: dict) -> None:
-    f, dv = q_bhnf.shape[-1], v_bhnv.shape[-1]
-    if f > MAX_WIDTH or dv > MAX_WIDTH:
-        raise ValueError(
-            f"the Triton linear_attention takes feature and value widths up to {MAX_WIDTH}, got "
-            f"q/k width {f} and v width {dv}; use impl='torch'"
-        )
-    if INTERPRET and q_bhnf.dtype == torch.bfloat16:
-        raise ValueError(
-            "the linear_attention kernels take no bfloat16 under TRITON_INTERPRET=1: the "
-            "interpreter's tl.dot on bf16 tiles is wrong; use float16 or float32 there"
-        )
-    for name, t in named.items():
-        reach = (t.shape[2] - 1) * t.stride(2) + (t.shape[3] - 1) * t.stride(3)
-        if t.numel() > 0 and max(reach, t.shape[2] * t.shape[3]) >= 2**31:
-            raise ValueError(
-                f"{name}: one head spans {reach} elements; the kernels index it in int32"
-            )
+    check_chunked_launch("linear_attention", "feature", q_bhnf, v_bhnv, named, MAX_WIDTH)
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
