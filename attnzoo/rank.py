@@ -16,7 +16,8 @@ computed in float64.
     attention_entropy  mean over queries of −Σₖ Pₕ,q,ₖ log Pₕ,q,ₖ (nats)      log N      0 (one-hot)
 
 "n/a" is NaN throughout: attention_entropy of a state no softmax attention produced (the
-embedding; a pooling or identity mixer, or any mixer without `attention_probs`), or a measure of
+embedding; a pooling or identity mixer, any mixer without `attention_probs`, or one whose rows are
+not distributions, as a recurrent mixer's hidden attention matrix), or a measure of
 a sample too small for it (token similarity of one token). `measure` computes a chosen list of
 measures for one hidden state; `rank_profile` measures every hidden state of an attnzoo model.
 """
@@ -313,7 +314,8 @@ class RankProfile:
 def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | None]]:
     """Within the block, every mixer call of an attnzoo model appends its (batch, heads, N, N)
     attention probabilities to the returned list, or None for a mixer that gives none (no
-    `attention_probs` method: pooling, identity, a mixer of the user's without it), in call order:
+    `attention_probs` method: pooling, identity, a mixer of the user's without it; or one whose
+    rows are not distributions, `rows_are_distributions = False`), in call order:
     entry k belongs to block k + 1. The probabilities are recomputed from the mixer's input by its
     `attention_probs` (the mixer's own ops, same scale and masks)."""
     captured: list[torch.Tensor | None] = []
@@ -322,6 +324,8 @@ def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | None]]:
         x = args[0]
         mask = args[1] if len(args) > 1 else kwargs.get("key_padding_mask")
         probs = getattr(module, "attention_probs", None)
+        if not getattr(module, "rows_are_distributions", True):
+            probs = None  # a hidden attention matrix: no entropy to measure
         captured.append(probs(x, mask) if callable(probs) else None)
 
     mixers = {id(b.mixer): b.mixer for b in model.blocks}.values()

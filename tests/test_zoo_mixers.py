@@ -272,7 +272,9 @@ def test_the_cli_exits_2_naming_causal(tmp_path):
     assert "causal" in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["linear", "favor", "nystrom", "fourier", "local", "token_mlp"])
+@pytest.mark.parametrize(
+    "name", ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention"]
+)
 def test_each_trains_under_bf16_autocast(name):
     torch.manual_seed(0)
     extra = {"max_len": 10} if name == "token_mlp" else {}

@@ -8,6 +8,7 @@
     nystrom         nystrom
     parameter_free  pooling, identity, fourier
     token_mlp       token_mlp
+    recurrent       retention (and the recurrent family's shared scan and hidden attention matrix)
 
 Every public class and function is also importable from `attnzoo.mixers` itself (`from
 attnzoo.mixers import MIXERS, register, ScaledDotAttention`), which is also how configs saved
@@ -45,11 +46,15 @@ trains and is measured, and the feature says "not available for this mixer":
     supports_causal = False   (a class attribute; True when absent)
         the mixer cannot be causal: its constructor refuses `causal=True`, and the trainer
         refuses it with a causal task before any work (attnzoo.config.validate)
+    rows_are_distributions = False   (a class attribute; True when absent)
+        `attention_probs` gives a matrix whose rows are not distributions (the hidden attention
+        matrix of a recurrent mixer): the attention maps draw it, the attention entropy is n/a
 """
 
 from attnzoo.mixers.kernelized import FEATURE_MAPS, Favor, LinearAttention, orthogonal_gaussian
 from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
 from attnzoo.mixers.parameter_free import Fourier, Identity, Pooling
+from attnzoo.mixers.recurrent import Retention
 from attnzoo.mixers.registry import (
     COMMON_ARGS,
     MIXERS,
@@ -90,6 +95,7 @@ _JOINED = (
     Fourier,
     LocalAttention,
     TokenMLP,
+    Retention,
 )
 _later = {name: cls for name, cls in MIXERS.items() if cls not in _JOINED}
 MIXERS.clear()
@@ -109,6 +115,7 @@ __all__ = [
     "Nystrom",
     "Pooling",
     "QuadraticFormAttention",
+    "Retention",
     "ScaledDotAttention",
     "TokenMLP",
     "build_mixer",

@@ -249,6 +249,14 @@ class Trainer:
                 notes.append(
                     f"attention maps: not available for this mixer ({who} attention_probs): skipped"
                 )
+        elif (
+            not getattr(mixer, "rows_are_distributions", True)
+            and "attention_entropy" in cfg.train.rank_measures
+        ):
+            notes.append(
+                f"rank/attention_entropy: not available for this mixer (the rows of "
+                f"{type(mixer).__name__}'s hidden attention matrix are not distributions): n/a"
+            )
         if self.budget.flops_per_token is None:
             notes.append(
                 f"compute/flops: not available for this mixer ({who} flops_per_token): null"

@@ -1,0 +1,143 @@
+"""The recurrent mixers against their papers' recurrences, written out here token by token in
+float64 from the mixer's weights; their hidden attention matrices; causality; parameters;
+and a few training steps from the command line on a causal task (MQAR). bf16 autocast: with
+the other mixers in tests/test_zoo_mixers.py."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnzoo import build_mixer
+from attnzoo.model import Model, ModelConfig
+from attnzoo.rank import rank_profile
+
+D, H, N = 16, 4, 9
+RECURRENT = ["retention"]
+
+
+def built(name, causal, seed=0, **options):
+    torch.manual_seed(seed)
+    mixer = build_mixer(name, dim=D, heads=H, causal=causal, impl="torch", **options).double()
+    with torch.no_grad():  # norms and gates away from their init, so that a slip shows
+        for p in mixer.parameters():
+            if p.dim() == 1:
+                p.add_(0.3 * torch.randn_like(p))
+    return mixer
+
+
+def both_directions(step_loop, x, causal):
+    """The recurrence over the sequence, plus (not causal) over its reverse, flipped back."""
+    out = step_loop(x)
+    return out if causal else out + step_loop(x.flip(1)).flip(1)
+
+
+def retention_reference(mixer, x, causal):
+    """RetNet's recurrent form per head, S_n = γ S_{n−1} + k_nᵀ v_n, o_n = q_n S_n / √dk, with
+    γ_h = 1 − 2^(−5−h); then GroupNorm (one group per head), swish gate, output projection."""
+    dk = D // H
+    w_q, w_k, w_v = mixer.qkv.weight.detach().chunk(3, dim=0)
+    gamma = [1 - 2.0 ** (-5 - h) for h in range(H)]
+
+    def loop(x):
+        b, n, _ = x.shape
+        out = torch.zeros(b, n, D, dtype=torch.float64)
+        for h in range(H):
+            cols = slice(h * dk, (h + 1) * dk)
+            state = torch.zeros(b, dk, dk, dtype=torch.float64)
+            for t in range(n):
+                q, k, v = (x[:, t] @ w[cols].T for w in (w_q, w_k, w_v))
+                state = gamma[h] * state + k[:, :, None] * v[:, None, :]
+                out[:, t, cols] = torch.einsum("bk,bkv->bv", q, state) / math.sqrt(dk)
+        return out
+
+    o = both_directions(loop, x, causal)
+    b, n, _ = x.shape
+    normed = F.group_norm(o.reshape(b * n, D), H, mixer.norm.weight.detach(),
+                          mixer.norm.bias.detach(), eps=1e-5).reshape(b, n, D)  # fmt: skip
+    return (normed * F.silu(x @ mixer.gate.weight.detach().T)) @ mixer.proj.weight.detach().T
+
+
+REFERENCES = {"retention": retention_reference}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", RECURRENT)
+def test_matches_the_papers_recurrence_in_float64(name, causal):
+    mixer = built(name, causal)
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    expected = REFERENCES[name](mixer, x, causal)
+    torch.testing.assert_close(mixer(x), expected, rtol=1e-9, atol=1e-10)
+
+
+def test_retention_decays_are_the_papers_schedule():
+    mixer = build_mixer("retention", dim=64, heads=8, causal=True)
+    expected = torch.tensor([1 - 2.0 ** (-5 - h) for h in range(8)], dtype=torch.float64)
+    torch.testing.assert_close(mixer.log_gamma.exp(), expected)
+    assert mixer.log_gamma.exp()[0] == 1 - 1 / 32
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", RECURRENT)
+def test_hidden_attention_matrix_reproduces_the_mixing_output(name, causal):
+    mixer = built(name, causal, seed=1)
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    mask = torch.zeros(2, N, dtype=torch.bool)
+    mask[1, -3:] = True
+    m_bhnn = mixer.attention_probs(x, mask)
+    _, _, v_bhnv, _, _ = mixer.operands(x, mask)
+    torch.testing.assert_close(m_bhnn @ v_bhnv, mixer.mixing(x, mask), rtol=1e-9, atol=1e-10)
+    upper = torch.ones(N, N, dtype=torch.bool).triu(1)
+    if causal:
+        assert (m_bhnn[..., upper] == 0).all()
+    else:
+        assert (m_bhnn[..., upper] != 0).any()
+    # rows are not distributions: the entropy measure reads n/a for a model of these
+    assert not torch.allclose(m_bhnn[0].sum(-1), torch.ones(H, N, dtype=torch.float64))
+    cfg = ModelConfig(dim=D, depth=2, heads=H, mixer=name, causal=causal, impl="torch")
+    model = Model(cfg, out_features=5, max_len=N, vocab_size=11, head="token")
+    profile = rank_profile(model, torch.randint(0, 11, (2, N)), measures=("attention_entropy",))
+    assert all(math.isnan(v) for v in profile.measures["attention_entropy"])
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_output_at_t_ignores_later_inputs(name):
+    mixer = built(name, causal=True)
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    changed = x.clone()
+    changed[:, 5:] += torch.randn_like(changed[:, 5:])
+    out, out_changed = mixer(x), mixer(changed)
+    torch.testing.assert_close(out[:, :5], out_changed[:, :5], rtol=0, atol=0)
+    assert not torch.allclose(out[:, 5:], out_changed[:, 5:])
+
+
+PARAMETERS = {"retention": 5 * D * D + 2 * D}
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_parameter_count(name):
+    mixer = build_mixer(name, dim=D, heads=H, causal=True)
+    assert sum(p.numel() for p in mixer.parameters()) == PARAMETERS[name]
+
+
+@pytest.mark.parametrize("name", RECURRENT)
+def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
+    home = str(tmp_path / "wandb-home")
+    env = {**os.environ, "WANDB_DIR": home, "WANDB_CONFIG_DIR": home, "WANDB_SILENT": "true",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    args = ["task=mqar", f"mixer={name}", "task.vocab_size=16", "task.seq_len=12",
+            "task.num_kv_pairs=3", "task.val_size=64", "task.test_size=64", "model.dim=16",
+            "model.depth=2", "model.heads=2", "train.batch_size=8", "train.max_steps=5",
+            "train.eval_every=5", "train.eval_batches=1", "train.probe_batch_size=4",
+            "train.progress=false", "logger.mode=disabled", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "attnzoo.train", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["step"] == 5
+    assert math.isfinite(summary["final"]["test/loss"])
