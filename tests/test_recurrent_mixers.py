@@ -18,7 +18,7 @@ from attnzoo.model import Model, ModelConfig
 from attnzoo.rank import rank_profile
 
 D, H, N = 16, 4, 9
-RECURRENT = ["retention"]
+RECURRENT = ["retention", "gla"]
 
 
 def built(name, causal, seed=0, **options):
@@ -63,7 +63,34 @@ def retention_reference(mixer, x, causal):
     return (normed * F.silu(x @ mixer.gate.weight.detach().T)) @ mixer.proj.weight.detach().T
 
 
-REFERENCES = {"retention": retention_reference}
+def gla_reference(mixer, x, causal):
+    """GLA's recurrence per head, S_t = diag(α_t) S_{t−1} + k_t v_tᵀ, o_t = S_tᵀ q_t / √dk, with
+    α_t = σ(x_t W₁ W₂ + b)^(1/16); then RMSNorm per head, swish gate, output projection."""
+    kd, dv = mixer.key_dim // H, D // H
+    w_q, w_k = mixer.qk.weight.detach().chunk(2, dim=0)
+    w_v = mixer.value.weight.detach()
+    w_1, w_2, b_2 = (p.detach() for p in mixer.decay.parameters())
+
+    def loop(x):
+        b, n, _ = x.shape
+        out = torch.zeros(b, n, D, dtype=torch.float64)
+        alpha = torch.sigmoid(x @ w_1.T @ w_2.T + b_2) ** (1 / 16)
+        for h in range(H):
+            keys, vals = slice(h * kd, (h + 1) * kd), slice(h * dv, (h + 1) * dv)
+            state = torch.zeros(b, kd, dv, dtype=torch.float64)
+            for t in range(n):
+                q, k, v = x[:, t] @ w_q[keys].T, x[:, t] @ w_k[keys].T, x[:, t] @ w_v[vals].T
+                state = alpha[:, t, keys, None] * state + k[:, :, None] * v[:, None, :]
+                out[:, t, vals] = torch.einsum("bk,bkv->bv", q, state) / math.sqrt(kd)
+        return out
+
+    o = both_directions(loop, x, causal).unflatten(-1, (H, dv))
+    normed = o / (o.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * mixer.norm.weight.detach()
+    gate = F.silu(x @ mixer.gate.weight.detach().T)
+    return (normed.flatten(-2) * gate) @ mixer.proj.weight.detach().T
+
+
+REFERENCES = {"retention": retention_reference, "gla": gla_reference}
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -116,7 +143,8 @@ def test_output_at_t_ignores_later_inputs(name):
     assert not torch.allclose(out[:, 5:], out_changed[:, 5:])
 
 
-PARAMETERS = {"retention": 5 * D * D + 2 * D}
+# gla: q, k (D → D/2 each), v, gate, out (D²), the decay's D → 16 → D/2 (+ bias), RMSNorm D/H
+PARAMETERS = {"retention": 5 * D * D + 2 * D, "gla": 4 * D * D + 16 * D + 17 * D // 2 + D // H}
 
 
 @pytest.mark.parametrize("name", RECURRENT)

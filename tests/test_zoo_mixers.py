@@ -273,7 +273,7 @@ def test_the_cli_exits_2_naming_causal(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention"]
+    "name", ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla"]
 )
 def test_each_trains_under_bf16_autocast(name):
     torch.manual_seed(0)

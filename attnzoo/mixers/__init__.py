@@ -8,7 +8,7 @@
     nystrom         nystrom
     parameter_free  pooling, identity, fourier
     token_mlp       token_mlp
-    recurrent       retention (and the recurrent family's shared scan and hidden attention matrix)
+    recurrent       retention, gla (and the recurrent family's shared scan and hidden attention matrix)
 
 Every public class and function is also importable from `attnzoo.mixers` itself (`from
 attnzoo.mixers import MIXERS, register, ScaledDotAttention`), which is also how configs saved
@@ -54,7 +54,7 @@ trains and is measured, and the feature says "not available for this mixer":
 from attnzoo.mixers.kernelized import FEATURE_MAPS, Favor, LinearAttention, orthogonal_gaussian
 from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
 from attnzoo.mixers.parameter_free import Fourier, Identity, Pooling
-from attnzoo.mixers.recurrent import Retention
+from attnzoo.mixers.recurrent import GatedLinearAttention, Retention
 from attnzoo.mixers.registry import (
     COMMON_ARGS,
     MIXERS,
@@ -96,6 +96,7 @@ _JOINED = (
     LocalAttention,
     TokenMLP,
     Retention,
+    GatedLinearAttention,
 )
 _later = {name: cls for name, cls in MIXERS.items() if cls not in _JOINED}
 MIXERS.clear()
@@ -108,6 +109,7 @@ __all__ = [
     "MIXERS",
     "Favor",
     "Fourier",
+    "GatedLinearAttention",
     "Identity",
     "LinearAttention",
     "LocalAttention",

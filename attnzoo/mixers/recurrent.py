@@ -24,7 +24,7 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo import kernels
-from attnzoo.mixers.base import _check_heads, _check_input
+from attnzoo.mixers.base import _check_heads, _check_input, _positive
 from attnzoo.mixers.registry import register
 
 
@@ -136,6 +136,7 @@ class _HeadNorm(nn.Module):
         self.bias = None if rms else nn.Parameter(torch.zeros(heads * width))
 
     def forward(self, o_bnhv: torch.Tensor) -> torch.Tensor:
+        o_bnhv = o_bnhv.to(torch.promote_types(o_bnhv.dtype, self.weight.dtype))
         if self.rms:
             return F.rms_norm(o_bnhv, o_bnhv.shape[-1:], self.weight, self.eps)
         h, v = o_bnhv.shape[-2:]
@@ -196,3 +197,68 @@ class Retention(_Recurrent):
         w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)
         _xavier_([(w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.gate.weight.data, 1.0),
                   (self.proj.weight.data, beta)])  # fmt: skip
+
+
+@register("gla")
+class GatedLinearAttention(_Recurrent):
+    """Gated linear attention (Yang et al. 2023, arXiv 2312.06635), per head:
+
+        S_t = diag(α_t) S_{t−1} + k_t v_tᵀ,   o_t = S_tᵀ q_t / √dk,
+        α_t = σ(x_t W₁ W₂ + b)^(1/τ)   (one decay per key dimension; low rank r, τ = 16),
+
+    so log α_t = logsigmoid(x_t W₁ W₂ + b) / τ; then an RMSNorm per head, the swish output gate
+    and the output projection: out(RMSNorm(o) ⊙ swish(x W_G)). Queries and keys have width
+    `expand_k` · D (the paper's 0.5), values D. `attn_dropout` is accepted and unused.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        causal: bool,
+        impl: str,
+        expand_k: float = 0.5,
+        gate_low_rank: int = 16,
+        gate_normalizer: float = 16.0,
+        attn_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self._init_common(dim, heads, causal, impl)
+        _positive(expand_k, "expand_k", float)
+        _positive(gate_low_rank, "gate_low_rank")
+        _positive(gate_normalizer, "gate_normalizer", float)
+        key_dim = round(dim * expand_k)
+        if key_dim < heads or key_dim % heads:
+            raise ValueError(
+                f"expand_k={expand_k} gives keys of width {key_dim} for dim={dim}, which must be a "
+                f"positive multiple of heads={heads}"
+            )
+        self.key_dim, self.dk, self.tau = key_dim, key_dim // heads, float(gate_normalizer)
+        self.qk = nn.Linear(dim, 2 * key_dim, bias=False)
+        self.value = nn.Linear(dim, dim, bias=False)
+        self.decay = nn.Sequential(
+            nn.Linear(dim, gate_low_rank, bias=False), nn.Linear(gate_low_rank, key_dim)
+        )
+        self.gate = nn.Linear(dim, dim, bias=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+        self.norm = _HeadNorm(heads, dim // heads, rms=True)
+
+    def operands(self, x_bnd, key_padding_mask=None):
+        _check_input(x_bnd, self.dim)
+        x_bnd = self._masked(x_bnd, key_padding_mask)
+        split = lambda t: rearrange(t, "b n (h k) -> b h n k", h=self.heads)
+        q, k = (split(t) for t in self.qk(x_bnd).chunk(2, dim=-1))
+        log_alpha = (
+            F.logsigmoid(self.decay(x_bnd).to(torch.promote_types(x_bnd.dtype, torch.float32)))
+            / self.tau
+        )
+        return q, k, split(self.value(x_bnd)), split(log_alpha), self.dk**-0.5
+
+    def finish(self, o_bhnv, x_bnd, key_padding_mask=None):
+        return _swish_gate_out(self, o_bhnv, x_bnd, self.norm)
+
+    def deepnet_init_(self, beta: float) -> None:
+        """DeepNet's init: gain 1 on Wq, Wk, the decay's and the gate, `beta` on Wv and the
+        output."""
+        _xavier_([(self.qk.weight.data, 1.0), (self.value.weight.data, beta),
+                  (self.gate.weight.data, 1.0), (self.proj.weight.data, beta)])  # fmt: skip
