@@ -28,6 +28,7 @@ FAMILIES = {
     "parameter_free": {"pooling", "identity", "fourier"},
     "token_mlp": {"token_mlp"},
     "recurrent": {"retention", "gla"},
+    "state_space": {"mamba2"},
 }
 # Where each class was before the package had family modules: saved configs name these.
 OLD_ZOO = {"linear", "favor", "nystrom", "fourier", "local", "token_mlp"}
@@ -147,7 +148,7 @@ def test_each_mixer_lives_in_its_family_module_and_its_yaml_names_it_there():
 def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
     assert list(MIXERS) == [
         "scaled_dot", "quadratic", "metric", "pooling", "identity",
-        "linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla",
+        "linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2",
     ]  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from attnzoo.model import Model, ModelConfig
 from attnzoo.rank import rank_profile
 
 D, H, N = 16, 4, 9
-RECURRENT = ["retention", "gla"]
+RECURRENT = ["retention", "gla", "mamba2"]
 
 
 def built(name, causal, seed=0, **options):
@@ -90,7 +90,45 @@ def gla_reference(mixer, x, causal):
     return (normed.flatten(-2) * gate) @ mixer.proj.weight.detach().T
 
 
-REFERENCES = {"retention": retention_reference, "gla": gla_reference}
+def mamba2_reference(mixer, x, causal):
+    """SSD per head, h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_tᵀ, y_t = C_tᵀ h_t + D x_t, with
+    Δ = softplus(x W_Δ + dt_bias), A = −exp(A_log), x, B, C through a causal depthwise conv
+    (written as a sum over the last taps) and SiLU; then RMSNorm(y ⊙ SiLU(z)), output projection."""
+    e, s, p = mixer.inner, mixer.d_state, mixer.headdim
+    w_conv, b_conv = mixer.conv.weight.detach()[:, 0], mixer.conv.bias.detach()
+    taps = w_conv.shape[1]
+    a = -mixer.A_log.detach().exp()
+
+    b, n, _ = x.shape
+    z, xbc, dt = (x @ mixer.in_proj.weight.detach().T).split([e, e + 2 * s, mixer.heads], -1)
+    conv = torch.stack([b_conv + sum(w_conv[:, taps - 1 - i] * xbc[:, t - i]
+                                     for i in range(taps) if t - i >= 0)
+                        for t in range(n)], dim=1)  # fmt: skip
+    xs, bs, cs = F.silu(conv).split([e, s, s], -1)
+    delta = F.softplus(dt + mixer.dt_bias.detach())
+
+    def scan(xs, bs, cs, delta):
+        y = torch.zeros(b, n, e, dtype=torch.float64)
+        for h in range(mixer.heads):
+            cols = slice(h * p, (h + 1) * p)
+            state = torch.zeros(b, s, p, dtype=torch.float64)
+            for t in range(n):
+                dth = delta[:, t, h, None, None]
+                state = (
+                    torch.exp(dth * a[h]) * state + dth * bs[:, t, :, None] * xs[:, t, None, cols]
+                )
+                y[:, t, cols] = torch.einsum("bs,bsp->bp", cs[:, t], state)
+        return y
+
+    y = scan(xs, bs, cs, delta)
+    if not causal:  # the convolution stays causal; the scan also runs over the reverse
+        y = y + scan(xs.flip(1), bs.flip(1), cs.flip(1), delta.flip(1)).flip(1)
+    y = (y + xs * mixer.D.detach().repeat_interleave(p)) * F.silu(z)
+    y = y / (y.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * mixer.norm_weight.detach()
+    return y @ mixer.proj.weight.detach().T
+
+
+REFERENCES = {"retention": retention_reference, "gla": gla_reference, "mamba2": mamba2_reference}
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -144,7 +182,14 @@ def test_output_at_t_ignores_later_inputs(name):
 
 
 # gla: q, k (D → D/2 each), v, gate, out (D²), the decay's D → 16 → D/2 (+ bias), RMSNorm D/H
-PARAMETERS = {"retention": 5 * D * D + 2 * D, "gla": 4 * D * D + 16 * D + 17 * D // 2 + D // H}
+# mamba2 (E = 2D, S = 16, H heads): in D(2E + 2S + H), conv (E + 2S)(4 + 1), Δ bias, A, D
+# (H each), norm E, out E D
+E, S = 2 * D, 16
+PARAMETERS = {
+    "retention": 5 * D * D + 2 * D,
+    "gla": 4 * D * D + 16 * D + 17 * D // 2 + D // H,
+    "mamba2": D * (2 * E + 2 * S + H) + (E + 2 * S) * 5 + 3 * H + E + E * D,
+}
 
 
 @pytest.mark.parametrize("name", RECURRENT)

@@ -273,7 +273,8 @@ def test_the_cli_exits_2_naming_causal(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla"]
+    "name",
+    ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2"],
 )
 def test_each_trains_under_bf16_autocast(name):
     torch.manual_seed(0)

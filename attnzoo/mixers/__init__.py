@@ -9,6 +9,7 @@
     parameter_free  pooling, identity, fourier
     token_mlp       token_mlp
     recurrent       retention, gla (and the recurrent family's shared scan and hidden attention matrix)
+    state_space     mamba2
 
 Every public class and function is also importable from `attnzoo.mixers` itself (`from
 attnzoo.mixers import MIXERS, register, ScaledDotAttention`), which is also how configs saved
@@ -78,6 +79,7 @@ from attnzoo.mixers.softmax import (
     QuadraticFormAttention,
     ScaledDotAttention,
 )
+from attnzoo.mixers.state_space import Mamba2
 from attnzoo.mixers.token_mlp import TokenMLP
 
 # The registry keeps the order in which the mixers joined the package, not the order of the
@@ -97,6 +99,7 @@ _JOINED = (
     TokenMLP,
     Retention,
     GatedLinearAttention,
+    Mamba2,
 )
 _later = {name: cls for name, cls in MIXERS.items() if cls not in _JOINED}
 MIXERS.clear()
@@ -113,6 +116,7 @@ __all__ = [
     "Identity",
     "LinearAttention",
     "LocalAttention",
+    "Mamba2",
     "MetricTensorAttention",
     "Nystrom",
     "Pooling",

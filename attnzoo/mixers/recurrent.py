@@ -89,7 +89,9 @@ class _Recurrent(nn.Module):
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The sequence-mixing output Σ_j M_ij v_j, (B, H, N, V): the op's, before `finish`."""
-        q, k, v, g, scale = self.operands(x_bnd, key_padding_mask)
+        return self._mix(*self.operands(x_bnd, key_padding_mask))
+
+    def _mix(self, q, k, v, g, scale) -> torch.Tensor:
         out = self._scan(q, k, v, g, scale)
         if not self.causal:  # the scan over the reversed sequence, flipped back
             flip = lambda t: t.flip(2)
