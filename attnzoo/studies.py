@@ -98,6 +98,19 @@ def float_list(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
+# The mixers the committed studies ran, their default: the commands in docs/results.md reproduce
+# their tables; a mixer added to the zoo since joins a study with --mixers.
+STUDY_MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity", "linear", "favor",
+                "nystrom", "fourier", "local", "token_mlp")  # fmt: skip
+
+
+def study_mixers(causal: bool = False) -> list[str]:
+    """STUDY_MIXERS, only those that can run a causal task when `causal`."""
+    from attnzoo.mixers import causal_mixers
+
+    return [m for m in STUDY_MIXERS if not causal or m in causal_mixers()]
+
+
 # The files (under the data folder) whose presence means a task's corpus is there.
 CORPUS = {
     "shakespeare_char": ["tinyshakespeare/input.txt"],

@@ -73,6 +73,7 @@ from attnzoo.studies import (
     machine,
     mixers_for_task,
     run_overrides,
+    study_mixers,
     sweep,
     tune_lr,
     tuned_study_price,
@@ -96,8 +97,7 @@ SELECT_BY = {
     "shakespeare_char": ("val_loss", False, "whole-split val loss (min)"),
     "imdb": ("metric", True, "whole-split val accuracy (max)"),
 }
-# Seconds per run with start-up, for --dry-run: CPU measured (the committed runs on 2 cores: Tiny
-# Shakespeare ~125 s in the loop, IMDB 29-50 s); GPU docs/sweeps.md's H100 estimate (unmeasured).
+# Seconds a run, for --dry-run: CPU measured (committed runs, 2 cores), GPU estimated (sweeps.md)
 RUN_S = {
     "cpu": ({"shakespeare_char": 130.0, "imdb": 45.0}, "measured on 2 CPU cores"),
     "gpu": ({"shakespeare_char": 65.0, "imdb": 55.0}, "estimated for one H100"),
@@ -332,7 +332,7 @@ def main() -> None:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
+    parser.add_argument("--mixers", nargs="+", default=study_mixers(), choices=list(MIXERS))
     parser.add_argument("--lrs", type=float_list, default=[5e-4, 1e-3, 2e-3, 4e-3],
                         help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)")  # fmt: skip
     parser.add_argument("--tune-seeds", type=int_list, default=[100, 101],

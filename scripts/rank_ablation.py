@@ -63,7 +63,6 @@ from attnzoo.analysis.verdicts import (
     verdict,
     write_layers,
 )
-from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
@@ -72,6 +71,7 @@ from attnzoo.studies import (
     machine,
     price,
     run_overrides,
+    study_mixers,
     sweep,
     write_smoke_data,
 )
@@ -290,7 +290,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mixers", nargs="+", default=causal_mixers(), choices=list(MIXERS))
+    parser.add_argument(
+        "--mixers", nargs="+", default=study_mixers(causal=True), choices=list(MIXERS)
+    )
     parser.add_argument("--residuals", nargs="+", default=RESIDUALS, choices=RESIDUALS,
                         help="the grid's model.residual values (deepnorm is its own sweep)")  # fmt: skip
     parser.add_argument("--sweeps", nargs="+", default=["grid", "deepnorm", "no_norm"],
