@@ -21,7 +21,19 @@ import torch  # noqa: E402
 INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 
 
+# Tests parametrized over every mixer run retention and mamba2 in the slow tier: both run on the
+# gated linear-attention op as gla does, which the default tier keeps (tests/test_recurrent_mixers.py
+# checks all three against their papers' recurrences in the default tier).
+SLOW_IN_REGISTRY_WIDE = {"retention", "mamba2"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        named = {v for v in params.values() if isinstance(v, str)}
+        if item.path.name != "test_recurrent_mixers.py" and named & SLOW_IN_REGISTRY_WIDE:
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available() and not INTERPRET:
         return
     reason = (

@@ -142,11 +142,13 @@ def test_the_recurrence_is_the_closed_form(per_key):
 # ---------------------------------------------------------------------------------------------
 
 IMPLS = ["torch", "triton"]
+# the default tier reads the general case (a decay per key); the per-token one is in the slow tier
+PER_TOKEN_SLOW = pytest.param(False, marks=pytest.mark.slow)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-token", "per-key"])
-@pytest.mark.parametrize("n", [1, 37, 100])
+@pytest.mark.parametrize("n", [1, 37, pytest.param(100, marks=pytest.mark.slow)])
 def test_fp32_matches_the_recurrence(impl, per_key, n):
     """One token, an odd length inside a chunk, and several chunks (of 32 and of 16); every
     input gradient, log_decay's and the initial state's included, and the final state's."""
@@ -155,7 +157,7 @@ def test_fp32_matches_the_recurrence(impl, per_key, n):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("per_key", [False, True], ids=["per-token", "per-key"])
+@pytest.mark.parametrize("per_key", [PER_TOKEN_SLOW, True], ids=["per-token", "per-key"])
 def test_strong_decay_over_a_long_sequence_stays_exact(impl, per_key):
     """log α = −5 over 200 tokens: the cumulative log decay reaches −1000 (exp of it, or of its
     negative, is far outside fp32); every factor the chunks form is relative to a chunk start.
@@ -169,7 +171,7 @@ def test_strong_decay_over_a_long_sequence_stays_exact(impl, per_key):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("per_key", [False, True], ids=["per-token", "per-key"])
+@pytest.mark.parametrize("per_key", [PER_TOKEN_SLOW, True], ids=["per-token", "per-key"])
 def test_no_decay_is_causal_linear_attention(impl, per_key):
     """log α = 0: o = scale · tril(q kᵀ) v, causal linear attention without a normaliser."""
     q, k, v, log_decay, _ = inputs(1, 2, 77, 16, 8, per_key, decay="none")
@@ -189,7 +191,7 @@ def test_half_precision_matches_the_recurrence(impl, dtype):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("used", ["out", "final_state"])
+@pytest.mark.parametrize("used", ["out", pytest.param("final_state", marks=pytest.mark.slow)])
 def test_gradients_when_one_output_is_unused(impl, used):
     """Autograd hands the backward nothing for an unused output (the final state, usually)."""
     q, k, v, log_decay, s0 = inputs(1, 2, 40, 16, 8, True, state=True)
@@ -318,7 +320,9 @@ def _op_args(per_key: bool, state: bool):
     return (*leaves, 0.25, None if s0 is None else s0.requires_grad_())
 
 
-@pytest.mark.parametrize(("per_key", "state"), [(True, True), (False, False)])
+@pytest.mark.parametrize(
+    ("per_key", "state"), [(True, True), pytest.param(False, False, marks=pytest.mark.slow)]
+)
 def test_opcheck_passes(per_key, state):
     results = torch.library.opcheck(
         torch.ops.attnzoo.gated_linear_attention.default, _op_args(per_key, state)

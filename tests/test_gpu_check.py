@@ -420,6 +420,7 @@ def test_bad_total_for_gpu_setup_is_refused(tmp_path):
     assert done.returncode == 2 and "--total must be whole seconds, got 'six'" in done.stderr
 
 
+@pytest.mark.slow  # a pytest collection in a subprocess
 def test_the_curated_cuda_tests_exist_in_the_cuda_tier():
     """Every test the check names is one the cuda tier collects (a renamed test fails here, on
     CPU, not on a lent GPU), and every op and kernel family is in it."""

@@ -206,6 +206,7 @@ def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
             check_same_run(user, now)
 
 
+@pytest.mark.slow  # a second interpreter: the import-graph test above covers cycles quickly
 def test_the_package_imports_in_a_fresh_interpreter():
     """Every module of the package, and the old paths, in a fresh interpreter. (Each import of
     an attnzoo module runs `attnzoo/__init__.py` first, so one interpreter per module would

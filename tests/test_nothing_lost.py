@@ -103,6 +103,7 @@ def test_a_refused_run_leaves_no_folder_of_its_own(tmp_path):
     assert not (tmp_path / "py-run").exists()
 
 
+@pytest.mark.slow  # two sweeps and a third refused: the single-run test covers the mechanism
 def test_a_rerun_sweep_leaves_its_finished_jobs_byte_identical(tmp_path):
     sweep = ["-m", *TINY, "train.max_steps=5", "mixer=scaled_dot,pooling", "hydra.sweep.dir=sw"]
     first = _cli(tmp_path, *sweep, timeout=300)
@@ -244,6 +245,7 @@ def test_ctrl_c_in_training_stops_within_seconds_and_says_interrupted(tmp_path):
     assert state["step"] == summary["step"] == read_metrics(metrics)[-1]["step"] > 0
 
 
+@pytest.mark.slow  # two subprocesses; the in-process test covers stopping mid-evaluation
 def test_sigterm_in_a_long_evaluation_stops_within_seconds(tmp_path):
     """The evaluation at step 0 would take minutes (100,000 batches): the signal ends it at the
     next batch; resumed with a short evaluation, the run completes."""
@@ -280,6 +282,7 @@ def test_a_run_killed_outright_is_recognisable_as_running(tmp_path):
     assert summary["step"] in kept and summary["step"] > 0  # a step a resume can start from
 
 
+@pytest.mark.slow  # a sweep in a subprocess
 def test_ctrl_c_stops_a_sweep_not_just_its_job(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path / "wandb-home")}
     args = [*TINY, "train.max_steps=1000000", "mixer=scaled_dot,pooling", "hydra.sweep.dir=sw"]

@@ -198,7 +198,9 @@ def test_parameter_count(name):
     assert sum(p.numel() for p in mixer.parameters()) == PARAMETERS[name]
 
 
-@pytest.mark.parametrize("name", RECURRENT)
+@pytest.mark.parametrize(
+    "name", [n if n == "gla" else pytest.param(n, marks=pytest.mark.slow) for n in RECURRENT]
+)  # one through the command line in the default tier: all three share the trainer's path
 def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
     home = str(tmp_path / "wandb-home")
     env = {**os.environ, "WANDB_DIR": home, "WANDB_CONFIG_DIR": home, "WANDB_SILENT": "true",

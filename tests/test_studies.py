@@ -462,7 +462,10 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
 STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "rank_collapse")
 
 
-@pytest.mark.parametrize("name", STUDIES)
+@pytest.mark.parametrize(
+    "name",
+    [n if n == "rank_collapse" else pytest.param(n, marks=pytest.mark.slow) for n in STUDIES],
+)
 def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(name, tmp_path):
     """A first try (no --out) writes results/<script>/ where it is run, which git ignores; the
     committed results under scripts/results/ change only with an explicit --out."""
@@ -476,7 +479,10 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
         assert ignored.returncode == 0 and kept.returncode == 1  # the GPU check's is committed
 
 
-@pytest.mark.parametrize("name,jobs", [("rank_ablation", 900), ("mixer_ablation", 260)])
+@pytest.mark.parametrize(
+    "name,jobs",
+    [("rank_ablation", 900), pytest.param("mixer_ablation", 260, marks=pytest.mark.slow)],
+)
 def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path):
     """--dry-run: the jobs and the time they take, nothing run and nothing written."""
     out = tmp_path / "out"

@@ -171,6 +171,7 @@ def _cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # subprocesses; the learning test runs the task through the trainer in-process
 def test_trains_from_the_command_line_and_refuses_bad_options_with_exit_2(tmp_path):
     tiny = ["task.vocab_size=16", "task.seq_len=12", "task.num_kv_pairs=3", "task.val_size=64",
             "task.test_size=64", "model.dim=16", "model.depth=2", "model.heads=2",
