@@ -15,6 +15,7 @@ from attnzoo.mixers import MIXERS
 from attnzoo.model import Model, ModelConfig
 
 D, H, N, DEPTH, VOCAB = 16, 2, 8, 2, 10  # dk = 8
+RECURRENT = ("retention", "gla", "mamba2")  # on the gated linear-attention op
 
 
 def test_mixers_by_hand():
@@ -56,6 +57,8 @@ def test_formula_matches_flop_counter_on_the_model(mixer, mlp):
     by either; the head is a matmul, counted by both."""
     if flops_formula(mixer) is None:
         pytest.skip(f"{mixer} has no flops_per_token")
+    if mixer in RECURRENT:
+        pytest.skip("its torch path is the chunked scan: see test_recurrent_formula_...")
     torch.manual_seed(0)
     cfg = ModelConfig(dim=D, depth=DEPTH, heads=H, mixer=mixer, mlp=mlp, impl="torch")
     model = Model(cfg, out_features=VOCAB, max_len=N, vocab_size=VOCAB, head="token")
@@ -78,3 +81,38 @@ def test_causal_reference_computes_the_dense_amount():
     assert counted(model, inputs, backward=False) == pytest.approx(dense * 2 * N)
     causal = forward_flops_per_token("scaled_dot", D, DEPTH, H, N, causal=True, head_out=VOCAB)
     assert dense - causal == pytest.approx(DEPTH * 4 * D * (N - (N + 1) / 2))
+
+
+def matmul_scan(q, k, v, log_decay, causal=True, scale=None, impl="auto", **_):
+    """The recurrence S_t = diag(exp(log_decay_t)) S_{t−1} + k_t v_tᵀ, o_t = scale · S_tᵀ q_t as
+    a loop whose two products are matmuls, so FlopCounterMode counts them; the decay is
+    elementwise."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if log_decay.dim() == 3:
+        log_decay = log_decay[..., None].expand_as(k)
+    log_decay = log_decay.to(q.dtype)
+    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    out = []
+    for t in range(q.shape[2]):
+        state = log_decay[:, :, t, :, None].exp() * state + k[:, :, t, :, None] @ v[:, :, t, None]
+        out.append(scale * (q[:, :, t, None] @ state)[:, :, 0])
+    return torch.stack(out, dim=2)
+
+
+@pytest.mark.parametrize("mixer", RECURRENT)
+@pytest.mark.parametrize("causal", [True, False])
+def test_recurrent_formula_matches_flop_counter_on_the_recurrent_form(mixer, causal, monkeypatch):
+    """The formula is the recurrent form's cost: PyTorch counts the mixer's own projections and
+    convolution, and the scan run as a loop of matmuls (the op's chunked torch path computes the
+    same output by another route, so it is swapped out here); twice the scan when not causal."""
+    from attnzoo import kernels
+    from attnzoo.mixers import build_mixer
+
+    monkeypatch.setattr(kernels, "gated_linear_attention", matmul_scan)
+    torch.manual_seed(0)
+    layer = build_mixer(mixer, dim=D, heads=H, causal=causal, impl="torch")
+    x = torch.randn(3, N, D)
+    with FlopCounterMode(display=False) as counter:
+        layer(x)
+    per_token = mixer_flops_per_token(mixer, D, H, N, causal=causal)
+    assert counter.get_total_flops() == pytest.approx(per_token * 3 * N)

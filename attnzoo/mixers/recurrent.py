@@ -54,6 +54,14 @@ def hidden_attention(
     return scale * torch.einsum("bhik,bhjk,bhkij->bhij", q, k, decay_bhkij)
 
 
+def scan_flops(heads: int, key_width: int, value_width: int, causal: bool) -> float:
+    """Forward matmul FLOPs per token of the recurrence, in its recurrent form: the state update
+    k_t v_tᵀ and the read-out S_tᵀ q_t, 2 · K_h · V_h multiply-adds each per head (the decay is
+    elementwise, not counted; the chunked form costs about as much); twice with the reversed
+    scan of a bidirectional task."""
+    return (1 if causal else 2) * 4 * heads * key_width * value_width
+
+
 class _Recurrent(nn.Module):
     """What the recurrent mixers share: `operands(x, mask)` gives the op's q, k, v, log decay and
     scale; `mixing` runs the op on them (both directions when not causal), `attention_probs` is
@@ -177,6 +185,13 @@ class Retention(_Recurrent):
         self.register_buffer("log_gamma", self.gammas(heads).log(), persistent=False)
 
     @staticmethod
+    def flops_per_token(
+        dim: int, heads: int, seq_len: int, causal: bool, **options: object
+    ) -> float:
+        """q, k, v, gate and output projections 10 D²; the scan (`scan_flops`, K_h = V_h = dk)."""
+        return 10 * dim * dim + scan_flops(heads, dim // heads, dim // heads, causal)
+
+    @staticmethod
     def gammas(heads: int) -> torch.Tensor:
         """The per-head decays γ_h = 1 − 2^(−5−h), h = 0..H−1 (RetNet's multi-scale schedule)."""
         return 1 - 2.0 ** (-5 - torch.arange(heads, dtype=torch.float64))
@@ -244,6 +259,22 @@ class GatedLinearAttention(_Recurrent):
         self.gate = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
         self.norm = _HeadNorm(heads, dim // heads, rms=True)
+
+    @staticmethod
+    def flops_per_token(
+        dim: int,
+        heads: int,
+        seq_len: int,
+        causal: bool,
+        expand_k: float = 0.5,
+        gate_low_rank: int = 16,
+        **options: object,
+    ) -> float:
+        """q and k 4 D K (K = expand_k · D), value, gate and output projections 6 D², the decay's
+        low-rank projection 2 r (D + K); the scan (`scan_flops`, K_h = K / H, V_h = D / H)."""
+        key_dim = round(dim * expand_k)
+        projections = 4 * dim * key_dim + 6 * dim * dim + 2 * gate_low_rank * (dim + key_dim)
+        return projections + scan_flops(heads, key_dim // heads, dim // heads, causal)
 
     def operands(self, x_bnd, key_padding_mask=None):
         _check_input(x_bnd, self.dim)

@@ -12,7 +12,7 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo.mixers.base import _check_heads, _check_input, _positive
-from attnzoo.mixers.recurrent import _Recurrent
+from attnzoo.mixers.recurrent import _Recurrent, scan_flops
 from attnzoo.mixers.registry import register
 
 
@@ -64,6 +64,28 @@ class Mamba2(_Recurrent):
         self.D = nn.Parameter(torch.ones(self.heads))
         self.norm_weight = nn.Parameter(torch.ones(inner))
         self.proj = nn.Linear(inner, dim, bias=False)
+
+    @staticmethod
+    def flops_per_token(
+        dim: int,
+        heads: int,
+        seq_len: int,
+        causal: bool,
+        d_state: int = 16,
+        expand: int = 2,
+        headdim: int | None = None,
+        conv_kernel: int = 4,
+        **options: object,
+    ) -> float:
+        """With E = expand · D and N = d_state: the input projection 2 D (2 E + 2 N + H_E), the
+        depthwise convolution 2 (E + 2 N) · conv_kernel, the output projection 2 E D; the scan
+        (`scan_flops` over H_E = E / headdim heads, K_h = N, V_h = headdim)."""
+        inner = expand * dim
+        headdim = inner // heads if headdim is None else headdim
+        n_heads = inner // headdim
+        projections = 2 * dim * (2 * inner + 2 * d_state + n_heads) + 2 * inner * dim
+        conv = 2 * (inner + 2 * d_state) * conv_kernel
+        return projections + conv + scan_flops(n_heads, d_state, headdim, causal)
 
     def _parts(self, x_bnd, key_padding_mask):
         """z (B, N, E) and the op's q, k, v, log decay and scale."""
