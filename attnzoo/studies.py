@@ -339,3 +339,122 @@ def mixers_for_task(task: str, mixers: list[str]) -> tuple[list[str], list[str]]
         return list(mixers), []
     able = [m for m in mixers if getattr(mixer_class(m), "supports_causal", True)]
     return able, [m for m in mixers if m not in able]
+
+
+# ---- a tuned study's comparisons with its reference ----------------------------------------------
+
+STUDY_REFERENCE = "scaled_dot"  # every mixer of a tuned study is compared with it, fixed up front
+MARGIN_KIND = {"test_loss": "loss", "test_metric": "accuracy"}
+
+
+def compared_measures(task: str) -> tuple[str, ...]:
+    """What a tuned study compares on the held-out test split: the loss, and on a classification
+    task (IMDB) its accuracy too."""
+    return ("test_loss", "test_metric") if task == "imdb" else ("test_loss",)
+
+
+def against_reference(
+    groups: list, task: str, margins: dict[str, float], confidence: float
+) -> dict[str, list]:
+    """Each mixer against STUDY_REFERENCE on test, per measure (`margins`: by MARGIN_KIND),
+    uncorrected: the report corrects every task's rows together (compare.correct)."""
+    from attnzoo.analysis.compare import comparisons
+
+    out = {}
+    for on in compared_measures(task):
+        margin = margins[MARGIN_KIND[on]]
+        rows = comparisons(groups, "mixer.name", on, confidence, margin, STUDY_REFERENCE, "none")
+        out[on] = [r | {"task": task} for r in rows]
+    return out
+
+
+def reanalyse(
+    runs_files: list[Path], margins: dict[str, float], confidence: float, correction: str
+) -> dict[str, Any]:
+    """A tuned study's comparisons recomputed from committed per-seed values, without its run
+    folders: the rows of `runs_files` (runs.csv), where a later file's rows replace an earlier
+    file's for the same task and mixer (a rerun of some mixers), grouped per task, each mixer
+    against the reference (`against_reference`) and every task's rows corrected as one family.
+    Returns the merged rows, the corrected family and per task its groups."""
+    import csv
+
+    from attnzoo.analysis.compare import correct
+    from attnzoo.analysis.groups import groups_from_rows
+
+    merged: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in runs_files:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        replaced: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in rows:
+            replaced.setdefault((r["task"], r["mixer"]), []).append(r | {"source": str(path)})
+        merged |= replaced
+    runs = [r for rows in merged.values() for r in rows]
+    tasks = list(dict.fromkeys(r["task"] for r in runs))
+    by_task = {t: groups_from_rows([r for r in runs if r["task"] == t], by=("task",))
+               for t in tasks}  # fmt: skip
+    family = [
+        row
+        for t in tasks
+        for rows in against_reference(by_task[t], t, margins, confidence).values()
+        for row in rows
+    ]
+    return {"runs": runs, "family": correct(family, correction), "groups": by_task}
+
+
+def write_reanalysis(result: dict[str, Any], out: Path, header: dict[str, Any]) -> Path:
+    """reanalysis.md, reanalysis.json (per task its groups over the merged seeds), runs.csv (the
+    merged per-seed values) and comparisons.csv (the family) of `reanalyse`'s result in `out`."""
+    from attnzoo.analysis.compare import COMPARISON_COLUMNS
+    from attnzoo.analysis.report import protocol_text, write_runs
+    from attnzoo.analysis.tables import ci_text, write_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    family, confidence = result["family"], header["confidence"]
+    write_runs(result["runs"], out / "runs.csv")
+    write_csv(out / "comparisons.csv", ["task", *COMPARISON_COLUMNS], family)
+    sources: dict[str, set[str]] = {}
+    for r in result["runs"]:
+        sources.setdefault(r["source"], set()).add(r["mixer"])
+    margins = header["margins"]
+    lines = [
+        "# Mixer ablation: reanalysed from per-seed values",
+        "",
+        f"Command: `{header['command']}`",
+        "Per-seed values (a later file's rows replace an earlier one's for the same task and "
+        "mixer): " + "; ".join(f"`{s}` ({', '.join(sorted(m))})" for s, m in sources.items()) + ".",
+        f"Equivalence margins, fixed before the runs: ±{margins['loss']:g} loss (nats), "
+        f"±{margins['accuracy']:g} accuracy ({header['margin_reason']}). "
+        + protocol_text(family, confidence, 0.0, header["correction"]).replace("±0", "the margin"),
+        "",
+    ]
+    tables = {}
+    for task, groups in result["groups"].items():
+        lines += [f"## {task}", "", f"Mean over the seeds [{confidence:.0%} Student-t interval, "
+                  "ddof = 1], held-out test split.", "",  # fmt: skip
+                  "| mixer | train.lr | seeds | test loss | test metric | val loss |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        tables[task] = []
+        for g in groups:
+            row = {"mixer": g.config["mixer.name"], "train.lr": g.config.get("train.lr"),
+                   "n_seeds": len(g.values("test_loss"))}  # fmt: skip
+            for which in ("test_loss", "test_metric", "val_loss"):
+                ci = g.interval(which, confidence)
+                row |= {f"{which}_mean": ci.mean, f"{which}_ci_low": ci.low,
+                        f"{which}_ci_high": ci.high}  # fmt: skip
+            tables[task].append(row)
+            cells = [ci_text(row[f"{w}_mean"], row[f"{w}_ci_low"], row[f"{w}_ci_high"])
+                     for w in ("test_loss", "test_metric", "val_loss")]  # fmt: skip
+            lines.append(f"| {row['mixer']} | {row['train.lr']:g} | {row['n_seeds']} | "
+                         + " | ".join(cells) + " |")  # fmt: skip
+        lines += ["", f"### Against {STUDY_REFERENCE} (held-out test)", ""]
+        for on in compared_measures(task):
+            lines.append(f"On {on.replace('_', ' ')} (margin ±{margins[MARGIN_KIND[on]]:g}):")
+            lines += [f"- {r['sentence']}" for r in family if r["task"] == task and r["on"] == on]
+            lines.append("")
+    (out / "reanalysis.json").write_text(json.dumps(
+        {**header, "tasks": [{"task": t, "groups": g} for t, g in tables.items()]},
+        indent=2, default=str) + "\n")  # fmt: skip
+    path = out / "reanalysis.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

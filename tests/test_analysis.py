@@ -79,7 +79,8 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     assert all(r["on"] == "val_loss" and r["margin"] == 0.05 for r in compared)
     # the reference is fixed up front, even where another mixer has the best mean (lr 0.01)
     assert {r["reference"] for r in compared} == {"scaled_dot"} and len(compared) == 6
-    assert all(r["tests"] == 5 and r["correction"] == "holm" for r in compared)
+    # 5 comparisons with seeds on both sides, 3 hypotheses each (margin 0.05): one family of 15
+    assert all(r["tests"] == 15 and r["correction"] == "holm" for r in compared)
     sentences = [r["sentence"] for r in compared]
     assert [r["sentence"] for r in sweep.compare(margin=0.05)] == sentences  # mixer: several vary
     by_pooling = sweep.compare("mixer", reference="pooling", correction="none")

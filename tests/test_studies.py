@@ -185,20 +185,21 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed$", head, re.M)
     assert "±0.05 loss (nats)" in head and "±0.02 accuracy" in head  # before any number
     assert "Seeds: tuning 100, 101; reported 0, 1" in head
-    assert re.search(r"\d+ test\(s\) in this report, with Holm's step-down correction", head)
+    assert re.search(r"One family: \d+ hypotheses in this report .* with Holm's step-down", head)
     runs = list(csv.DictReader((out / "runs.csv").open()))  # every fresh-seed run, per seed
     tune_runs = list(csv.DictReader((out / "tune_runs.csv").open()))  # and every tuning run
     assert len(runs) == 10 * len(tasks) and {r["seed"] for r in runs} == {"0", "1"}
     saved = json.loads((out / "mixer_ablation.json").read_text())
     # every comparison of the report's family with its raw and Holm-adjusted p
     family = list(csv.DictReader((out / "comparisons.csv").open()))
-    tests = int(re.search(r"(\d+) test\(s\) in this report", head)[1])
+    tests = int(re.search(r"One family: (\d+) hypotheses in this report", head)[1])
     assert {r["task"] for r in family} == set(tasks) and len(family) >= tests
     assert all(
         r["reference"].startswith("scaled_dot") and r["correction"] == "holm" for r in family
     )
     tested = [r for r in family if r["p"] not in ("", "nan")]
-    assert len(tested) == tests and all(r["tests"] == str(tests) for r in tested)
+    # each comparison's three hypotheses (two-sided, beyond the margin, TOST) in the family
+    assert 3 * len(tested) == tests and all(r["tests"] == str(tests) for r in tested)
     assert all(float(r["p_adjusted"]) >= float(r["p"]) for r in tested)
     for task in tasks:
         sec = _section(md, task)
@@ -287,6 +288,48 @@ def test_mixer_ablation_skips_a_task_without_its_corpus(tmp_path):
     assert "skipping task 'imdb'" in proc.stdout
     md = (out / "mixer_ablation.md").read_text()
     assert "## imdb\n\nskipping task 'imdb'" in md and not (out / "imdb").exists()
+
+
+def test_reanalysis_recomputes_the_committed_comparisons_from_their_per_seed_values(tmp_path):
+    """The truth: the committed study's comparisons.csv, which the full pipeline computed from
+    its run folders. Rebuilt from nothing but the committed runs.csv (10 significant digits),
+    every difference, interval and raw p agrees, and the family is every hypothesis."""
+    from attnzoo.studies import reanalyse
+
+    study = ROOT / "scripts/results/mixer_ablation"
+    committed = {(r["task"], r["config"], r["on"]): r
+                 for r in csv.DictReader((study / "comparisons.csv").open())}  # fmt: skip
+    result = reanalyse([study / "runs.csv"], {"loss": 0.05, "accuracy": 0.02}, 0.95, "holm")
+    family = result["family"]
+    assert len(family) == len(committed) == 28
+    for r in family:
+        c = committed[r["task"], r["config"], r["on"]]
+        for key in ("diff", "diff_ci_low", "diff_ci_high", "p", "p_margin", "p_tost"):
+            assert r[key] == pytest.approx(float(c[key]), rel=1e-5, abs=1e-12), (r["config"], key)
+        assert r["tests"] == 84 and r["method"] == c["method"] == "paired t"
+    # a later file replaces its mixers' rows, and only theirs
+    rows = list(csv.DictReader((study / "runs.csv").open()))
+    rerun = [r | {"final_test_loss": str(float(r["final_test_loss"]) - 1.0)}
+             for r in rows if r["mixer"] == "favor"]  # fmt: skip
+    with open(tmp_path / "runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rerun)
+    merged = reanalyse([study / "runs.csv", tmp_path / "runs.csv"],
+                       {"loss": 0.05, "accuracy": 0.02}, 0.95, "holm")["family"]  # fmt: skip
+    for r, before in zip(merged, family, strict=True):
+        if r["config"].startswith("favor") and r["on"] == "test_loss":
+            assert r["diff"] == pytest.approx(before["diff"] - 1.0)
+        else:
+            assert r["diff"] == before["diff"]
+
+
+def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/mixer_ablation.py"), "--reanalyse",
+                           str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2 and "--reanalyse: no such file:" in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint():

@@ -240,6 +240,16 @@ def test_groups_average_seeds_and_compare_against_the_reference(tmp_path):
     assert (out / "intervals.png").stat().st_size > 0 and (out / "val_bands.png").stat().st_size > 0
 
 
+def holm_by_definition(p: list[float]) -> list[float]:
+    """Holm's adjusted p from its definition (Holm 1979): the i-th smallest of m becomes
+    max over j ≤ i of min(1, (m − j + 1) · p_(j)); in the input's order."""
+    m, order = len(p), sorted(range(len(p)), key=lambda i: p[i])
+    out = [0.0] * m
+    for rank, i in enumerate(order):
+        out[i] = max(min(1.0, (m - j) * p[order[j]]) for j in range(rank + 1))
+    return out
+
+
 def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(tmp_path):
     sweep, rng = tmp_path / "sweep", np.random.default_rng(0)
     seed_effect = rng.normal(0, 0.05, 8)
@@ -251,7 +261,11 @@ def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(
     (row_,) = csv.DictReader((out / "comparisons.csv").open())
     assert row_["method"] == "paired t" and row_["n"] == "8"
     assert row_["verdict"] == "worse, within margin"  # real (exactly 0.001) but negligible
-    assert row_["tests"] == "1" and row_["p_adjusted"] == row_["p"]  # a family of one
+    # one comparison with a margin: a family of its three hypotheses (two-sided, beyond, TOST)
+    keys = ("p", "p_margin", "p_tost")
+    adjusted = holm_by_definition([float(row_[k]) for k in keys])
+    assert row_["tests"] == "3"
+    assert [float(row_[f"{k}_adjusted"]) for k in keys] == pytest.approx(adjusted, rel=1e-9)
     assert float(row_["diff"]) == pytest.approx(0.001, abs=1e-9)
     with pytest.raises(ValueError, match="not an axis this sweep varied"):
         analysis.summarize(sweep, out, compare_axis="model.skip")
@@ -278,14 +292,12 @@ def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path
     summarize.main()
     rows = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
     assert set(rows) == {"quadratic", "metric", "pooling", "identity"}
-    p = {m: float(r["p"]) for m, r in rows.items()}
-    order = sorted(p, key=p.get)
-    holm = {m: min(1.0, max((4 - i) * p[k] for i, k in enumerate(order[: order.index(m) + 1])))
-            for m in p}  # fmt: skip
-    for m, r in rows.items():
-        assert float(r["p_adjusted"]) == pytest.approx(holm[m], rel=1e-6)
-        assert r["tests"] == "4" and r["correction"] == "holm"
-    assert 0.01 < p["metric"] < 0.05 < float(rows["metric"]["p_adjusted"])  # Holm takes it back
+    # one family: the 4 comparisons' 12 hypotheses (two-sided, against the margin, TOST)
+    p = {(m, k): float(r[k]) for m, r in rows.items() for k in ("p", "p_margin", "p_tost")}
+    for (m, k), q in zip(p, holm_by_definition(list(p.values())), strict=True):
+        assert float(rows[m][f"{k}_adjusted"]) == pytest.approx(q, rel=1e-6)
+        assert rows[m]["tests"] == "12" and rows[m]["correction"] == "holm"
+    assert 0.01 < p["metric", "p"] < 0.05 < float(rows["metric"]["p_adjusted"])  # taken back
     assert rows["metric"]["verdict"] == "not resolved"
     assert rows["quadratic"]["verdict"] == "worse by more than the margin"
     assert (
@@ -302,7 +314,7 @@ def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path
         in (ident["sentence"])
     )
     md = (out / "groups.md").read_text()
-    assert "4 test(s) in this report, with Holm's step-down correction" in md
+    assert "One family: 12 hypotheses in this report (4 comparison(s)" in md
     # without the correction, the raw p decides, and says so
     analysis.summarize(sweep, out, margin=0.02, correction="none", wandb_mode="disabled")
     raw = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}

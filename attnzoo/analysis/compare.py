@@ -4,6 +4,11 @@ the paired t-test on the seeds both ran, Welch's t-test when the seed sets diffe
 δ, the test against δ and TOST), the p-values of the whole report corrected together
 (Holm by default), and each verdict in words from the test that supports it.
 
+One multiplicity policy: every hypothesis a verdict of the report can rest on is in one family
+(`correct`): each comparison's two-sided test and, with a margin, its test against the margin and
+its TOST. With m comparisons and a margin that is 3m hypotheses, Holm-adjusted together, so the
+chance of any false verdict in the report is at most α, whichever test a verdict comes from.
+
 The reference of an axis: `reference=` when given (an error if the sweep did not run it);
 otherwise DEFAULT_REFERENCE when the sweep ran it (the mixer: scaled_dot, the residual: add);
 otherwise the axis's first value in the sweep's order (the order of the grid on the command
@@ -18,7 +23,8 @@ Verdicts, at α = 1 − confidence, each on the family-wise adjusted p of its te
 - "within margin": TOST;
 - "not resolved": none of these; the sentence says the smallest |Δ| the seeds could have
   resolved in this family (`resolvable`): the half-width of the interval of the difference at
-  level α/m (Bonferroni's simultaneous interval over the m tests; at α without a correction), so
+  level α/m (Bonferroni's simultaneous interval over the family's m hypotheses; at α without a
+  correction), so
   that an observed difference that large would have been resolved whatever the other tests gave.
 """
 
@@ -266,19 +272,28 @@ def _resolvable(r: dict[str, Any], m: int) -> float:
     return half * t_ppf(1.0 - alpha / (2 * m), df) / t_ppf(1.0 - alpha / 2, df)
 
 
+HYPOTHESES = ("p", "p_margin", "p_tost")  # the tests of one comparison (the last two: a margin)
+
+
+def _made(p: Any) -> bool:
+    return isinstance(p, float) and not math.isnan(p)
+
+
 def correct(rows: list[dict[str, Any]], correction: str = "holm") -> list[dict[str, Any]]:
-    """Adjust the p-values of `rows`, one family (every comparison of a report), each kind of
-    test over the whole family: the two-sided p, the p against the margin (two-sided) and TOST's;
-    then each row's verdict and sentence from the adjusted ones. `tests` is the family's size
-    (the comparisons that could be tested). Returns `rows`, changed in place."""
+    """Adjust the p-values of `rows` as one family (every comparison of a report): every test a
+    verdict can rest on (the two-sided p, the p against the margin, TOST's) goes into one list
+    adjusted by `correction`; then each row's verdict and sentence from the adjusted ones.
+    `tests` is the family's size, the hypotheses tested (a comparison with a margin counts
+    three). Returns `rows`, changed in place."""
     if correction not in CORRECTIONS:
         raise ValueError(f"--correction {correction!r}: allowed: {', '.join(CORRECTIONS)}")
-    nan = math.nan
-    for key in ("p", "p_margin", "p_tost"):
-        raw = [r[key] if isinstance(r[key], float) else nan for r in rows]
-        for r, q in zip(rows, adjust(raw, correction), strict=True):
-            r[f"{key}_adjusted"] = None if r[key] is None else q
-    tests = sum(isinstance(r["p"], float) and not math.isnan(r["p"]) for r in rows)
+    family = [(r, key) for r in rows for key in HYPOTHESES if _made(r.get(key))]
+    for r in rows:
+        for key in HYPOTHESES:
+            r[f"{key}_adjusted"] = None if r.get(key) is None else math.nan
+    for (r, key), q in zip(family, adjust([r[k] for r, k in family], correction), strict=True):
+        r[f"{key}_adjusted"] = q
+    tests = len(family)
     for r in rows:
         r["correction"], r["tests"] = correction, tests
         r["resolvable"] = _resolvable(r, tests if correction != "none" else 1)

@@ -158,6 +158,37 @@ def group_jobs(jobs: list[Job], rows: list[dict[str, Any]]) -> tuple[list[Group]
     return found, orphans
 
 
+def _cell(text: Any) -> Any:
+    """A CSV cell as the value it was written from: a number where it reads as one."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+    except ValueError:
+        return None if text == "" else text
+
+
+def groups_from_rows(rows: list[dict[str, Any]], by: tuple[str, ...] = ()) -> list[Group]:
+    """The groups of committed per-seed rows (a runs.csv: one row a job, its `group` the
+    configuration's label `mixer=favor, train.lr=0.001`), so that a report's comparisons can be
+    recomputed from its per-seed values without its run folders. `by`: row columns that keep
+    groups apart without being an axis (the task of a study that ran several); they go into the
+    group's config as `<column>.name`. Cells are read back as numbers where they are numbers."""
+    groups: dict[tuple, Group] = {}
+    for row in rows:
+        r = {k: _cell(v) for k, v in row.items()}
+        r["group"] = str(row["group"])  # a label, even one that reads as a number
+        label = {}
+        for part in r["group"].split(", ") if r["group"] != "all" else []:
+            key, _, value = part.partition("=")
+            label[key if "." in key else f"{key}.name"] = _cell(value)
+        extra = {f"{c}.name": r[c] for c in by}
+        key = (r["group"], *extra.values())
+        group = groups.setdefault(key, Group({**label, **extra}, label=label))
+        group.members.append((None, r))  # type: ignore[arg-type]  # no job: a committed row
+    return list(groups.values())
+
+
 def varying_axes(groups: list[Group]) -> list[str]:
     """Config keys whose value differs between groups, without the keys that only follow a group
     choice (mixer.window, present for pooling alone, follows mixer.name)."""

@@ -171,16 +171,20 @@ def protocol_text(
     the correction, and what each verdict rests on."""
     refs = sorted({str(c["reference"]) for c in compared})
     tests = compared[0]["tests"] if compared else 0
+    n = sum(isinstance(c["p"], float) and c["p"] == c["p"] for c in compared)
     fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
     text = (
         f"Each configuration against the reference fixed before the runs ({', '.join(refs) or 'none'}) "
         "with the other axes fixed: the paired t-test on the seeds both ran (Welch's t-test when "
-        f"the seed sets differ), at {confidence:.0%}. {tests} test(s) in this report, with "
-        f"{fixed} correction for multiple testing"
+        f"the seed sets differ), at {confidence:.0%}. One family: {tests} hypotheses in this "
+        f"report ({n} comparison(s), each its two-sided test"
+        + ("" if margin is None else ", its test against the margin and its TOST")
+        + f"), with {fixed} correction for multiple testing over all of them"
         + ("" if correction == "none" else " (verdicts from the adjusted p-values)")
         + '. "better"/"worse": the two-sided test rejects "no difference"; "not resolved with n '
         'seeds" is not "equal": it says the smallest |Δ| those seeds could have resolved in this '
-        "family (the half-width of the interval of the difference at level α/m, m the tests)"
+        "family (the half-width of the interval of the difference at level α/m, m the family's "
+        "hypotheses)"
     )
     if margin is None:
         return text + "; pass --margin for the tests against a margin."
