@@ -10,6 +10,7 @@ loading the modules a second time would register the `torch.ops.attnzoo` operato
 
 if __name__ == "attnzoo.kernels":
     from .ops import (
+        delta_rule,
         gated_linear_attention,
         linear_attention,
         metric_attention,
@@ -25,6 +26,7 @@ if __name__ == "attnzoo.kernels":
 
     __all__ = [
         "benchmark_mode",
+        "delta_rule",
         "gated_linear_attention",
         "linear_attention",
         "metric_attention",

@@ -326,3 +326,29 @@ def check_chunked_launch(
             raise ValueError(
                 f"{name}: one head spans {reach} elements; the kernels index it in int32"
             )
+
+
+def check_delta(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None,
+) -> None:
+    """delta_rule's arguments: q, k (batch, heads, tokens, K) and v (batch, heads, tokens, V) as
+    for attention; beta and log_decay (None, or a tensor) (batch, heads, tokens) of any float
+    dtype on q's device."""
+    check_attention(q_bhnk, k_bhnk, v_bhnv, None)
+    b, h, n, _ = q_bhnk.shape
+    for name, t in (("beta", beta), ("log_decay", log_decay)):
+        if t is None and name == "log_decay":
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype not in FLOAT_DTYPES:
+            got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a float tensor, got {got}")
+        if tuple(t.shape) != (b, h, n):
+            raise ValueError(
+                f"{name} must have shape (batch, heads, tokens) = {(b, h, n)}, got {tuple(t.shape)}"
+            )
+        if t.device != q_bhnk.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q_bhnk.device}")

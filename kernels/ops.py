@@ -50,6 +50,7 @@ not time windowed calls.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Callable
 
@@ -60,6 +61,7 @@ from ._checks import (
     TRITON_DTYPES,
     check_attention,
     check_causal,
+    check_delta,
     check_dropout,
     check_gated,
     check_impl,
@@ -71,6 +73,7 @@ from ._checks import (
     check_triton,
     check_window,
 )
+from .delta import naive as delta_naive
 from .gated import naive as gated_naive
 
 
@@ -516,6 +519,72 @@ def gated_linear_attention(
         else:
             out, final_state = gated_naive.chunked(q, k, v, log_decay, scale, initial_state)
     return (out, final_state) if output_final_state else out
+
+
+DELTA_IMPLS = ("auto", "torch", "tune", "fla")
+
+
+def delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: torch.Tensor,
+    log_decay: torch.Tensor | None = None,
+    scale: float | None = None,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Linear attention whose state is written by error correction (the delta rule):
+
+        S_t = exp(log_decay_t) · (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,    o_t = scale · S_tᵀ q_t
+
+    q, k: (B, H, N, K); v: (B, H, N, V) -> o (B, H, N, V); `beta` (B, H, N), the write strength
+    (in (0, 1) for a contraction when ‖k_t‖ = 1; DeltaNet normalises k); `log_decay` (B, H, N)
+    ≤ 0 or None (no decay: DeltaNet; with it, Gated DeltaNet). Causal by nature; `scale`
+    defaults to 1/sqrt(K). q, k and v follow the dtype policy; beta, log_decay and the state are
+    computed in fp32 (fp64 for fp64 inputs). impl: "auto", "torch" and "tune" run the chunked
+    PyTorch path (kernels/delta/naive.py: the WY/UT form, chunks of 64, autograd backward);
+    attnzoo has no Triton kernel of the delta rule, so "triton" is refused; "fla" calls
+    flash-linear-attention's chunk_delta_rule / chunk_gated_delta_rule (CUDA, with the optional
+    `fla-core` installed)."""
+    (q, k, v), _ = _apply_dtype_policy((q, k, v))
+    check_delta(q, k, v, beta, log_decay)
+    if impl not in DELTA_IMPLS:
+        raise ValueError(
+            f"impl={impl!r}: delta_rule takes one of {DELTA_IMPLS} (attnzoo has no Triton kernel "
+            "of the delta rule; 'fla' runs flash-linear-attention's where fla-core is installed)"
+        )
+    scale = _scale(scale, q.shape[-1])
+    ct = delta_naive.compute_dtype(q)
+    beta = beta.to(ct)
+    log_decay = None if log_decay is None else log_decay.to(ct)
+    with _autocast_off(q):
+        if impl == "fla":
+            return _fla_delta_rule(q, k, v, beta, log_decay, scale)
+        return delta_naive.chunked(q, k, v, beta, log_decay, scale)[0]
+
+
+def _fla_delta_rule(q, k, v, beta, log_decay, scale) -> torch.Tensor:
+    """flash-linear-attention's chunked delta rule on (B, N, H, ·) tensors, back to (B, H, N, V)."""
+    try:
+        if log_decay is None:
+            from fla.ops.delta_rule import chunk_delta_rule as run
+        else:
+            from fla.ops.gated_delta_rule import chunk_gated_delta_rule as run
+    except Exception as err:  # noqa: BLE001 - absent, or present and broken
+        raise ValueError(
+            "impl='fla' needs flash-linear-attention: pip install 'attnzoo[fla]' on a CUDA "
+            f"machine ({type(err).__name__}: {str(err)[:120]})"
+        ) from err
+    if not q.is_cuda:
+        raise ValueError(f"impl='fla' runs on CUDA tensors only, got q on {q.device}")
+    keywords = {"scale": scale}
+    if "head_first" in inspect.signature(run).parameters:
+        keywords["head_first"] = False  # older releases: (B, H, N, K) unless told otherwise
+    tokens_first = lambda t: t.transpose(1, 2).contiguous()
+    gate = () if log_decay is None else (tokens_first(log_decay),)
+    out = run(tokens_first(q), tokens_first(k), tokens_first(v), *gate, tokens_first(beta),
+              **keywords)[0]  # fmt: skip
+    return out.transpose(1, 2).to(q.dtype)
 
 
 def _gated_candidates(dtype, causal, shape, window, device, grad):

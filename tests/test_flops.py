@@ -15,7 +15,7 @@ from attnzoo.mixers import MIXERS
 from attnzoo.model import Model, ModelConfig
 
 D, H, N, DEPTH, VOCAB = 16, 2, 8, 2, 10  # dk = 8
-RECURRENT = ("retention", "gla", "mamba2")  # on the gated linear-attention op
+RECURRENT = ("retention", "gla", "mamba2", "deltanet")  # on the gated op or the delta rule
 
 
 def test_mixers_by_hand():
@@ -99,6 +99,34 @@ def matmul_scan(q, k, v, log_decay, causal=True, scale=None, impl="auto", **_):
     return torch.stack(out, dim=2)
 
 
+def matmul_delta(q, k, v, beta, log_decay=None, scale=None, impl="auto"):
+    """The delta rule S_t = exp(g_t)(I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ, o_t = scale · S_tᵀ q_t
+    as a loop whose three products (the prediction S̃ᵀk_t, the write, the read-out) are matmuls."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    out = []
+    for t in range(q.shape[2]):
+        if log_decay is not None:
+            state = log_decay[:, :, t, None, None].exp() * state
+        error = v[:, :, t, None] - k[:, :, t, None] @ state
+        state = state + beta[:, :, t, None, None] * (k[:, :, t, :, None] @ error)
+        out.append(scale * (q[:, :, t, None] @ state)[:, :, 0])
+    return torch.stack(out, dim=2)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_gated_deltanet_formula_counts_its_decay_projection(gated, monkeypatch):
+    from attnzoo import kernels
+    from attnzoo.mixers import build_mixer
+
+    monkeypatch.setattr(kernels, "delta_rule", matmul_delta)
+    layer = build_mixer("deltanet", dim=D, heads=H, causal=True, impl="torch", gated=gated)
+    with FlopCounterMode(display=False) as counter:
+        layer(torch.randn(3, N, D))
+    per_token = mixer_flops_per_token("deltanet", D, H, N, causal=True, gated=gated)
+    assert counter.get_total_flops() == pytest.approx(per_token * 3 * N)
+
+
 @pytest.mark.parametrize("mixer", RECURRENT)
 @pytest.mark.parametrize("causal", [True, False])
 def test_recurrent_formula_matches_flop_counter_on_the_recurrent_form(mixer, causal, monkeypatch):
@@ -109,6 +137,7 @@ def test_recurrent_formula_matches_flop_counter_on_the_recurrent_form(mixer, cau
     from attnzoo.mixers import build_mixer
 
     monkeypatch.setattr(kernels, "gated_linear_attention", matmul_scan)
+    monkeypatch.setattr(kernels, "delta_rule", matmul_delta)
     torch.manual_seed(0)
     layer = build_mixer(mixer, dim=D, heads=H, causal=causal, impl="torch")
     x = torch.randn(3, N, D)

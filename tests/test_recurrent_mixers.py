@@ -18,7 +18,7 @@ from attnzoo.model import Model, ModelConfig
 from attnzoo.rank import rank_profile
 
 D, H, N = 16, 4, 9
-RECURRENT = ["retention", "gla", "mamba2"]
+RECURRENT = ["retention", "gla", "mamba2", "deltanet"]
 
 
 def built(name, causal, seed=0, **options):
@@ -128,7 +128,48 @@ def mamba2_reference(mixer, x, causal):
     return y @ mixer.proj.weight.detach().T
 
 
-REFERENCES = {"retention": retention_reference, "gla": gla_reference, "mamba2": mamba2_reference}
+def deltanet_reference(mixer, x, causal):
+    """The delta rule per head, S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,
+    o_t = S_tᵀ q_t / √dk, with q, k, v through a causal depthwise conv (a sum over the last
+    taps) and SiLU, q and k L2-normalised per head, β = σ(x W_β) and, gated,
+    α = exp(−exp(A_log) softplus(x W_α + dt_bias)); then RMSNorm per head, output projection."""
+    dk = D // H
+    w_conv = mixer.conv.weight.detach()[:, 0]
+    taps = w_conv.shape[1]
+    b, n, _ = x.shape
+    qkv = x @ mixer.qkv.weight.detach().T
+    conv = torch.stack([sum(w_conv[:, taps - 1 - i] * qkv[:, t - i] for i in range(taps)
+                            if t - i >= 0) for t in range(n)], dim=1)  # fmt: skip
+    q, k, v = F.silu(conv).split(D, dim=-1)
+    beta = torch.sigmoid(x @ mixer.beta.weight.detach().T)
+    alpha = torch.ones(b, n, H, dtype=torch.float64)
+    if mixer.gated:
+        dt = F.softplus(x @ mixer.decay.weight.detach().T + mixer.dt_bias.detach())
+        alpha = torch.exp(-mixer.A_log.detach().exp() * dt)
+
+    def scan(q, k, v, beta, alpha):
+        out = torch.zeros(b, n, D, dtype=torch.float64)
+        for h in range(H):
+            cols = slice(h * dk, (h + 1) * dk)
+            state = torch.zeros(b, dk, dk, dtype=torch.float64)
+            for t in range(n):
+                qt, kt = (F.normalize(z[:, t, cols], dim=-1) for z in (q, k))
+                state = alpha[:, t, h, None, None] * state
+                error = v[:, t, cols] - torch.einsum("bkv,bk->bv", state, kt)
+                state = state + beta[:, t, h, None, None] * kt[:, :, None] * error[:, None, :]
+                out[:, t, cols] = torch.einsum("bk,bkv->bv", qt, state) / math.sqrt(dk)
+        return out
+
+    o = scan(q, k, v, beta, alpha)
+    if not causal:  # the convolution stays causal; the scan also runs over the reverse
+        o = o + scan(*(t.flip(1) for t in (q, k, v, beta, alpha))).flip(1)
+    o = o.unflatten(-1, (H, dk))
+    normed = o / (o.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * mixer.norm.weight.detach()
+    return normed.flatten(-2) @ mixer.proj.weight.detach().T
+
+
+REFERENCES = {"retention": retention_reference, "gla": gla_reference, "mamba2": mamba2_reference,
+              "deltanet": deltanet_reference}  # fmt: skip
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -181,6 +222,7 @@ def test_output_at_t_ignores_later_inputs(name):
     assert not torch.allclose(out[:, 5:], out_changed[:, 5:])
 
 
+# retention: q, k, v, gate, out (5 D²), GroupNorm weight and bias (2 D)
 # gla: q, k (D → D/2 each), v, gate, out (D²), the decay's D → 16 → D/2 (+ bias), RMSNorm D/H
 # mamba2 (E = 2D, S = 16, H heads): in D(2E + 2S + H), conv (E + 2S)(4 + 1), Δ bias, A, D
 # (H each), norm E, out E D
@@ -189,6 +231,8 @@ PARAMETERS = {
     "retention": 5 * D * D + 2 * D,
     "gla": 4 * D * D + 16 * D + 17 * D // 2 + D // H,
     "mamba2": D * (2 * E + 2 * S + H) + (E + 2 * S) * 5 + 3 * H + E + E * D,
+    # deltanet: q, k, v, out (4 D²), the conv 3D · 4 (no bias), β's D → H, RMSNorm D/H
+    "deltanet": 4 * D * D + 12 * D + D * H + D // H,
 }
 
 
@@ -216,3 +260,21 @@ def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["step"] == 5
     assert math.isfinite(summary["final"]["test/loss"])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_gated_deltanet_matches_its_recurrence_and_hidden_matrix(causal):
+    """Gated DeltaNet: the decay joins the recurrence, the hidden matrix and the parameters
+    (W_α: D → H, A_log and dt_bias per head)."""
+    mixer = built("deltanet", causal, seed=2, gated=True)
+    x = torch.randn(2, N, D, dtype=torch.float64)
+    torch.testing.assert_close(mixer(x), deltanet_reference(mixer, x, causal), rtol=1e-9,
+                               atol=1e-10)  # fmt: skip
+    v = mixer.operands(x)[2]
+    torch.testing.assert_close(mixer.attention_probs(x) @ v, mixer.mixing(x), rtol=1e-9,
+                               atol=1e-10)  # fmt: skip
+    plain = sum(
+        p.numel() for p in build_mixer("deltanet", dim=D, heads=H, causal=True).parameters()
+    )
+    gated = sum(p.numel() for p in mixer.parameters())
+    assert gated - plain == D * H + 2 * H

@@ -274,8 +274,9 @@ def test_the_cli_exits_2_naming_causal(tmp_path):
 
 @pytest.mark.parametrize(
     "name",
-    ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2"],
-)
+    ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2",
+     "deltanet"],
+)  # fmt: skip
 def test_each_trains_under_bf16_autocast(name):
     torch.manual_seed(0)
     extra = {"max_len": 10} if name == "token_mlp" else {}

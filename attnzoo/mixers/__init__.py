@@ -10,6 +10,7 @@
     token_mlp       token_mlp
     recurrent       retention, gla (and the recurrent family's shared scan and hidden attention matrix)
     state_space     mamba2
+    delta           deltanet (the delta rule: DeltaNet, Gated DeltaNet)
 
 Every public class and function is also importable from `attnzoo.mixers` itself (`from
 attnzoo.mixers import MIXERS, register, ScaledDotAttention`), which is also how configs saved
@@ -52,6 +53,7 @@ trains and is measured, and the feature says "not available for this mixer":
         matrix of a recurrent mixer): the attention maps draw it, the attention entropy is n/a
 """
 
+from attnzoo.mixers.delta import DeltaNet, delta_hidden_attention
 from attnzoo.mixers.kernelized import FEATURE_MAPS, Favor, LinearAttention, orthogonal_gaussian
 from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
 from attnzoo.mixers.parameter_free import Fourier, Identity, Pooling
@@ -100,6 +102,7 @@ _JOINED = (
     Retention,
     GatedLinearAttention,
     Mamba2,
+    DeltaNet,
 )
 _later = {name: cls for name, cls in MIXERS.items() if cls not in _JOINED}
 MIXERS.clear()
@@ -110,6 +113,7 @@ __all__ = [
     "FEATURE_MAPS",
     "METRIC_PARAMS",
     "MIXERS",
+    "DeltaNet",
     "Favor",
     "Fourier",
     "GatedLinearAttention",
@@ -128,6 +132,7 @@ __all__ = [
     "causal_mixers",
     "check_options",
     "class_path",
+    "delta_hidden_attention",
     "iterative_pinv",
     "mixer_class",
     "mixer_options",
