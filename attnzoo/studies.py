@@ -230,13 +230,19 @@ def check_seeds(tune_seeds: list[int], seeds: list[int]) -> str | None:
     return None
 
 
+def mixer_of(choice: dict[str, Any], mixers: list[str]) -> str | None:
+    """The mixer a selection row is for: its `mixer` axis, or the one mixer of a study of one
+    (whose sweep varies no mixer, so its rows have no mixer axis)."""
+    return choice["axes"].get("mixer", mixers[0] if len(mixers) == 1 else None)
+
+
 def chosen_lrs(
     selected: list[dict[str, Any]], mixers: list[str]
 ) -> tuple[dict[str, float], dict[float, list[str]]]:
     """The learning rate each mixer chose, and the mixers per chosen value (in `mixers` order):
     one fresh-seed sweep per value."""
-    chosen = {s["axes"].get("mixer"): float(s["value"]) for s in selected
-              if s["axes"].get("mixer") in mixers and s["value"] is not None}  # fmt: skip
+    chosen = {mixer_of(s, mixers): float(s["value"]) for s in selected
+              if mixer_of(s, mixers) in mixers and s["value"] is not None}  # fmt: skip
     by_lr: dict[float, list[str]] = {}
     for mixer in (m for m in mixers if m in chosen):
         by_lr.setdefault(chosen[mixer], []).append(mixer)
@@ -273,7 +279,7 @@ def tune_lr(
         selected = write_tuning(folders, root / "tune-summary", "train.lr", **select)
         beyond: dict[float, list[str]] = {}
         for s in selected:
-            mixer, lr = s["axes"].get("mixer"), extend(s, cap_reached=k == max_extensions)
+            mixer, lr = mixer_of(s, mixers), extend(s, cap_reached=k == max_extensions)
             if mixer in mixers and lr is not None:
                 beyond.setdefault(float(f"{lr:.3g}"), []).append(mixer)
         if not beyond:
@@ -318,11 +324,12 @@ def tuning_lines(
         f"| mixer | chosen train.lr | mean {on} (tuning) | candidates (lr: mean) | note |",
         "|---|---|---|---|---|",
     ]
+    mixers = list(result.get("chosen", {}))
     for s in result["selected"]:
         cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
         note = s["note"] + (f"; still at an edge after {cap} extension(s)" if s.get("edge") else "")
         lines.append(
-            f"| {s['axes'].get('mixer')} | {fmt(s['value'])} | {fmt(s['mean'])} | {cands} | "
+            f"| {mixer_of(s, mixers)} | {fmt(s['value'])} | {fmt(s['mean'])} | {cands} | "
             f"{note.strip('; ')} |"
         )
     return lines + [""]

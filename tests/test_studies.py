@@ -332,6 +332,21 @@ def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_study_of_one_mixer_reruns_it_at_its_choice():
+    """A sweep of one mixer varies no mixer, so its selection rows have no mixer axis: the
+    choice is still that mixer's (it once ran no fresh seeds and no grid extension)."""
+    from attnzoo.studies import chosen_lrs, mixer_of
+
+    one = [{"axes": {}, "value": 0.001}]
+    assert mixer_of(one[0], ["favor"]) == "favor" and mixer_of(one[0], ["favor", "linear"]) is None
+    assert chosen_lrs(one, ["favor"]) == ({"favor": 0.001}, {0.001: ["favor"]})
+    two = [
+        {"axes": {"mixer": "favor"}, "value": 0.001},
+        {"axes": {"mixer": "linear"}, "value": 0.002},
+    ]
+    assert chosen_lrs(two, ["favor", "linear"])[1] == {0.001: ["favor"], 0.002: ["linear"]}
+
+
 def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint():
     from attnzoo.studies import check_seeds
 
