@@ -17,6 +17,7 @@ if __name__ == "attnzoo.kernels":
         pool_mix,
         quadratic_attention,
         scaled_dot_attention,
+        sigmoid_attention,
     )
 
     # Benchmark mode (kernels/dispatch.py), off by default as torch.backends.cudnn.benchmark is:
@@ -33,4 +34,5 @@ if __name__ == "attnzoo.kernels":
         "pool_mix",
         "quadratic_attention",
         "scaled_dot_attention",
+        "sigmoid_attention",
     ]

@@ -175,10 +175,11 @@ def _real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_scale(scale: float) -> float:
-    """The score scale as a float; it must be finite (NaN or inf would give NaN everywhere)."""
+def check_scale(scale: float, name: str = "scale") -> float:
+    """The score scale (or another number added to every score, `name`) as a float; it must be
+    finite (NaN or inf would give NaN everywhere)."""
     if not _real(scale) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite real number (a Python float), got {scale!r}")
+        raise ValueError(f"{name} must be a finite real number (a Python float), got {scale!r}")
     return float(scale)
 
 

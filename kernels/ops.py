@@ -521,6 +521,36 @@ def gated_linear_attention(
     return (out, final_state) if output_final_state else out
 
 
+def sigmoid_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    bias: float = 0.0,
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Sigmoid attention (Ramapuram et al. 2024, arXiv 2409.04431): Σ_j σ(scale · q_i·k_j + bias)
+    v_j over the keys query i may see (causal, padding); no row normalisation, so masked pairs
+    contribute nothing and a row's weights sum to anything in [0, N). q, k: (B, H, N, dk);
+    v: (B, H, N, dv). `scale` defaults to 1/sqrt(dk); the paper's bias is −log N (the mixer's
+    default). attnzoo has no Triton kernel for it yet: "auto", "torch" and "tune" run the
+    PyTorch path, "triton" is refused."""
+    (q, k, v), _ = _apply_dtype_policy((q, k, v))
+    check_attention(q, k, v, key_padding_mask)
+    check_causal(causal)
+    check_impl(impl)
+    if impl == "triton":
+        raise ValueError(
+            "impl='triton': sigmoid_attention has no Triton kernel in attnzoo yet; use 'torch' "
+            "or 'auto' (the PyTorch path)"
+        )
+    scale, bias = _scale(scale, q.shape[-1]), check_scale(bias, "bias")
+    with _autocast_off(q):
+        return reference.sigmoid_attention(q, k, v, causal, key_padding_mask, scale, bias)
+
+
 DELTA_IMPLS = ("auto", "torch", "tune", "fla")
 
 

@@ -224,3 +224,23 @@ def linear_attention(
         num_bhnv = rearrange(num_bhctv, "b h c t v -> b h (c t) v")[:, :, :n]
         den_bhn = rearrange(den_bhct, "b h c t -> b h (c t)")[:, :, :n]
     return (num_bhnv / (den_bhn + eps)[..., None]).to(dtype)
+
+
+def sigmoid_attention(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    scale: float,
+    bias: float,
+) -> torch.Tensor:
+    """Σ_j σ(scale · q_i·k_j + bias) v_j over the allowed keys j (Ramapuram et al. 2024): no
+    normalisation, so a row's weights need not sum to 1 and a masked pair adds nothing."""
+    ct = _compute_dtype(q_bhnk)
+    scores_bhnn = (q_bhnk.to(ct) @ k_bhnk.to(ct).transpose(-1, -2)) * scale + bias
+    weights_bhnn = torch.sigmoid(scores_bhnn)
+    allowed = allowed_keys(q_bhnk.shape[-2], causal, key_padding_mask, q_bhnk.device)
+    if allowed is not None:
+        weights_bhnn = weights_bhnn.masked_fill(~allowed, 0.0)
+    return (weights_bhnn @ v_bhnv.to(ct)).to(q_bhnk.dtype)

@@ -30,6 +30,7 @@ FAMILIES = {
     "recurrent": {"retention", "gla"},
     "state_space": {"mamba2"},
     "delta": {"deltanet"},
+    "sigmoid": {"sigmoid"},
 }
 # Where each class was before the package had family modules: saved configs name these.
 OLD_ZOO = {"linear", "favor", "nystrom", "fourier", "local", "token_mlp"}
@@ -150,7 +151,7 @@ def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
     assert list(MIXERS) == [
         "scaled_dot", "quadratic", "metric", "pooling", "identity",
         "linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2",
-        "deltanet",
+        "deltanet", "sigmoid",
     ]  # fmt: skip
 
 

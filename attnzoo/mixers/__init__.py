@@ -11,6 +11,7 @@
     recurrent       retention, gla (and the recurrent family's shared scan and hidden attention matrix)
     state_space     mamba2
     delta           deltanet (the delta rule: DeltaNet, Gated DeltaNet)
+    sigmoid         sigmoid (attention without a row normalisation)
 
 Every public class and function is also importable from `attnzoo.mixers` itself (`from
 attnzoo.mixers import MIXERS, register, ScaledDotAttention`), which is also how configs saved
@@ -74,6 +75,7 @@ from attnzoo.mixers.registry import (
     unknown_options,
     without_implied_target,
 )
+from attnzoo.mixers.sigmoid import SigmoidAttention
 from attnzoo.mixers.softmax import (
     METRIC_PARAMS,
     LocalAttention,
@@ -103,6 +105,7 @@ _JOINED = (
     GatedLinearAttention,
     Mamba2,
     DeltaNet,
+    SigmoidAttention,
 )
 _later = {name: cls for name, cls in MIXERS.items() if cls not in _JOINED}
 MIXERS.clear()
@@ -127,6 +130,7 @@ __all__ = [
     "QuadraticFormAttention",
     "Retention",
     "ScaledDotAttention",
+    "SigmoidAttention",
     "TokenMLP",
     "build_mixer",
     "causal_mixers",
