@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 NA = float("nan")  # a measure that does not apply
+WEIGHTS_PREFIX = "attention"  # WEIGHT_STATS are logged as attention/<stat>/layer_<k>
 
 
 def composite_norm(a: torch.Tensor) -> torch.Tensor:
@@ -167,6 +168,57 @@ def attention_entropy(
     return (entropy_bhq * keep_q).sum(dim=-1) / keep_q.sum(dim=-1).clamp_min(1)
 
 
+SINK_EPS = 0.3  # Gu et al. 2024's threshold on a head's mean weight on the first token
+
+
+@dataclass(frozen=True)
+class HiddenWeights:
+    """Weights whose rows are not distributions (a recurrent mixer's hidden attention matrix,
+    sigmoid attention's weights): the weight statistics read them, the attention entropy does
+    not (it is n/a for them)."""
+
+    weights: torch.Tensor
+
+
+def _query_mean(x_bhq: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """(batch, heads): the mean over the non-padding queries."""
+    if key_padding_mask is None:
+        return x_bhq.mean(dim=-1)
+    keep_b1q = (~key_padding_mask.to(device=x_bhq.device, dtype=torch.bool))[:, None].double()
+    return (x_bhq * keep_b1q).sum(dim=-1) / keep_b1q.sum(dim=-1).clamp_min(1)
+
+
+def attention_row_sum(
+    attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The mean over heads and (non-padding) queries of a row's total weight Σ_k A_qk over the
+    non-padding keys, (batch,) float64: 1 for softmax attention, anything for weights that are
+    not normalised (sigmoid attention, a hidden attention matrix, a sink that takes mass)."""
+    a_bhqk = attn_bhqk.detach().to(torch.float64)
+    if key_padding_mask is not None:
+        keep_b11k = ~key_padding_mask.to(device=a_bhqk.device, dtype=torch.bool)[:, None, None]
+        a_bhqk = a_bhqk * keep_b11k
+    return _query_mean(a_bhqk.sum(dim=-1), key_padding_mask).mean(dim=1)
+
+
+def sink_share(
+    attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None, eps: float = SINK_EPS
+) -> torch.Tensor:
+    """Gu et al. (2024, "When attention sink emerges in language models", arXiv 2410.10781): the
+    share of heads whose mean weight on the first token, over the (non-padding) queries,
+    exceeds `eps` (0.3), (batch,) float64."""
+    first_bh = _query_mean(attn_bhqk.detach().to(torch.float64)[..., 0], key_padding_mask)
+    return (first_bh > eps).double().mean(dim=1)
+
+
+# Statistics of the weights themselves (not collapse measures): every mixer that exposes weights,
+# distributions or not; logged as attention/<name>/layer_<k>.
+WEIGHT_STATS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]] = {
+    "row_sum": attention_row_sum,
+    "sink_share": sink_share,
+}
+
+
 @dataclass(frozen=True)
 class Measure:
     """One measure of the registry: `fn(x, key_padding_mask) -> (batch,)`, where x is the hidden
@@ -227,7 +279,7 @@ def measure_samples(
             out[name] = m.of_singular_values(s_bk)
         elif m.reads == "hidden":
             out[name] = m.fn(h_bnd, key_padding_mask)
-        elif attention_bhqk is None:
+        elif attention_bhqk is None or isinstance(attention_bhqk, HiddenWeights):
             out[name] = torch.full((h_bnd.shape[0],), NA, dtype=torch.float64)
         else:
             out[name] = m.fn(attention_bhqk, key_padding_mask)
@@ -267,6 +319,9 @@ class RankProfile:
     std: list[float]
     measures: dict[str, list[float]] = field(default_factory=dict)
     measures_std: dict[str, list[float]] = field(default_factory=dict)
+    # WEIGHT_STATS of the weights that produced each state (NaN where none did); filled when
+    # the weights were captured (an attention measure was asked for)
+    weights: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
     def from_states(
@@ -290,11 +345,20 @@ class RankProfile:
         ]
         measures = {n: [_nanmean(s[n]) for s in per_state] for n in names}
         stds = {n: [_nanstd(s[n]) for s in per_state] for n in names}
+        weights = {}
+        if any(a is not None for a in attentions):
+            unwrap = lambda a: a.weights if isinstance(a, HiddenWeights) else a
+            weights = {
+                name: [NA if a is None else _nanmean(stat(unwrap(a), key_padding_mask))
+                       for a in attentions]
+                for name, stat in WEIGHT_STATS.items()
+            }  # fmt: skip
         return cls(
             mean=measures["relative_residual"],
             std=stds["relative_residual"],
             measures=measures,
             measures_std=stds,
+            weights=weights,
         )
 
     def log_dict(self, prefix: str = "rank") -> dict[str, float]:
@@ -302,31 +366,39 @@ class RankProfile:
         embedding), n/a (NaN) entries left out: the trainer's one call to log them."""
         from attnzoo.analysis.metrics import rank_key  # the one spelling of the keys
 
-        return {
+        out = {
             rank_key(k, name, prefix): v
             for name, values in self.measures.items()
             for k, v in enumerate(values)
             if not math.isnan(v)
         }
+        out.update(
+            (rank_key(k, name, WEIGHTS_PREFIX), v)
+            for name, values in self.weights.items()
+            for k, v in enumerate(values)
+            if not math.isnan(v)
+        )
+        return out
 
 
 @contextlib.contextmanager
-def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | None]]:
+def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | HiddenWeights | None]]:
     """Within the block, every mixer call of an attnzoo model appends its (batch, heads, N, N)
-    attention probabilities to the returned list, or None for a mixer that gives none (no
-    `attention_probs` method: pooling, identity, a mixer of the user's without it; or one whose
-    rows are not distributions, `rows_are_distributions = False`), in call order:
-    entry k belongs to block k + 1. The probabilities are recomputed from the mixer's input by its
-    `attention_probs` (the mixer's own ops, same scale and masks)."""
-    captured: list[torch.Tensor | None] = []
+    attention weights to the returned list: a tensor of probabilities, `HiddenWeights` for a
+    mixer whose rows are not distributions (`rows_are_distributions = False`), or None for a
+    mixer that gives none (no `attention_probs` method: pooling, identity, a mixer of the user's
+    without it), in call order: entry k belongs to block k + 1. The weights are recomputed from
+    the mixer's input by its `attention_probs` (the mixer's own ops, same scale and masks)."""
+    captured: list[torch.Tensor | HiddenWeights | None] = []
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         x = args[0]
         mask = args[1] if len(args) > 1 else kwargs.get("key_padding_mask")
         probs = getattr(module, "attention_probs", None)
-        if not getattr(module, "rows_are_distributions", True):
-            probs = None  # a hidden attention matrix: no entropy to measure
-        captured.append(probs(x, mask) if callable(probs) else None)
+        weights = probs(x, mask) if callable(probs) else None
+        if weights is not None and not getattr(module, "rows_are_distributions", True):
+            weights = HiddenWeights(weights)  # no entropy to measure, row sums to read
+        captured.append(weights)
 
     mixers = {id(b.mixer): b.mixer for b in model.blocks}.values()
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]

@@ -247,7 +247,11 @@ def test_rank_profile_reports_every_measure_and_the_log_keys_for_the_trainer():
     logged = profile.log_dict()
     assert "rank/attention_entropy/layer_0" not in logged  # n/a is left out of the log
     assert logged["rank/stable_rank/layer_3"] == profile.measures["stable_rank"][3]
-    assert len(logged) == 5 * 4 - 1
+    rank_keys = [k for k in logged if k.startswith("rank/")]
+    assert len(rank_keys) == 5 * 4 - 1
+    # and the weights' statistics, per block (softmax rows: sums of 1)
+    assert [logged[f"attention/row_sum/layer_{k}"] for k in (1, 2, 3)] == pytest.approx([1.0] * 3)
+    assert len(logged) == len(rank_keys) + 2 * 3
     pooled = rank_profile(pure_model("pooling", skip=False, depth=2), tokens, measures=None)
     assert all(math.isnan(e) for e in pooled.measures["attention_entropy"])
     only = rank_profile(pure_model("metric", skip=False, depth=2), tokens, measures=["stable_rank"])
