@@ -218,6 +218,30 @@ def _scale(scale: float | None, features: int) -> float:
     return 1.0 / math.sqrt(features) if scale is None else check_scale(scale)
 
 
+def _sink_path(sink: torch.Tensor | None, values: torch.Tensor, impl: str) -> bool:
+    """Whether the call has an attention sink, which runs the PyTorch reference: `sink` a float
+    tensor of one logit per head, (H,), on the values' device; the softmax's denominator gains
+    exp(sink_h) and its value is zero (a "softmax + 1" sink is sink = 0, a learned one a
+    parameter). Neither the Triton kernels nor SDPA take one yet: impl="triton" is refused."""
+    if sink is None:
+        return False
+    check_impl(impl)
+    heads = values.shape[1]
+    if not isinstance(sink, torch.Tensor) or not sink.is_floating_point() or sink.shape != (heads,):
+        got = tuple(sink.shape) if isinstance(sink, torch.Tensor) else type(sink).__name__
+        raise ValueError(
+            f"sink must be a float tensor of one logit per head, ({heads},), got {got}"
+        )
+    if sink.device != values.device:
+        raise ValueError(f"sink is on {sink.device} but the inputs are on {values.device}")
+    if impl == "triton":
+        raise ValueError(
+            "impl='triton' with a sink: the Triton kernels take no attention sink yet; "
+            "impl='auto' or 'torch' runs the PyTorch path"
+        )
+    return True
+
+
 def scaled_dot_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -228,18 +252,25 @@ def scaled_dot_attention(
     dropout_p: float = 0.0,
     impl: str = "auto",
     window: tuple[int, int] | None = None,
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(q kᵀ · scale) v, per head, with dropout on the probabilities.
 
     q, k: (B, H, N, dk); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(dk).
     `window` = (left, right): query i sees only keys i − left ..= i + right (the module
     docstring says how it combines with `causal` and the padding mask); None: every key.
+    `sink` (H,): an attention sink per head (`_sink_path`).
     """
     (q, k, v), _ = _apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
     check_causal(causal)
     window = check_window(window)
     scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
+    if _sink_path(sink, q, impl):
+        with _autocast_off(q):
+            return reference.scaled_dot_attention(
+                q, k, v, causal, key_padding_mask, scale, dropout_p, window=window, sink=sink
+            )
     with _autocast_off(q):
         b, h, n, dk = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
@@ -269,11 +300,13 @@ def quadratic_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     impl: str = "auto",
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention whose scores are a quadratic form of the tokens: x[i] · U[h] · x[j] · scale.
 
     x: (B, N, D); u: (H, D, D); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(D).
-    Equivalent to scaled-dot attention with q = x U[h] and k = x shared by every head.
+    Equivalent to scaled-dot attention with q = x U[h] and k = x shared by every head. `sink`
+    (H,): an attention sink per head (`_sink_path`).
     """
     (x, v), (u,) = _apply_dtype_policy((x, v), (u,))
     check_quadratic(x, u, v, key_padding_mask)
@@ -281,6 +314,11 @@ def quadratic_attention(
     b, n, d = x.shape
     h = u.shape[0]
     scale, dropout_p = _scale(scale, d), check_dropout(dropout_p)
+    if _sink_path(sink, v, impl):
+        with _autocast_off(x):
+            return reference.quadratic_attention(
+                x, u, v, causal, key_padding_mask, scale, dropout_p, sink=sink
+            )
     with _autocast_off(x):
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), d, v.shape[-1])
         if _use_triton(impl, "quadratic_attention", "x", (x, u, v), causal, d, n, shape):
@@ -301,17 +339,23 @@ def metric_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     impl: str = "auto",
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention under a learned metric: scores p[i] · M[h] · p[j] · scale, values p itself.
 
     p: (B, H, N, dk); m: (H, dk, dk) -> (B, H, N, dk). `scale` defaults to 1/sqrt(dk). The mixer
     passes a symmetric M; the op itself is correct for any M (its symmetry is never checked, since
-    that would read values on the device).
+    that would read values on the device). `sink` (H,): an attention sink per head (`_sink_path`).
     """
     (p,), (m,) = _apply_dtype_policy((p,), (m,))
     check_metric(p, m, key_padding_mask)
     check_causal(causal)
     scale, dropout_p = _scale(scale, p.shape[-1]), check_dropout(dropout_p)
+    if _sink_path(sink, p, impl):
+        with _autocast_off(p):
+            return reference.metric_attention(
+                p, m, causal, key_padding_mask, scale, dropout_p, sink=sink
+            )
     with _autocast_off(p):
         b, h, n, dk = p.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk)

@@ -47,8 +47,12 @@ def attention_from_scores(
     dropout_p: float = 0.0,
     keep_bhnn: torch.Tensor | None = None,
     window: tuple[int, int] | None = None,
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Masked softmax over keys, dropout on the probabilities, then the weighted sum of values.
+
+    `sink` (heads,): an attention sink, one more logit per head in every row's softmax whose
+    value is zero: the softmax's denominator gains exp(sink_h), so a row may put mass nowhere.
 
     A query whose every key is masked gets a zero output (not NaN): masked scores are set to the
     most negative finite number, which keeps the softmax finite, and the probabilities are then
@@ -63,7 +67,11 @@ def attention_from_scores(
     allowed = allowed_keys(n, causal, key_padding_mask, scores_bhnn.device, window)
     if allowed is not None:
         scores_bhnn = scores_bhnn.masked_fill(~allowed, torch.finfo(scores_bhnn.dtype).min)
-    probs_bhnn = scores_bhnn.softmax(dim=-1)
+    if sink is None:
+        probs_bhnn = scores_bhnn.softmax(dim=-1)
+    else:  # the sink's column joins the softmax, then leaves: its value is zero
+        column = sink.to(scores_bhnn.dtype)[None, :, None, None].expand(*scores_bhnn.shape[:-1], 1)
+        probs_bhnn = torch.cat([scores_bhnn, column], dim=-1).softmax(dim=-1)[..., :-1]
     if allowed is not None:
         probs_bhnn = probs_bhnn * allowed
     if dropout_p > 0.0:
@@ -87,12 +95,14 @@ def scaled_dot_attention(
     dropout_p: float = 0.0,
     keep_bhnn: torch.Tensor | None = None,
     window: tuple[int, int] | None = None,
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v; `window` = (left, right) as in `allowed_keys`."""
+    """softmax(q kᵀ · scale) v; `window` = (left, right) as in `allowed_keys`; `sink` as in
+    `attention_from_scores`."""
     ct = _compute_dtype(q_bhnk)
     scores_bhnn = (q_bhnk.to(ct) @ k_bhnk.to(ct).transpose(-1, -2)) * scale
     out = attention_from_scores(
-        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn, window
+        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn, window, sink
     )
     return out.to(q_bhnk.dtype)
 
@@ -106,6 +116,7 @@ def quadratic_attention(
     scale: float,
     dropout_p: float = 0.0,
     keep_bhnn: torch.Tensor | None = None,
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """scores[b,h,i,j] = x[b,i] · U[h] · x[b,j]: attention with q = x U[h] and k = x for every head."""
     ct = _compute_dtype(x_bnd)
@@ -113,7 +124,7 @@ def quadratic_attention(
     q_bhnd = torch.einsum("bnd,hde->bhne", x_bnd, u_hdd.to(ct))
     scores_bhnn = (q_bhnd @ x_bnd[:, None].transpose(-1, -2)) * scale
     out = attention_from_scores(
-        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn
+        scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn, sink=sink
     )
     return out.to(v_bhnv.dtype)
 
@@ -126,6 +137,7 @@ def metric_attention(
     scale: float,
     dropout_p: float = 0.0,
     keep_bhnn: torch.Tensor | None = None,
+    sink: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """scores = p[i] · M · p[j]; the values are p itself."""
     ct = _compute_dtype(p_bhnk)
@@ -133,7 +145,7 @@ def metric_attention(
     q_bhnk = pc_bhnk @ m_hkk.to(ct)[None]
     scores_bhnn = (q_bhnk @ pc_bhnk.transpose(-1, -2)) * scale
     out = attention_from_scores(
-        scores_bhnn, pc_bhnk, causal, key_padding_mask, dropout_p, keep_bhnn
+        scores_bhnn, pc_bhnk, causal, key_padding_mask, dropout_p, keep_bhnn, sink=sink
     )
     return out.to(p_bhnk.dtype)
 

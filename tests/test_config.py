@@ -186,6 +186,7 @@ def test_saved_config_round_trips(tmp_path):
         "_target_": "attnzoo.mixers.softmax.MetricTensorAttention",
         "metric_param": "psd",
         "attn_dropout": 0.0,
+        "sink": "none",
     }
     assert back["model"]["skip"] is False and back["model"]["norm"] == "layernorm"
 
@@ -204,7 +205,7 @@ def test_model_defaults_and_fields_come_from_model_config():
     assert model_config(cfg, causal=True) == ModelConfig(
         norm="rmsnorm",
         mixer="metric",
-        mixer_options={"metric_param": "psd", "attn_dropout": 0.0},
+        mixer_options={"metric_param": "psd", "attn_dropout": 0.0, "sink": "none"},
         causal=True,
         impl="torch",
     )

@@ -45,6 +45,9 @@ def _per_head_projection(out_bhnk: torch.Tensor, proj: nn.Linear) -> torch.Tenso
     return torch.einsum("bhnk,hkd->bhnd", out_bhnk, w_hkd.to(out_bhnk.dtype))
 
 
+SINKS = ("none", "learned", "zero_kv")  # the softmax mixers' `sink` option
+
+
 class _HeadsThenProjection(nn.Module):
     """An attention mixer given by `attend` (per-head outputs, (B, H, N, dk)) and `proj`: the
     output is proj(concat over heads), and each head's share of it is the path decomposition's
@@ -52,6 +55,22 @@ class _HeadsThenProjection(nn.Module):
 
     proj: nn.Linear
     attn_dropout: float
+
+    def _init_sink(self, sink: str, heads: int) -> None:
+        """The `sink` option (SINKS): `none`; `learned`, a logit per head in every row's softmax
+        whose value is zero (GPT-OSS's sink; init 0); `zero_kv`, one extra all-zero key and
+        value ("softmax + 1": a fixed logit 0). With a sink a row's weights on the tokens sum to
+        less than 1, so they are not distributions (the entropy reads n/a, the row sums say how
+        much the sink takes)."""
+        if sink not in SINKS:
+            raise ValueError(f"sink must be one of {SINKS}, got {sink!r}")
+        self.sink, self.rows_are_distributions = sink, sink == "none"
+        if sink == "learned":
+            self.sink_logit = nn.Parameter(torch.zeros(heads))
+        elif sink == "zero_kv":
+            self.register_buffer("sink_logit", torch.zeros(heads), persistent=False)
+        else:
+            self.sink_logit = None
 
     def dropout_p(self) -> float:
         """Attention-probability dropout for this call: `attn_dropout` in training, 0 in eval."""

@@ -28,12 +28,14 @@ class ScaledDotAttention(_HeadsThenProjection):
     """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
 
     def __init__(
-        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0
-    ) -> None:
+        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0,
+        sink: str = "none",
+    ) -> None:  # fmt: skip
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
         self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
+        self._init_sink(sink, heads)
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
 
@@ -53,9 +55,8 @@ class ScaledDotAttention(_HeadsThenProjection):
             self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
         )
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.scaled_dot_attention(
-            q_bhnk, k_bhnk, eye_bhnn, self.causal, key_padding_mask, impl="torch"
-        )
+        return kernels.scaled_dot_attention(q_bhnk, k_bhnk, eye_bhnn, self.causal, key_padding_mask,
+                                  impl="torch", sink=self.sink_logit)  # fmt: skip
 
     def deepnet_init_(self, beta: float) -> None:
         """DeepNet's init (model.residual=deepnorm): Xavier-normal, gain 1 on Wq and Wk, gain
@@ -88,6 +89,7 @@ class ScaledDotAttention(_HeadsThenProjection):
             key_padding_mask,
             dropout_p=self.dropout_p(),
             impl=self.impl,
+            sink=self.sink_logit,
         )
 
 
@@ -100,12 +102,14 @@ class QuadraticFormAttention(_HeadsThenProjection):
     """
 
     def __init__(
-        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0
-    ) -> None:
+        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0,
+        sink: str = "none",
+    ) -> None:  # fmt: skip
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
         self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
+        self._init_sink(sink, heads)
         self.u = nn.Parameter(torch.randn(heads, dim, dim) / (3 * math.sqrt(dim)))
         self.value = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
@@ -126,9 +130,8 @@ class QuadraticFormAttention(_HeadsThenProjection):
         _check_input(x_bnd, self.dim)
         u_hdd = self.u.to(x_bnd.dtype)
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.quadratic_attention(
-            x_bnd, u_hdd, eye_bhnn, self.causal, key_padding_mask, impl="torch"
-        )
+        return kernels.quadratic_attention(x_bnd, u_hdd, eye_bhnn, self.causal, key_padding_mask,
+                                   impl="torch", sink=self.sink_logit)  # fmt: skip
 
     def learned_matrices(self) -> dict[str, torch.Tensor]:
         """{"U": (H, D, D)}."""
@@ -159,6 +162,7 @@ class QuadraticFormAttention(_HeadsThenProjection):
             key_padding_mask,
             dropout_p=self.dropout_p(),
             impl=self.impl,
+            sink=self.sink_logit,
         )
 
 
@@ -182,9 +186,11 @@ class MetricTensorAttention(_HeadsThenProjection):
         impl: str,
         metric_param: str = "sym",
         attn_dropout: float = 0.0,
+        sink: str = "none",
     ) -> None:
         super().__init__()
         _check_heads(dim, heads)
+        self._init_sink(sink, heads)
         if metric_param not in METRIC_PARAMS:
             raise ValueError(f"metric_param={metric_param!r} is not one of {METRIC_PARAMS}")
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
@@ -235,9 +241,8 @@ class MetricTensorAttention(_HeadsThenProjection):
         p_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
         q_bhnk = p_bhnk @ self.metric().to(x_bnd.dtype)[None]
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.scaled_dot_attention(
-            q_bhnk, p_bhnk, eye_bhnn, self.causal, key_padding_mask, impl="torch"
-        )
+        return kernels.scaled_dot_attention(q_bhnk, p_bhnk, eye_bhnn, self.causal, key_padding_mask,
+                                  impl="torch", sink=self.sink_logit)  # fmt: skip
 
     def learned_matrices(self) -> dict[str, torch.Tensor]:
         """{"M": (H, dk, dk)}."""
@@ -284,6 +289,7 @@ class MetricTensorAttention(_HeadsThenProjection):
                 key_padding_mask,
                 dropout_p=self.dropout_p(),
                 impl=self.impl,
+                sink=self.sink_logit,
             )
         ps_bhnk = rearrange(self.p(scores_from), "b n (h k) -> b h n k", h=self.heads)
         return kernels.scaled_dot_attention(
@@ -294,6 +300,7 @@ class MetricTensorAttention(_HeadsThenProjection):
             key_padding_mask,
             dropout_p=self.dropout_p(),
             impl=self.impl,
+            sink=self.sink_logit,
         )
 
 
@@ -319,11 +326,13 @@ class LocalAttention(_QKVHeads):
         impl: str,
         window: int = 16,
         attn_dropout: float = 0.0,
+        sink: str = "none",
     ) -> None:
         super().__init__()
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise ValueError(f"local window must be an int >= 0 (keys each side), got {window!r}")
         self._init_qkv(dim, heads, causal, impl, attn_dropout)
+        self._init_sink(sink, heads)
         self.window = window
 
     def reach(self) -> tuple[int, int]:
@@ -351,6 +360,7 @@ class LocalAttention(_QKVHeads):
             key_padding_mask,
             impl="torch",
             window=self.reach(),
+            sink=self.sink_logit,
         )
 
     def attend(
@@ -370,4 +380,5 @@ class LocalAttention(_QKVHeads):
             dropout_p=self.dropout_p(),
             impl=self.impl,
             window=self.reach(),
+            sink=self.sink_logit,
         )
