@@ -364,9 +364,12 @@ def against_reference(
     groups: list, task: str, margins: dict[str, float], confidence: float
 ) -> dict[str, list]:
     """Each mixer against STUDY_REFERENCE on test, per measure (`margins`: by MARGIN_KIND),
-    uncorrected: the report corrects every task's rows together (compare.correct)."""
+    uncorrected: the report corrects every task's rows together (compare.correct). A study that
+    did not run the reference (`--mixers favor`) has no comparisons."""
     from attnzoo.analysis.compare import comparisons
 
+    if not any(g.config.get("mixer.name") == STUDY_REFERENCE for g in groups):
+        return {on: [] for on in compared_measures(task)}  # the reference did not run: none
     out = {}
     for on in compared_measures(task):
         margin = margins[MARGIN_KIND[on]]
