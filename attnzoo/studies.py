@@ -396,8 +396,14 @@ def reanalyse(
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
         replaced: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in rows:
-            replaced.setdefault((r["task"], r["mixer"]), []).append(r | {"source": str(path)})
+        for r in rows:  # the study's configuration: its mixer at its learning rate
+            lr = next(
+                o.split("=", 1)[1] for o in r["overrides"].split() if o.startswith("train.lr=")
+            )
+            group = f"mixer={r['mixer']}, train.lr={lr}"
+            replaced.setdefault((r["task"], r["mixer"]), []).append(
+                r | {"group": group, "source": str(path)}
+            )
         merged |= replaced
     runs = [r for rows in merged.values() for r in rows]
     tasks = list(dict.fromkeys(r["task"] for r in runs))

@@ -557,3 +557,19 @@ def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path):
     proc = run_script(f"{name}.py", "--dry-run", "--parallel", "2", "--out", str(out))
     assert f"total: {jobs} jobs, about " in proc.stdout and "2 at a time" in proc.stdout
     assert not out.exists()
+
+
+def test_the_committed_reanalysis_is_what_its_command_writes(tmp_path):
+    """scripts/results/mixer_ablation/reanalysis/ from the committed per-seed values (the study's
+    runs.csv, FAVOR+'s rows from favor_rerun/runs.csv): the same family, byte for byte."""
+    study = ROOT / "scripts/results/mixer_ablation"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/mixer_ablation.py"), "--reanalyse",
+         str(study / "runs.csv"), str(study / "favor_rerun/runs.csv"), "--out", str(tmp_path)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for name in ("comparisons.csv", "runs.csv"):
+        assert (tmp_path / name).read_text() == (study / "reanalysis" / name).read_text(), name
+    family = list(csv.DictReader((tmp_path / "comparisons.csv").open()))
+    assert len(family) == 28 and {r["tests"] for r in family} == {"84"}
