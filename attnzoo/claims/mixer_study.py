@@ -32,6 +32,8 @@ HYPOTHESES = 84  # its one Holm family: each comparison's two-sided, margin and 
 ORIGINAL = "mixer_ablation/mixer_ablation.json"  # the study's own numbers (FAVOR+'s old features)
 ORIGINAL_COMPARISONS = "mixer_ablation/comparisons.csv"  # its three families of 28
 FAVOR_STUDY = "mixer_ablation/favor_rerun/mixer_ablation.json"
+FAVOR_RUNS = "mixer_ablation/favor_rerun/runs.csv"
+FAVOR_TUNE_RUNS = "mixer_ablation/favor_rerun/tune_runs.csv"
 ACCURACY_POINTS = 100.0
 WITHIN_TOST_P = 0.05  # the docs' bound on the five IMDB equivalences' adjusted TOST p
 
@@ -229,12 +231,15 @@ MIXERS = [
     Claim(
         "mixers-favor-rerun",
         RESULTS_PAGE,
-        "on Tiny Shakespeare it chose {sh_lr} again and its test loss went from {before} to "
-        "{after}; on IMDB it chose {im_lr} (after one extension of the grid downwards), where it "
-        "had chosen {im_before}.",
-        (ORIGINAL, FAVOR_STUDY),
+        "(`--mixers favor`, {tune} tuning and {fresh} fresh-seed runs, [`favor_rerun/`](../"
+        "scripts/results/mixer_ablation/favor_rerun/mixer_ablation.md)): on Tiny Shakespeare it "
+        "chose {sh_lr} again and its test loss went from {before} to {after}; on IMDB it chose "
+        "{im_lr} (after one extension of the grid downwards), where it had chosen {im_before}.",
+        (ORIGINAL, FAVOR_STUDY, FAVOR_RUNS, FAVOR_TUNE_RUNS),
         favor_rerun,
         lambda t: {
+            "tune": str(len(t.rows(FAVOR_TUNE_RUNS))),
+            "fresh": str(len(t.rows(FAVOR_RUNS))),
             "sh_lr": lr_text(favor_of(t, FAVOR_STUDY, SHAKESPEARE)[0]),
             "before": fmt(favor_of(t, ORIGINAL, SHAKESPEARE)[1]["test_loss_mean"], ".3f"),
             "after": fmt(favor_of(t, FAVOR_STUDY, SHAKESPEARE)[1]["test_loss_mean"], ".3f"),
