@@ -59,13 +59,24 @@ def test_rank_ablation_shares_and_verdicts_recompute_from_runs_layers(tmp_path: 
     """Every share and verdict of rank_ablation.csv, recomputed from runs_layers.csv alone by the
     report's stated rule: share = (m_L − c) / (m_0 − c) ((c − s_L)/(c − s_0) for similarity),
     mean and Student-t 95% interval (ddof = 1) over seeds, kept at ≥ 0.5, collapsed at ≤ 0.2."""
+
+    make_rank_ablation(tmp_path / "ra")
+    _run("rank_ablation.py", ["--report-only", "--smoke", "--out", "ra"], tmp_path)
+    check_shares_recompute(tmp_path / "ra")
+
+
+def test_the_committed_rank_ablation_recomputes_from_its_runs_layers() -> None:
+    """The committed study: its 900 runs' per-layer values at init and trained give every share,
+    interval and verdict of its table."""
+    check_shares_recompute(ROOT / "scripts/results/rank_ablation")
+
+
+def check_shares_recompute(folder: Path) -> None:
     import csv
     import math
     import statistics
 
-    make_rank_ablation(tmp_path / "ra")
-    _run("rank_ablation.py", ["--report-only", "--smoke", "--out", "ra"], tmp_path)
-    layers = list(csv.DictReader((tmp_path / "ra" / "runs_layers.csv").open()))
+    layers = list(csv.DictReader((folder / "runs_layers.csv").open()))
     assert layers and {r["when"] for r in layers} == {"init", "trained"}
     assert layers[0]["layer_0"] != ""  # layer 0 (the embedding) is there
     shares: dict[tuple, list[float]] = {}
@@ -78,7 +89,7 @@ def test_rank_ablation_shares_and_verdicts_recompute_from_runs_layers(tmp_path: 
         assert math.isclose(share, float(r["kept_share"]), rel_tol=1e-6)
         key = (r["mixer"], r["residual"], r["mlp"], r["norm"], r["when"], r["measure"])
         shares.setdefault(key, []).append(share)
-    table = list(csv.DictReader((tmp_path / "ra" / "rank_ablation.csv").open()))
+    table = list(csv.DictReader((folder / "rank_ablation.csv").open()))
     checked = 0
     for row in table:
         for (mixer, residual, mlp, norm, when, measure), xs in shares.items():

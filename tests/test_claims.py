@@ -129,27 +129,3 @@ def test_a_p_value_changed_in_the_mixer_study_fails_its_sentence_and_table(tmp_p
     assert any("TOST p = 0.015, 0.036" in p for p in claims.check(within, root))
     alter(csv_path, where, "diff_ci_high", "0.0105")
     assert any("+0.011], within ±0.05" in p for p in claims.check(table, root))
-
-
-def test_the_rank_ablation_claims_hold_with_favors_rows_rerun(tmp_path) -> None:
-    """docs/results.md says no claim of the rank_ablation section changes when FAVOR+'s rows are
-    those of its rerun with unbiased features: every other claim of the section, checked on the
-    main table with FAVOR+'s rows replaced by the rerun's."""
-    from attnzoo.claims.rank_ablation import RANK_ABLATION
-
-    for name in ("README.md", "docs", "scripts/results"):
-        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
-    table = tmp_path / "scripts/results/rank_ablation/rank_ablation.csv"
-    rows = list(csv.DictReader(table.open()))
-    rerun_file = ROOT / "scripts/results/rank_ablation/favor_rerun/rank_ablation.csv"
-    key = lambda r: (r["residual"], r["mlp"], r["norm"])
-    rerun = {key(r): r for r in csv.DictReader(rerun_file.open())}
-    swapped = [{k: rerun[key(r)][k] for k in r} if r["mixer"] == "favor" else r for r in rows]
-    assert sum(r["mixer"] == "favor" for r in rows) == len(rerun) == 20
-    with table.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(swapped)
-    for claim in RANK_ABLATION:
-        if claim.id != "ablation-favor-rerun-docs":  # the one about the two runs themselves
-            assert claims.check(claim, tmp_path) == [], claim.id

@@ -201,50 +201,7 @@ def no_residual_fields(t: Tables) -> dict[str, str]:
     }
 
 
-FAVOR_RERUN = "rank_ablation/favor_rerun/rank_ablation.csv"
-
-
-def favor_pairs(t: Tables) -> list[tuple[dict[str, str], dict[str, str]]]:
-    """FAVOR+'s configurations in the main table beside the same ones rerun."""
-    key = lambda r: (r["residual"], r["mlp"], r["norm"])
-    rerun = {key(r): r for r in t.rows(FAVOR_RERUN)}
-    return [(r, rerun[key(r)]) for r in configs(t, mixer="favor") if key(r) in rerun]
-
-
-def favor_changes(t: Tables) -> list[str]:
-    """The verdicts that differ between the two runs of FAVOR+, as `configuration: column`."""
-    return [
-        f"{name(old)}: {c.removesuffix('_verdict')} {old[c]} → {new[c]}"
-        for old, new in favor_pairs(t)
-        for c in old
-        if c.endswith("_verdict") and old[c] != new[c]
-    ]
-
-
-def favor_fields(t: Tables) -> dict[str, str]:
-    pairs = favor_pairs(t)
-    gap = max(abs(num(a, "val_loss_mean") - num(b, "val_loss_mean")) for a, b in pairs)
-    verdicts = sum(c.endswith("_verdict") for c in pairs[0][0]) * len(pairs)
-    return {"gap": fmt(gap, ".3f"), "changed": str(len(favor_changes(t))), "of": str(verdicts)}
-
-
-def favor_rerun_agrees(t: Tables) -> Problems:
-    pairs = favor_pairs(t)
-    yield from expect(len(pairs) == 20, f"{len(pairs)} FAVOR+ configurations rerun, expected 20")
-    yield from expect(len(favor_changes(t)) <= 2, "; ".join(favor_changes(t)))
-
-
 RANK_ABLATION = [
-    Claim(
-        "ablation-favor-rerun-docs",
-        RESULTS_PAGE,
-        "Rerun with the unbiased features ([`favor_rerun/`](../scripts/results/rank_ablation/"
-        "favor_rerun/rank_ablation.md), the same command with `--mixers favor`), its validation "
-        "losses are within {gap} of these rows and {changed} of its {of} verdicts change",
-        (ABLATION, FAVOR_RERUN),
-        favor_rerun_agrees,
-        favor_fields,
-    ),
     Claim(
         "ablation-no-residual",
         README,
