@@ -109,7 +109,8 @@ class DeltaNet(_Recurrent):
         return projections + conv + 1.5 * scan_flops(heads, dim // heads, dim // heads, causal)
 
     def operands(self, x_bnd, key_padding_mask=None):
-        """q, k, v (B, H, N, dk), (β, log decay) (B, H, N) each, and the scale."""
+        """q, k, v (B, H, N, dk), (β, log decay) (B, H, N) each, and the scale: the recurrent
+        family's operands with β beside the decay (`_mix` flips the pair for the reverse scan)."""
         _check_input(x_bnd, self.dim)
         x_bnd = self._masked(x_bnd, key_padding_mask)
         pad = self.conv.kernel_size[0] - 1
@@ -135,14 +136,6 @@ class DeltaNet(_Recurrent):
         beta, log_decay = beta_decay
         impl = "torch" if self.impl == "triton" else self.impl
         return kernels.delta_rule(q, k, v, beta, log_decay if self.gated else None, scale, impl)
-
-    def _mix(self, q, k, v, g, scale) -> torch.Tensor:
-        out = self._scan(q, k, v, g, scale)
-        if not self.causal:  # the scan over the reversed sequence, flipped back
-            flip = lambda t: t.flip(2)
-            back = self._scan(flip(q), flip(k), flip(v), tuple(map(flip, g)), scale)
-            out = out + flip(back)
-        return out
 
     def attention_probs(self, x_bnd, key_padding_mask=None) -> torch.Tensor:
         """The hidden attention matrix M, (B, H, N, N), with M·v = `mixing` (`delta_hidden_

@@ -102,7 +102,7 @@ class _Recurrent(nn.Module):
     def _mix(self, q, k, v, g, scale) -> torch.Tensor:
         out = self._scan(q, k, v, g, scale)
         if not self.causal:  # the scan over the reversed sequence, flipped back
-            flip = lambda t: t.flip(2)
+            flip = lambda t: tuple(map(flip, t)) if isinstance(t, tuple) else t.flip(2)
             out = out + flip(self._scan(flip(q), flip(k), flip(v), flip(g), scale))
         return out
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import rearrange
 
 from attnzoo import kernels
-from attnzoo.mixers.base import _check_input, _eye_values, _QKVHeads
+from attnzoo.mixers.base import _eye_values, _QKVHeads
 from attnzoo.mixers.registry import register
 from attnzoo.mixers.softmax import keys_per_query
 
@@ -72,10 +71,7 @@ class SigmoidAttention(_QKVHeads):
 
     def attention_probs(self, x_bnd, key_padding_mask=None) -> torch.Tensor:
         """The weights σ(q kᵀ / √dk + b) per head, 0 where masked, (B, H, N, N)."""
-        _check_input(x_bnd, self.dim)
-        q_bhnk, k_bhnk, _ = rearrange(
-            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
-        )
+        q_bhnk, k_bhnk, _ = self._qkv(x_bnd)
         eye_bhnn = _eye_values(x_bnd, self.heads)
         return kernels.sigmoid_attention(q_bhnk, k_bhnk, eye_bhnn, self.causal, key_padding_mask,
                                          bias=self._bias(x_bnd.shape[1]), impl="torch")  # fmt: skip
