@@ -47,7 +47,8 @@ class ModelConfig:
     mixer: str = "scaled_dot"  # a name in attnzoo.mixers.MIXERS, or a class's path (pkg.mod.Class)
     mixer_options: dict = field(default_factory=dict)  # the mixer's own keyword arguments
     residual: Residual = "add"  # the skip connection's variant (attnzoo.residual, docs/block.md)
-    residual_alpha: float | None = None  # scaled: α (null: 1/√(2·depth)); layerscale: initial λ
+    residual_alpha: float | None = None  # scaled: α (null: 1/√(2·depth)); layerscale: initial λ;
+    # lambda: the skip's λ (null: 1)
     rezero_alpha: RezeroAlpha = "shared"  # rezero: one α per block (the authors') | per_branch
     attnres_form: AttnresForm = "full"  # attnres: full | block (the paper's) | per_block
     attnres_block_size: int | None = None  # attnres_form=block: S (null: the paper's ≈8 blocks)
@@ -91,11 +92,11 @@ class Block(nn.Module):
     """A MetaFormer block: token mixer and MLP, each behind a norm and a residual connection.
 
     `residual` is one of the per-branch variants of attnzoo.residual (none, add, scaled, rezero,
-    layerscale, deepnorm) and `residual_alpha` its number (scaled's α, layerscale's initial λ,
-    deepnorm's skip gain; None: the default for `depth`, the model's depth, which also sets
-    DeepNet's init gain); `rezero_alpha` says whether rezero's two branches share one α (the
-    authors') or have one each. Pre-norm: the block adds g·x + scale(f(norm(x))); post-norm:
-    norm(g·x + scale(f(x))); g = 1, DeepNet's α, or no skip (none).
+    layerscale, deepnorm, lambda) and `residual_alpha` its number (scaled's α, layerscale's
+    initial λ, deepnorm's skip gain, lambda's λ; None: the default for `depth`, the model's depth,
+    which also sets DeepNet's init gain); `rezero_alpha` says whether rezero's two branches share
+    one α (the authors') or have one each. Pre-norm: the block adds g·x + scale(f(norm(x)));
+    post-norm: norm(g·x + scale(f(x))); g = 1, DeepNet's α, lambda's λ, or no skip (none).
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """The residual connection as a family of variants: `model.residual`.
 
-Six variants act on each branch of a block (the mixer's and the MLP's), with f the branch
+Seven variants act on each branch of a block (the mixer's and the MLP's), with f the branch
 (norm, then mixer or MLP, in pre-norm) and x its input:
 
     none         f(x)
@@ -10,6 +10,8 @@ Six variants act on each branch of a block (the mixer's and the MLP's), with f t
                                        0 at init (`rezero_alpha=per_branch`: one per branch)
     layerscale   x + diag(λ)·f(x)      λ a learned vector per branch (CaiT's init)
     deepnorm     LN(α·x + f(x))        post-norm, α = (2N)^(1/4), DeepNet's init gain β
+    lambda       λ·x + f(x)            λ fixed, any real (default 1, which is add; 0 is none):
+                                       the λ-skip of Joseph et al. 2024
 
 Two act across blocks and live in the model's forward, which keeps the list of earlier outputs
 (the blocks themselves are `add` blocks):
@@ -40,14 +42,14 @@ import torch.nn.functional as F
 from torch import nn
 
 Residual = Literal[
-    "none", "add", "scaled", "rezero", "layerscale", "deepnorm", "denseformer", "attnres"
+    "none", "add", "scaled", "rezero", "layerscale", "deepnorm", "lambda", "denseformer", "attnres"
 ]
 RESIDUALS = typing.get_args(Residual)
 # Variants applied to each branch inside a block, and those mixing block outputs across depth.
-BRANCH_RESIDUALS = ("none", "add", "scaled", "rezero", "layerscale", "deepnorm")
+BRANCH_RESIDUALS = ("none", "add", "scaled", "rezero", "layerscale", "deepnorm", "lambda")
 DEPTH_RESIDUALS = ("denseformer", "attnres")
 # The variants whose number `residual_alpha` sets.
-WITH_ALPHA = ("scaled", "layerscale")
+WITH_ALPHA = ("scaled", "layerscale", "lambda")
 # rezero: one α per block for both branches (the authors' code), or one per branch.
 RezeroAlpha = Literal["shared", "per_branch"]
 REZERO_ALPHAS = typing.get_args(RezeroAlpha)
@@ -77,9 +79,9 @@ class ResidualConfig(Protocol):
 @dataclass(frozen=True)
 class ResolvedResidual:
     """One variant and its number: scaled's α, layerscale's initial λ, rezero's initial α (0),
-    deepnorm's skip gain α; None for the others. `form` is rezero's `rezero_alpha` or attnres's
-    `attnres_form`, `block_size` attnres's S, the sublayers per block (1 for Full AttnRes, the
-    number of blocks for `per_block`); None for the others."""
+    deepnorm's skip gain α, lambda's λ; None for the others. `form` is rezero's `rezero_alpha` or
+    attnres's `attnres_form`, `block_size` attnres's S, the sublayers per block (1 for Full
+    AttnRes, the number of blocks for `per_block`); None for the others."""
 
     kind: str
     alpha: float | None = None
@@ -146,10 +148,13 @@ def resolve(c: ResidualConfig) -> ResolvedResidual:
     if alpha is not None and kind not in WITH_ALPHA:
         raise ValueError(
             f"model.residual_alpha={alpha!r} has no effect with model.residual={kind!r}; it sets "
-            f"the fixed α of residual=scaled and the initial λ of residual=layerscale "
+            f"the fixed α of residual=scaled, the initial λ of residual=layerscale and the skip's "
+            f"λ of residual=lambda "
             f"(allowed with {kind}: model.residual_alpha=null)"
         )
-    if alpha is not None and not (math.isfinite(alpha) and alpha > 0):
+    if kind == "lambda" and alpha is not None and not math.isfinite(alpha):
+        raise ValueError(f"model.residual_alpha={alpha!r} must be a finite number (or null: 1)")
+    if kind != "lambda" and alpha is not None and not (math.isfinite(alpha) and alpha > 0):
         raise ValueError(f"model.residual_alpha={alpha!r} must be a finite number > 0 (or null)")
     if kind == "deepnorm" and (c.norm_position != "post" or c.norm == "none"):
         raise ValueError(
@@ -207,7 +212,10 @@ def attnres_block_size(depth: int, mlp: bool) -> int:
 
 def default_alpha(kind: str, depth: int) -> float | None:
     """A variant's number for a model of `depth` blocks when none is given: scaled's α,
-    layerscale's initial λ, rezero's initial α, deepnorm's skip gain α; None for the others."""
+    layerscale's initial λ, rezero's initial α, deepnorm's skip gain α, lambda's λ (1); None for
+    the others."""
+    if kind == "lambda":
+        return 1.0
     if kind == "scaled":
         return scaled_alpha(depth)
     if kind == "layerscale":
@@ -302,10 +310,11 @@ def branch_scale(
 
 
 def skip_gain(kind: str, alpha: float | None) -> float | None:
-    """What multiplies the skip x: None for `none` (no skip), DeepNet's α for `deepnorm`, else 1."""
+    """What multiplies the skip x: None for `none` (no skip), DeepNet's α for `deepnorm`, λ for
+    `lambda`, else 1."""
     if kind == "none":
         return None
-    return float(alpha) if kind == "deepnorm" else 1.0
+    return float(alpha) if kind in ("deepnorm", "lambda") else 1.0
 
 
 def deepnet_init_(mixer: nn.Module, mlp: nn.Module | None, beta: float) -> None:

@@ -25,8 +25,9 @@ from attnzoo.train import compose, run
 
 D, H, VOCAB, N = 16, 2, 11, 7
 REFERENCE = Path(__file__).parent / "data" / "residual_add_reference.pt"
-# What each variant needs beside model.residual (deepnorm is post-norm by definition).
-NEEDS = {"deepnorm": {"norm_position": "post"}}
+# What each variant needs beside model.residual (deepnorm is post-norm by definition; lambda's
+# default λ = 1 is add, so the family-wide tests run it at another λ).
+NEEDS = {"deepnorm": {"norm_position": "post"}, "lambda": {"residual_alpha": 0.5}}
 # The forms beside a variant's default (its authors'), by a name `config` takes for a variant.
 FORMS = {
     "rezero-per_branch": ("rezero", {"rezero_alpha": "per_branch"}),
@@ -219,6 +220,26 @@ def test_scaled_with_alpha_one_is_add(norm_position):
     add = build(config(norm_position=norm_position))(x)
     scaled = build(config("scaled", residual_alpha=1.0, norm_position=norm_position))(x)
     torch.testing.assert_close(scaled, add, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_lambda_at_one_is_add_and_at_zero_is_none(norm_position):
+    x = tokens()
+    for lam, same in ((1.0, "add"), (0.0, "none")):
+        want = build(config(same, norm_position=norm_position))(x)
+        got = build(config("lambda", residual_alpha=lam, norm_position=norm_position))(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("lam", [-1.0, 0.3, 2.0])
+def test_lambda_multiplies_the_skip_of_each_branch(lam):
+    """Joseph et al.'s λ-skip, λ·x + f(x), with f the pre-norm branch; any real λ."""
+    model = build(config("lambda", residual_alpha=lam))
+    assert model.residual.alpha == lam
+    assert not any("scale" in name for name, _ in model.named_parameters())
+    block, h = model.blocks[0], torch.randn(2, N, D)
+    mid = lam * h + block.mixer(block.norm1(h))
+    torch.testing.assert_close(block(h), lam * mid + block.mlp(block.norm2(mid)))
 
 
 def test_scaled_multiplies_each_branch_by_its_fixed_alpha():
@@ -572,6 +593,7 @@ BAD = [
     ),
     ({"residual": "rezero", "residual_alpha": 0.5}, ["model.residual_alpha=0.5", "'rezero'"]),
     ({"residual": "scaled", "residual_alpha": -1.0}, ["model.residual_alpha=-1.0", "> 0"]),
+    ({"residual": "lambda", "residual_alpha": math.inf}, ["model.residual_alpha=inf", "finite"]),
     ({"residual": "scaled", "layer_scale": 0.1}, ["model.layer_scale=0.1", "residual=layerscale"]),
     (
         {"residual": "layerscale", "residual_alpha": 0.5, "layer_scale": 0.1},
