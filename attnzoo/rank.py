@@ -39,11 +39,12 @@ WEIGHTS_PREFIX = "attention"  # WEIGHT_STATS are logged as attention/<stat>/laye
 
 
 def composite_norm(a: torch.Tensor) -> torch.Tensor:
-    """sqrt(max column abs-sum × max row abs-sum) over the last two dims."""
+    """sqrt(max column abs-sum × max row abs-sum) over the last two dims, as the product of the
+    two square roots (their product would underflow for entries near 1e-160)."""
     abs_ = a.abs()
     col = abs_.sum(dim=-2).amax(dim=-1)
     row = abs_.sum(dim=-1).amax(dim=-1)
-    return torch.sqrt(col * row)
+    return torch.sqrt(col) * torch.sqrt(row)
 
 
 def _tokens(
@@ -70,14 +71,15 @@ def relative_residual(
     """Dong, Cordonnier & Loukas (2021), "Attention is not all you need: pure attention loses rank
     doubly exponentially with depth": ‖res(H)‖ / ‖H‖ per sample, (batch,) float64, with
     res(H) = H − 1·mean_tokens(H)ᵀ and the composite norm ‖A‖ = sqrt(‖A‖₁ ‖A‖∞) (largest column
-    abs-sum times largest row abs-sum). 0 when every token is the same vector; scale-free.
-    Padding tokens are left out of the mean and of both norms."""
+    abs-sum times largest row abs-sum). 0 when every token is the same nonzero vector;
+    scale-free; NaN for an all-zero sample (a state that has vanished has no direction to
+    read, as for effective_rank). Padding tokens are left out of the mean and of both norms."""
     h_bnd, keep_bn1 = _tokens(h_bnd, key_padding_mask)
     mean_b1d = h_bnd.sum(dim=1, keepdim=True) / keep_bn1.sum(dim=1, keepdim=True).clamp_min(1)
     res_bnd = (h_bnd - mean_b1d) * keep_bn1
-    return composite_norm(res_bnd) / composite_norm(h_bnd).clamp_min(
-        torch.finfo(torch.float64).tiny
-    )
+    whole = composite_norm(h_bnd)
+    ratio = composite_norm(res_bnd) / whole.clamp_min(torch.finfo(torch.float64).tiny)
+    return ratio.where(whole > 0, torch.nan)
 
 
 def _singular_values(h_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:

@@ -36,6 +36,16 @@ def test_relative_residual_is_zero_for_rank_one_and_scale_free():
     torch.testing.assert_close(relative_residual(h), expected.double(), rtol=1e-6, atol=0)
 
 
+def test_relative_residual_of_a_vanished_state_is_nan_and_of_a_tiny_one_its_share():
+    """A state underflowed to 0 has no direction: NaN, not "collapsed"; one of 1e-300 still
+    has its own share."""
+    h = torch.randn(2, 5, 6, dtype=torch.float64)
+    h[0] = 0.0
+    got = relative_residual(h)
+    assert math.isnan(got[0].item()) and got[1].item() > 0.1
+    torch.testing.assert_close(relative_residual(1e-300 * h[1:]), got[1:])
+
+
 def test_relative_residual_ignores_padding():
     h = torch.randn(2, 6, 4)
     mask = torch.zeros(2, 6, dtype=torch.bool)

@@ -24,7 +24,9 @@ keep/collapse thresholds of attnzoo.analysis.verdicts, on the interval over seed
 interval of the decrement ratio decides how (a factor, so on the log scale: a geometric mean
 over seeds): doubly exponential when its lower end is above DOUBLY (1.5: each layer's decrement
 half again the last one's; the cubic rate gives 3), singly exponential when it lies inside
-[1/DOUBLY, DOUBLY] (geometric decay gives 1). The rule is calibrated in the tests on curves
+[1/DOUBLY, DOUBLY] (geometric decay gives 1). A stack whose state itself vanishes to 0 (a
+signal lost in magnitude, not in rank: the relative residual is NaN there) is VANISHES, never
+read as collapsed. The rule is calibrated in the tests on curves
 with known answers read exactly as the mixers' are: synthetic r_{l+1} = c·r_l^k with k = 1, 2
 and 3 and noise as large as the seeds' own, the frozen stochastic control and local attention
 (singly), and a floor moved 100 times either way.
@@ -43,6 +45,8 @@ FLOOR = 1e-13
 FLOAT64_FLOOR = 1e-14  # a plain float64 probe's residual above this is read (50× its floor)
 FIT_LAYERS = range(1, 6)  # the block outputs both rates are read from, for every stack
 DOUBLY = 1.5  # a decrement ratio above this is doubly exponential, within [1/it, it] singly
+# a stack some seed of which reaches an all-zero state (or a non-finite one): rank is undefined
+VANISHES = "state vanishes (rank undefined)"
 
 
 def fit_logs(
@@ -122,7 +126,8 @@ def collapse_kind(
 ) -> tuple[str, Interval, Interval]:
     """How a stack's relative residual behaves over its seeds' curves (r_0 the input, r_L the
     last layer): "no collapse", "partial", "collapses singly exponentially", "collapses doubly
-    exponentially", or "collapses, rate not resolved" (see the module docstring), with the
+    exponentially", "collapses, rate not resolved", or VANISHES where some seed's state reaches
+    0 (its relative residual is NaN: no rank to read; see the module docstring), with the
     intervals over seeds of the kept share r_L / r_0 and of the decrement ratio over `layers`
     (read above `floor`). The ratio is a factor, so its mean and interval are taken on the log
     scale (a geometric mean). The rate is not resolved unless every seed has every layer of the
@@ -137,6 +142,8 @@ def collapse_kind(
     else:
         ratio = Interval(0, math.nan, math.nan, math.nan, math.nan, confidence,
                          "some seed has no ratio over the layers above the floor")  # fmt: skip
+    if any(not all(math.isfinite(x) for x in c) for c in curves):
+        return VANISHES, share, ratio
     kept = verdict(share)
     if kept == "kept":
         return "no collapse", share, ratio
