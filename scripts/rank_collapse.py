@@ -1,7 +1,8 @@
 """Rank collapse at init for every mixer of the zoo: the central result of Dong, Cordonnier &
 Loukas (2021), and which mixers share it.
 
-For each mixer and each block variant (pure attention, +skip, +MLP, +skip+MLP, each with and
+For each mixer (and the option rows of attnzoo.analysis.stacks: scaled-dot causal and with each
+sink, sigmoid at bias 0, gated DeltaNet; the recurrent mixers run causal) and each block variant (pure attention, +skip, +MLP, +skip+MLP, each with and
 without LayerNorm) this builds models at init, probes them in float64, and records after every
 block the relative residual ‖res(H)‖/‖H‖ and the other measures of attnzoo.rank (effective rank,
 stable rank, token similarity, attention entropy). One depth-L model gives the curve for depths
@@ -39,6 +40,12 @@ slowly than full attention (Wu et al. 2024). Attention entropy is reported only 
 mixer's weights are a distribution (n/a for pooling, Nyström (no weights exposed), Fourier, the
 token MLP, identity).
 
+The λ-skip (Joseph et al. 2024, arXiv 2410.10609): the pure stacks of the recurrent mixers and
+of causal scaled-dot attention with each block λ·x + f(x) (model.residual=lambda), λ swept over
+attnzoo.analysis.stacks.LAMBDAS, with no norm and with the paper's LayerNorm after the sum, read
+by the same rule: from which λ on does a stack stop collapsing? A stack whose state vanishes to
+0 (its relative residual NaN: a signal lost in magnitude, not rank) is said so, not read.
+
 Outputs (in --out): rank_collapse.csv (every point, every measure, mean and std over the
 seeds), rank_collapse_seeds.csv (the same per seed), rank_collapse.md (tables at
 the last depth, the exponent growth, and the rate), rank_collapse.png (log residual against
@@ -47,7 +54,9 @@ depth), rank_collapse_measures.png (every measure against depth, per mixer), col
 cubic_rate.csv (the rate study's residuals and both exponents, per seed and mixer),
 cubic_rate.png (the measured residual of the doubly exponential stacks on a log(−log) axis
 beside the cubic rate, and log r_{l+1} against log r_l beside slope 3), path_counts.md (the
-share of paths of each length in a depth-L, H-head network, C(L,k)·H^k / (1+H)^L).
+share of paths of each length in a depth-L, H-head network, C(L,k)·H^k / (1+H)^L),
+lambda_skip.csv (the λ sweep's reading per stack, λ and norm), lambda_skip_seeds.csv (its
+residuals per seed and block), lambda_skip.png (r_L / r_0 against λ).
 
     python scripts/rank_collapse.py --out scripts/results/rank_collapse   # the committed run
     python scripts/rank_collapse.py --depth 12 --seeds 10 --dim 128 --tokens 64   # full size
@@ -68,7 +77,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from attnzoo import MIXERS, Model, ModelConfig, RankProfile, rank_profile  # noqa: E402
+from attnzoo import MIXERS, RankProfile  # noqa: E402
 from attnzoo.analysis.figures import measures_figure, rate_figure, residual_figure  # noqa: E402
 from attnzoo.analysis.fits import (  # noqa: E402
     DOUBLY,
@@ -81,17 +90,23 @@ from attnzoo.analysis.fits import (  # noqa: E402
     layers_above,
 )
 from attnzoo.analysis.known_collapse import ci, fmt, known_answers  # noqa: E402
-from attnzoo.analysis.split_residual import (  # noqa: E402
-    SPLIT_FLOOR,
-    split_residual_profile,
-    supports_split,
+from attnzoo.analysis.split_residual import SPLIT_FLOOR  # noqa: E402
+from attnzoo.analysis.stacks import (  # noqa: E402
+    EPS_ZERO,
+    FLOORS,
+    OPTION_ROWS,
+    Stack,
+    lambda_report,
+    lambda_sweep,
+    measure,
+    pure_curve,
+    stacks,
 )
 from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
-from attnzoo.model import EMBED_STD  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import mean_interval, t_ppf  # noqa: E402
-from attnzoo.studies import default_out, machine, study_mixers  # noqa: E402
+from attnzoo.studies import default_out, machine  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
     "pure": (False, False),
@@ -103,54 +118,6 @@ NORMS = ("none", "layernorm")
 # the control of the rate study: a mixer whose collapse is known (singly exponential)
 CONTROL = "attnzoo.analysis.controls.FrozenStochastic"
 CONTROL_NAME = "frozen random row-stochastic (control)"
-# rows of the rate study beside the mixers at their defaults: (mixer, options) by row name
-EPS_ZERO = {"linear (eps 0)": ("linear", {"eps": 0.0}), "favor (eps 0)": ("favor", {"eps": 0.0})}
-
-
-def build(
-    mixer: str,
-    skip: bool,
-    mlp: bool,
-    norm: str,
-    args: argparse.Namespace,
-    seed: int,
-    input_std: float | None = None,
-    options: dict | None = None,
-) -> tuple[Model, torch.Tensor]:
-    """One model at init and its probe tokens; `input_std` redraws the token embeddings and
-    positions with that std."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(dim=args.dim, depth=args.depth, heads=args.heads, mixer=mixer,
-                      mixer_options=dict(options or {}), skip=skip, mlp=mlp, norm=norm)  # fmt: skip
-    model = Model(cfg, out_features=2, max_len=args.tokens, vocab_size=args.vocab)
-    if input_std is not None:
-        with torch.no_grad():
-            model.embed.weight.mul_(input_std / EMBED_STD)
-            if isinstance(model.pos, torch.nn.Parameter):
-                model.pos.mul_(input_std / EMBED_STD)
-    return model, torch.randint(0, args.vocab, (args.batch, args.tokens))
-
-
-def measure(
-    mixer: str, skip: bool, mlp: bool, norm: str, args: argparse.Namespace, seed: int
-) -> RankProfile:
-    """Every measure after every block of one model at init, probed in float64."""
-    model, tokens = build(mixer, skip, mlp, norm, args, seed)
-    return rank_profile(model, tokens, dtype=torch.float64, measures=None)
-
-
-def pure_curve(
-    mixer: str, args: argparse.Namespace, seed: int, options: dict | None = None
-) -> tuple[list[float], str]:
-    """The relative residual of a pure stack with the rate study's inputs, and how it was
-    measured: "split" (mean and residual apart) where the mixer has a rule, else "float64"."""
-    model, tokens = build(mixer, False, False, "none", args, seed, args.rate_input_std, options)
-    if supports_split(model):
-        return split_residual_profile(model, tokens), "split"
-    return rank_profile(model, tokens, dtype=torch.float64, measures=[]).mean, "float64"
-
-
-FLOORS = {"split": SPLIT_FLOOR, "float64": FLOAT64_FLOOR}
 
 
 def rate_study(args: argparse.Namespace) -> dict[str, dict]:
@@ -158,13 +125,10 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     seeds: the residual curves, the kind of collapse with its intervals (collapse_kind), the
     paper's exponent where the cubic regime has layers (fit_rate), and log10 r at depth 3."""
     out: dict[str, dict] = {}
-    rows = {m: (m, None) for m in args.mixers}
-    rows.update({name: mo for name, mo in EPS_ZERO.items() if mo[0] in args.mixers})
-    rows[CONTROL] = (CONTROL, None)
-    for name, (mixer, options) in rows.items():
-        measured = [
-            pure_curve(mixer, args, 1000 + seed, options) for seed in range(args.rate_seeds)
-        ]
+    rows = stacks(args.mixers, {**OPTION_ROWS, **EPS_ZERO})
+    rows[CONTROL] = Stack(CONTROL)
+    for name, stack in rows.items():
+        measured = [pure_curve(stack, args, 1000 + seed) for seed in range(args.rate_seeds)]
         curves = [c for c, _ in measured]
         how = measured[0][1]
         floor = FLOORS[how]
@@ -183,7 +147,7 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mixers", nargs="+", default=study_mixers(), choices=list(MIXERS))
+    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
     parser.add_argument("--depth", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--dim", type=int, default=64)
@@ -207,10 +171,11 @@ def main() -> None:
     rows = []  # (mixer, variant, norm, depth, residual mean, std, then each measure's mean, std)
     per_seed = []  # (mixer, variant, norm, seed, depth, then each measure)
     curves: dict[tuple[str, str, str], RankProfile] = {}
-    for mixer in args.mixers:
+    rows_of = stacks(args.mixers)
+    for mixer, stack in rows_of.items():
         for variant, (skip, mlp) in VARIANTS.items():
             for norm in NORMS:
-                runs = [measure(mixer, skip, mlp, norm, args, seed) for seed in range(args.seeds)]
+                runs = [measure(stack, skip, mlp, norm, args, seed) for seed in range(args.seeds)]
                 per_seed += [
                     [mixer, variant, norm, seed, d] + [r.measures[n][d] for n in names]
                     for seed, r in enumerate(runs)
@@ -262,7 +227,8 @@ def main() -> None:
         mean, std = profile.mean, profile.std
         growth = exponent_growth(mean)
         half = [t_ppf(0.975, args.seeds - 1) * s / math.sqrt(args.seeds) for s in std]
-        cells = [f"{mean[d]:.2g} [{mean[d] - half[d]:.2g}, {mean[d] + half[d]:.2g}]"
+        cells = [f"{fmt(mean[d], '.2g')} [{fmt(mean[d] - half[d], '.2g')}, "
+                 f"{fmt(mean[d] + half[d], '.2g')}]"
                  for d in (1, min(3, args.depth), args.depth)]  # fmt: skip
         lines.append(
             f"| {mixer} | {variant} | {norm} | {' | '.join(cells)} | "
@@ -335,6 +301,7 @@ def main() -> None:
              args.rate_seeds]
         )  # fmt: skip
     lines += ["", "Checks against what is known:", "", *known_answers(rate, CONTROL)]
+    lines += lambda_report(lambda_sweep(args.mixers, args), args)
     with open(args.out / "collapse_rate.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
@@ -377,16 +344,16 @@ def main() -> None:
         + "\n"
     )
 
-    fig = residual_figure(curves, args.mixers, args.depth)
+    fig = residual_figure(curves, list(rows_of), args.depth)
     fig.savefig(args.out / "rank_collapse.png", dpi=120)
     plt.close(fig)
-    fig = measures_figure(curves, args.mixers, args.depth)
+    fig = measures_figure(curves, list(rows_of), args.depth)
     fig.savefig(args.out / "rank_collapse_measures.png", dpi=110)
     plt.close(fig)
     print((args.out / "rank_collapse.md").read_text())
     print((args.out / "path_counts.md").read_text())
     print(f"wrote {args.out}/rank_collapse.{{csv,md,png}}, rank_collapse_measures.png, "
-          "collapse_rate.csv, cubic_rate.{csv,png} and path_counts.md")  # fmt: skip
+          "collapse_rate.csv, cubic_rate.{csv,png}, path_counts.md and lambda_skip.{csv,png}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -256,6 +256,11 @@ def test_collapse_kind_puts_each_stack_in_words_by_the_fixed_rule():
     # collapsed, but each layer's decrement neither steady nor growing by half: not resolved
     erratic = [[1.0, 0.1, 0.05, 1e-4, 5e-5, 1e-8], [1.0, 0.2, 0.01, 5e-3, 1e-5, 5e-6]]
     assert analysis.collapse_kind(erratic)[0] == "collapses, rate not resolved"
+    # a state that underflows to 0 keeps its residual share until it has no direction at all
+    # (NaN): lost in magnitude, not in rank, and never read as collapsed, even by one seed
+    vanishing = [0.99, 0.98, 1.02, 1.3, math.nan]
+    assert analysis.collapse_kind([vanishing] * 3)[0] == analysis.fits.VANISHES
+    assert analysis.collapse_kind([*kept[:3], vanishing])[0] == analysis.fits.VANISHES
 
 
 # Calibration of the rule on curves with known answers. The noise is that of the committed
@@ -325,15 +330,16 @@ def _committed_rate() -> dict[str, list[list[float]]]:
 
 def test_the_committed_verdicts_do_not_move_with_the_floor():
     """Every stack of the committed rate study gets the same verdict with the floor moved 100×
-    either way, and the frozen stochastic control and local attention collapse singly."""
+    either way, and the frozen stochastic control and local attention collapse singly. A plain
+    float64 probe cannot go 100× down: a collapsed stack reads about 2.3e-16 there, its rounding
+    error, and a floor of 1e-16 would read that noise as layers; its floor goes down to 1e-15."""
     from attnzoo.analysis.fits import FLOAT64_FLOOR
 
     committed = _committed_rate()
     for mixer, (curves, measured) in committed.items():
         floor = SPLIT_FLOOR if measured == "split" else FLOAT64_FLOOR
-        kinds = {
-            analysis.collapse_kind(curves, floor=f)[0] for f in (floor / 100, floor, floor * 100)
-        }
+        lowest = floor / 100 if measured == "split" else 1e-15
+        kinds = {analysis.collapse_kind(curves, floor=f)[0] for f in (lowest, floor, floor * 100)}
         assert len(kinds) == 1, (mixer, kinds)
     for mixer in ("attnzoo.analysis.controls.FrozenStochastic", "local"):
         curves, measured = committed[mixer]
@@ -411,3 +417,19 @@ def test_what_is_known_about_collapse_holds_at_init():
         local = _pure_stack_residuals("local", seed, window=4)
         full = _pure_stack_residuals("scaled_dot", seed)
         assert local[3] > 100 * full[3]
+
+
+def test_collapse_stops_at_the_smallest_lambda_from_which_every_larger_one_keeps_rank():
+    from attnzoo.analysis.stacks import LambdaRow, collapse_stops, stop_words
+
+    def rows(kinds):
+        return [LambdaRow("m", lam, "none", [], kind, None, None) for lam, kind in kinds.items()]
+
+    kept, gone = "no collapse", "collapses singly exponentially"
+    sweep = rows({-1.0: kept, 0.0: gone, 0.01: gone, 0.1: kept, 0.3: gone, 1.0: kept})
+    assert collapse_stops(sweep, "m", "none") == 1.0  # 0.1 keeps, but 0.3 does not
+    assert stop_words(1.0) == "λ = 1"
+    assert collapse_stops(rows({0.0: gone, 0.01: kept, 1.0: kept}), "m", "none") == 0.01
+    assert stop_words(0.01) == "every λ > 0"
+    assert collapse_stops(rows({0.0: gone, 1.0: gone}), "m", "none") is None
+    assert stop_words(None) == "beyond the sweep"

@@ -97,3 +97,15 @@ def test_the_split_measurement_refuses_what_it_has_no_rule_for():
     torch.manual_seed(0)
     cfg = ModelConfig(dim=16, depth=2, heads=2, mixer="scaled_dot", mlp=False, norm="none")
     assert not supports_split(Model(cfg, out_features=2, max_len=12, vocab_size=32))  # a skip
+
+
+@pytest.mark.parametrize("sink", ["learned", "zero_kv"])
+def test_a_softmax_with_a_sink_has_no_split_rule(sink):
+    """Its rows sum to less than 1, which every rule assumes they do not: the study measures
+    it by the plain forward."""
+    cfg = ModelConfig(dim=16, depth=2, heads=2, mixer="scaled_dot",
+                      mixer_options={"sink": sink}, skip=False, mlp=False, norm="none")  # fmt: skip
+    model = Model(cfg, out_features=2, max_len=8, vocab_size=11)
+    assert not supports_split(model)
+    with pytest.raises(ValueError, match="split rule"):
+        split_residual_profile(model, torch.randint(0, 11, (2, 8)))

@@ -54,9 +54,16 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
         "cubic_rate.csv",
         "cubic_rate.png",
         "path_counts.md",
+        "lambda_skip.csv",
+        "lambda_skip_seeds.csv",
+        "lambda_skip.png",
     }
     rows = list(csv.DictReader((out / "rank_collapse.csv").read_text().splitlines()))
-    assert len(rows) == 2 * 4 * 2 * 7  # mixers x variants x norms x (depth + 1)
+    # (two mixers + scaled_dot's option rows: causal, two sinks) x variants x norms x (depth + 1)
+    assert len(rows) == 5 * 4 * 2 * 7
+    sweep = list(csv.DictReader((out / "lambda_skip.csv").open()))
+    assert {r["mixer"] for r in sweep} == {"scaled_dot (causal)"}  # the sweep's one stack here
+    assert len(sweep) == 7 * 2  # λ x norms
     seeds = list(csv.DictReader((out / "rank_collapse_seeds.csv").open()))
     assert len(seeds) == 2 * len(rows)  # --seeds 2: the mean and std above are recomputable
     pure = [
@@ -94,7 +101,8 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
     ) in md
     rate = list(csv.DictReader((out / "cubic_rate.csv").open()))
     control = "attnzoo.analysis.controls.FrozenStochastic"
-    assert {r["mixer"] for r in rate} == {"scaled_dot", "metric", control}
+    options = {"scaled_dot (causal)", "scaled_dot (sink learned)", "scaled_dot (sink zero_kv)"}
+    assert {r["mixer"] for r in rate} == {"scaled_dot", "metric", control, *options}
     table = {r["mixer"]: r for r in csv.DictReader((out / "collapse_rate.csv").open())}
     assert table["scaled_dot"]["verdict"] == "collapses doubly exponentially"
     assert table["scaled_dot"]["layers_fitted"] == "1–5"

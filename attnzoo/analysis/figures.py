@@ -477,3 +477,38 @@ def rate_figure(
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def lambda_figure(sweep: list[Any], title: str) -> plt.Figure:
+    """r_L / r_0 against λ (symmetric-log axis), one panel per norm, one line per mixer: mean
+    over seeds with its 95% interval as a band; the verdict thresholds as dotted lines. `sweep`:
+    attnzoo.analysis.stacks.LambdaRow."""
+    from attnzoo.analysis.verdicts import COLLAPSED, KEPT
+
+    norms = list(dict.fromkeys(r.norm for r in sweep))
+    fig, axes = plt.subplots(1, len(norms), figsize=(5.2 * len(norms), 4.0), sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, norm in zip(axes[0], norms, strict=True):
+        for i, name in enumerate(dict.fromkeys(r.stack for r in sweep)):
+            rows = sorted((r for r in sweep if r.stack == name and r.norm == norm),
+                          key=lambda r: r.lam)  # fmt: skip
+            lams = [r.lam for r in rows]
+            floor = 1e-17  # a log axis: a share of 0 is drawn at the bottom
+            style = series_style(i)
+            ax.plot(lams, [max(r.share.mean, floor) for r in rows], markersize=4,
+                    label=name, **style)  # fmt: skip
+            ax.fill_between(lams, [max(r.share.low, floor) for r in rows],
+                            [max(r.share.high, floor) for r in rows], alpha=0.15,
+                            color=style.get("color"))  # fmt: skip
+        for y in (KEPT, COLLAPSED):
+            ax.axhline(y, color="gray", linewidth=0.8, linestyle=":")
+        ax.set_xscale("symlog", linthresh=0.01)
+        ax.set_yscale("log")
+        ax.set_xlabel("λ")
+        ax.set_title(f"norm: {norm}")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("r_L / r_0 (kept share of the input's residual)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

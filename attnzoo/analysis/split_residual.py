@@ -287,7 +287,10 @@ RULES: dict[type, Callable[[nn.Module, Split], Split]] = {
 
 
 def rule_for(mixer: nn.Module) -> Callable[[nn.Module, Split], Split] | None:
-    """The split rule for `mixer`, None for a mixer without one."""
+    """The split rule for `mixer`, None for a mixer without one. A softmax with a sink has rows
+    that sum to less than 1, which the rules assume they do not: it has none."""
+    if getattr(mixer, "sink_logit", None) is not None:
+        return None
     return next((rule for cls, rule in RULES.items() if isinstance(mixer, cls)), None)
 
 

@@ -64,10 +64,11 @@ def nystrom_is_scaled_dot(t: Tables) -> Problems:
 
 
 def skip_shares(t: Tables) -> dict[tuple[str, str, str], list[float]]:
-    """r_L / r_0 per seed, for every skip stack: (mixer, variant, norm) -> shares."""
+    """r_L / r_0 per seed, for every skip stack of a mixer at its defaults (not the option rows,
+    whose names say their option in parentheses): (mixer, variant, norm) -> shares."""
     curves: dict[tuple[str, str, str, str], dict[int, float]] = {}
     for r in t.rows(SEEDS):
-        if "skip" in r["variant"]:
+        if "skip" in r["variant"] and "(" not in r["mixer"]:
             key = (r["mixer"], r["variant"], r["norm"], r["seed"])
             curves.setdefault(key, {})[int(r["depth"])] = num(r, "relative_residual")
     shares: dict[tuple[str, str, str], list[float]] = {}
@@ -119,6 +120,130 @@ def float64_floor_by_block_3(t: Tables) -> Problems:
     for m in SOFTMAX:
         r = t.one(COLLAPSE, mixer=m, variant="pure", norm="none", depth="3")
         yield from expect(num(r, "residual_mean") < 1e-14, f"{m}: float64 r_3 above 1e-14")
+
+
+LAMBDA = "rank_collapse/lambda_skip.csv"
+VANISHES = "state vanishes (rank undefined)"
+ROW_STOCHASTIC_FREE = ("sigmoid", "scaled_dot (sink learned)", "scaled_dot (sink zero_kv)")
+
+
+def collapses(t: Tables, mixers: Sequence[str]) -> Problems:
+    """Collapsed by the rule's share (r_L / r_0 interval ≤ 0.2), whatever its rate."""
+    for m in mixers:
+        got = t.one(RATE, mixer=m)["verdict"]
+        yield from expect(got.startswith("collapses"), f"{m}: {got!r}, not a collapse")
+
+
+def sink_at_init_is_zero_kv(t: Tables) -> Problems:
+    """A learned sink starts at logit 0: at init its stacks are zero_kv's, number for number."""
+    a = t.rows(SEEDS, mixer="scaled_dot (sink learned)")
+    b = t.rows(SEEDS, mixer="scaled_dot (sink zero_kv)")
+    yield from expect(len(a) == len(b) > 0, f"{len(a)} and {len(b)} rows")
+    for x, y in zip(a, b, strict=False):
+        same = all(x[k] == y[k] for k in x if k != "mixer")
+        yield from expect(same, f"{x['variant']} {x['norm']} seed {x['seed']} depth {x['depth']}")
+
+
+def lambda_rows(t: Tables, mixer: str, norm: str) -> dict[float, dict[str, str]]:
+    return {float(r["lambda"]): r for r in t.rows(LAMBDA, mixer=mixer, norm=norm)}
+
+
+def recurrent_keep(t: Tables) -> Problems:
+    """Mamba-2 and DeltaNet (both forms) keep rank in pure stacks; retention's and GLA's lose
+    their state itself; with a λ-skip of any λ ≠ 0 of the sweep, no norm or post-LN, all four
+    keep rank."""
+    yield from verdicts_are(t, ("mamba2", "deltanet", "deltanet (gated)"), NO_COLLAPSE)
+    yield from verdicts_are(t, ("retention", "gla"), VANISHES)
+    for m in ("mamba2", "retention", "gla", "deltanet"):
+        for norm in ("none", "post-LN"):
+            for lam, r in lambda_rows(t, m, norm).items():
+                if lam != 0:
+                    yield from expect(
+                        r["verdict"] == NO_COLLAPSE, f"{m} {norm} λ={lam}: {r['verdict']}"
+                    )
+
+
+def causal_softmax_needs_lambda_one(t: Tables) -> Problems:
+    """Causal scaled-dot's pure stack collapses, and keeps collapsing with λ up to 0.3; λ = 1 and
+    λ = −1 keep rank, with no norm and with post-LN."""
+    yield from collapses(t, ("scaled_dot (causal)",))
+    for norm in ("none", "post-LN"):
+        rows = lambda_rows(t, "scaled_dot (causal)", norm)
+        for lam, r in rows.items():
+            want = lam in (-1.0, 1.0)
+            got = r["verdict"] == NO_COLLAPSE
+            yield from expect(got == want, f"λ={lam} {norm}: {r['verdict']}")
+            if not want:
+                yield from expect(r["verdict"].startswith("collapses"), f"λ={lam}: {r['verdict']}")
+
+
+def lambda_fields(t: Tables) -> dict[str, str]:
+    r = lambda_rows(t, "scaled_dot (causal)", "none")
+    return {"share_03": fmt(num(r[0.3], "kept_share"), ".2f"),
+            "share_1": fmt(num(r[1.0], "kept_share"), ".2f")}  # fmt: skip
+
+
+def skip_share_of(t: Tables, mixer: str) -> float:
+    """r_L / r_0 of `mixer` with a skip alone, the mean over seeds."""
+    curves: dict[str, dict[int, float]] = {}
+    for r in t.rows(SEEDS, mixer=mixer, variant="+skip", norm="none"):
+        curves.setdefault(r["seed"], {})[int(r["depth"])] = num(r, "relative_residual")
+    shares = [c[max(c)] / c[0] for c in curves.values()]
+    return sum(shares) / len(shares)
+
+
+def sigmoid_bias_zero_collapses_with_skip(t: Tables) -> Problems:
+    from attnzoo.stats import mean_interval
+
+    curves: dict[str, dict[int, float]] = {}
+    for r in t.rows(SEEDS, mixer="sigmoid (bias 0)", variant="+skip", norm="none"):
+        curves.setdefault(r["seed"], {})[int(r["depth"])] = num(r, "relative_residual")
+    high = mean_interval([c[max(c)] / c[0] for c in curves.values()]).high
+    yield from expect(high <= COLLAPSED, f"r_L / r_0 interval ends at {high:.3g} > {COLLAPSED}")
+    yield from expect(skip_share_of(t, "sigmoid") >= KEPT, "sigmoid at -log N loses it too")
+
+
+NEW_MIXERS = [
+    Claim(
+        "collapse-non-stochastic",
+        README,
+        "sigmoid attention and a sink (learned, at its init, or zero_kv) collapse too, rate not "
+        "resolved past float64's floor",
+        (RATE, SEEDS),
+        lambda t: [*collapses(t, ROW_STOCHASTIC_FREE), *sink_at_init_is_zero_kv(t)],
+    ),
+    Claim(
+        "collapse-recurrent",
+        README,
+        "pure Mamba-2 and DeltaNet stacks keep rank; retention's and GLA's lose their state "
+        "itself, which any λ-skip of the sweep restores",
+        (RATE, LAMBDA),
+        recurrent_keep,
+    ),
+    Claim(
+        "collapse-lambda",
+        RESULTS_PAGE,
+        "keeps collapsing up to λ = 0.3 (r_L / r_0 = {share_03}) and stops at λ = 1 ({share_1})",
+        (RATE, LAMBDA),
+        causal_softmax_needs_lambda_one,
+        lambda_fields,
+    ),
+    Claim(
+        "collapse-sigmoid-bias-zero",
+        RESULTS_PAGE,
+        "at bias 0 even a skip does not save it: r_L / r_0 = {share}",
+        (SEEDS,),
+        sigmoid_bias_zero_collapses_with_skip,
+        lambda t: {"share": fmt(skip_share_of(t, "sigmoid (bias 0)"), ".2g")},
+    ),
+    Claim(
+        "collapse-sink-init-docs",
+        RESULTS_PAGE,
+        "a learned sink starts at logit 0, so at init its stacks are zero_kv's, number for number",
+        (SEEDS,),
+        sink_at_init_is_zero_kv,
+    ),
+]
 
 
 RANK_COLLAPSE = [
@@ -227,4 +352,5 @@ RANK_COLLAPSE = [
         skip_keeps,
         skip_fields,
     ),
+    *NEW_MIXERS,
 ]
