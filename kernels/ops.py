@@ -95,8 +95,9 @@ def _apply_dtype_policy(
     return activations, parameters
 
 
-def _autocast_off(t: torch.Tensor) -> contextlib.AbstractContextManager:
-    """The op body runs without autocast: its inputs already have the policy's dtype."""
+def autocast_off(t: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Autocast off for t's device while the block runs (an op body, whose inputs already have
+    the policy's dtype; a mixer's part that must run in fp32); nothing where it is not on."""
     device = t.device.type
     if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
         return torch.autocast(device, enabled=False)
@@ -267,11 +268,11 @@ def scaled_dot_attention(
     window = check_window(window)
     scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
     if _sink_path(sink, q, impl):
-        with _autocast_off(q):
+        with autocast_off(q):
             return reference.scaled_dot_attention(
                 q, k, v, causal, key_padding_mask, scale, dropout_p, window=window, sink=sink
             )
-    with _autocast_off(q):
+    with autocast_off(q):
         b, h, n, dk = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
         if _use_triton(
@@ -315,11 +316,11 @@ def quadratic_attention(
     h = u.shape[0]
     scale, dropout_p = _scale(scale, d), check_dropout(dropout_p)
     if _sink_path(sink, v, impl):
-        with _autocast_off(x):
+        with autocast_off(x):
             return reference.quadratic_attention(
                 x, u, v, causal, key_padding_mask, scale, dropout_p, sink=sink
             )
-    with _autocast_off(x):
+    with autocast_off(x):
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), d, v.shape[-1])
         if _use_triton(impl, "quadratic_attention", "x", (x, u, v), causal, d, n, shape):
             seed = _dropout_seed(x, dropout_p)
@@ -352,11 +353,11 @@ def metric_attention(
     check_causal(causal)
     scale, dropout_p = _scale(scale, p.shape[-1]), check_dropout(dropout_p)
     if _sink_path(sink, p, impl):
-        with _autocast_off(p):
+        with autocast_off(p):
             return reference.metric_attention(
                 p, m, causal, key_padding_mask, scale, dropout_p, sink=sink
             )
-    with _autocast_off(p):
+    with autocast_off(p):
         b, h, n, dk = p.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk)
         if _use_triton(impl, "metric_attention", "p", (p, m), causal, dk, n, shape):
@@ -385,7 +386,7 @@ def pool_mix(
     """
     (x,), _ = _apply_dtype_policy((x,))
     check_pool(x, window, causal, key_padding_mask)
-    with _autocast_off(x):
+    with autocast_off(x):
         b, n, d = x.shape
         shape = lambda: (dispatch.n_bucket(b), dispatch.n_bucket(n), d)
         if _use_triton(impl, "pool_mix", "x", (x,), causal, d, n, shape, window):
@@ -486,7 +487,7 @@ def linear_attention(
     """
     (q, k, v), _ = _apply_dtype_policy((q, k, v))
     eps = check_linear(q, k, v, key_padding_mask, causal, eps)
-    with _autocast_off(q):
+    with autocast_off(q):
         b, h, n, f = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), f, v.shape[-1])
         if _use_triton(impl, "linear_attention", "q", (q, k, v), causal, f, n, shape):
@@ -552,7 +553,7 @@ def gated_linear_attention(
     log_decay = log_decay.to(ct)
     if initial_state is not None:
         initial_state = initial_state.to(ct)
-    with _autocast_off(q):
+    with autocast_off(q):
         b, h, n, kd = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), kd, v.shape[-1])
         tensors = (q, k, v, log_decay) + (() if initial_state is None else (initial_state,))
@@ -591,7 +592,7 @@ def sigmoid_attention(
             "or 'auto' (the PyTorch path)"
         )
     scale, bias = _scale(scale, q.shape[-1]), check_scale(bias, "bias")
-    with _autocast_off(q):
+    with autocast_off(q):
         return reference.sigmoid_attention(q, k, v, causal, key_padding_mask, scale, bias)
 
 
@@ -631,7 +632,7 @@ def delta_rule(
     ct = delta_naive.compute_dtype(q)
     beta = beta.to(ct)
     log_decay = None if log_decay is None else log_decay.to(ct)
-    with _autocast_off(q):
+    with autocast_off(q):
         if impl == "fla":
             return _fla_delta_rule(q, k, v, beta, log_decay, scale)
         return delta_naive.chunked(q, k, v, beta, log_decay, scale)[0]

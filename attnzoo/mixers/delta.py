@@ -5,7 +5,6 @@ options and where attnzoo departs.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -14,16 +13,10 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo import kernels
+from attnzoo.kernels.ops import autocast_off
 from attnzoo.mixers.base import _check_input, _positive
 from attnzoo.mixers.recurrent import _HeadNorm, _Recurrent, scan_flops, segment_sums
 from attnzoo.mixers.registry import register
-
-
-def _no_autocast(t: torch.Tensor) -> contextlib.AbstractContextManager:
-    device = t.device.type
-    if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
-        return torch.autocast(device, enabled=False)
-    return contextlib.nullcontext()
 
 
 def delta_hidden_attention(
@@ -116,7 +109,7 @@ class DeltaNet(_Recurrent):
         pad = self.conv.kernel_size[0] - 1
         compute = torch.promote_types(x_bnd.dtype, torch.float32)
         qkv = self.qkv(x_bnd).transpose(1, 2).to(compute)
-        with _no_autocast(x_bnd):  # the short convolution and the norms in fp32
+        with autocast_off(x_bnd):  # the short convolution and the norms in fp32
             qkv = F.conv1d(F.pad(qkv, (pad, 0)), self.conv.weight.to(compute), groups=qkv.shape[1])
         qkv = self._masked(F.silu(qkv).transpose(1, 2), key_padding_mask)
         q, k, v = rearrange(qkv, "b n (three h k) -> three b h n k", three=3, h=self.heads)
