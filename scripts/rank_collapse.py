@@ -2,10 +2,11 @@
 Loukas (2021), and which mixers share it.
 
 For each mixer (and the option rows of attnzoo.analysis.stacks: scaled-dot causal and with each
-sink, sigmoid at bias 0, gated DeltaNet; the recurrent mixers run causal) and each block variant (pure attention, +skip, +MLP, +skip+MLP, each with and
-without LayerNorm) this builds models at init, probes them in float64, and records after every
-block the relative residual ‖res(H)‖/‖H‖ and the other measures of attnzoo.rank (effective rank,
-stable rank, token similarity, attention entropy). One depth-L model gives the curve for depths
+sink, sigmoid at bias 0, gated DeltaNet; the recurrent mixers run causal) and each block variant
+(pure attention, +skip, +MLP, +skip+MLP, each with and without LayerNorm) this builds models at
+init, probes them in float64, and records after every block the relative residual ‖res(H)‖/‖H‖
+and the other measures of attnzoo.rank (effective rank, stable rank, token similarity, attention
+entropy). One depth-L model gives the curve for depths
 1..L: at init the first l blocks of a depth-L model are distributed exactly like a depth-l model.
 
 Every interval is Student-t 95% over seeds, with the sample standard deviation (ddof = 1); the
