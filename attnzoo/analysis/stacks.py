@@ -39,7 +39,16 @@ class Stack:
     causal: bool = False
 
 
-RECURRENT = ("retention", "gla", "mamba2", "deltanet")
+def recurrent(name: str) -> bool:
+    """Whether the mixer registered as `name` is of the recurrent family (a scan over tokens,
+    causal by nature): a user's recurrent mixer is probed causal too."""
+    from attnzoo.mixers import MIXERS
+    from attnzoo.mixers.recurrent import _Recurrent
+
+    cls = MIXERS.get(name)
+    return isinstance(cls, type) and issubclass(cls, _Recurrent)
+
+
 # rows beside the mixers at their defaults, by row name: included where their mixer is studied
 OPTION_ROWS = {
     "scaled_dot (causal)": Stack("scaled_dot", causal=True),
@@ -61,7 +70,7 @@ LAMBDA_NORMS = {"none": ("none", "pre"), "post-LN": ("layernorm", "post")}
 
 def stack_of(name: str) -> Stack:
     """The stack of a row name: an option row, a rate-study row, or a mixer at its defaults."""
-    return {**OPTION_ROWS, **EPS_ZERO}.get(name) or Stack(name, causal=name in RECURRENT)
+    return {**OPTION_ROWS, **EPS_ZERO}.get(name) or Stack(name, causal=recurrent(name))
 
 
 def stacks(mixers: list[str], rows: dict[str, Stack] = OPTION_ROWS) -> dict[str, Stack]:
