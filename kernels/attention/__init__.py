@@ -24,6 +24,8 @@ from .launch import (
     metric_forward,
     scaled_dot_backward,
     scaled_dot_forward,
+    sigmoid_backward,
+    sigmoid_forward,
 )
 from .tuning import block_configs, head_width, n_bucket, qk_tile_width, spec_cases, variant_name
 
@@ -44,6 +46,8 @@ __all__ = [
     "qk_tile_width",
     "scaled_dot_backward",
     "scaled_dot_forward",
+    "sigmoid_backward",
+    "sigmoid_forward",
     "spec_cases",
     "variant_name",
 ]

@@ -181,6 +181,12 @@ def _dropout_keep(seed, pid_bh, queries, keys, N, dropout_p):
 
 
 @triton.jit
+def _sigmoid2(x):
+    """σ of a base-2 logit x = (scale · q·k + bias) · log2 e: 1 / (1 + 2^−x); 0 at x = −inf."""
+    return 1.0 / (1.0 + tl.exp2(-x))
+
+
+@triton.jit
 def _key_tiles(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """The key tiles a query tile visits, [0, hi), and the first of them that needs a mask,
     `full`: tiles before it lie inside the sequence and (causal) wholly at or before the tile's
@@ -231,14 +237,16 @@ def _mask(x, queries, keys, start, N, left, right, inner_lo, inner_hi, fill,
 def _fwd_loop(
     acc, l_i, m_i, q0, Q, K, V, Mask, seed,
     q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
+    N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
-    BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SIGMOID: tl.constexpr,
+    MASKED: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
-    """The online softmax over key tiles [lo, hi). MASKED: the tiles on the causal diagonal and
-    the ragged last tile, which need the per-element mask, or with WINDOW every tile the window
-    reaches, the mask applied outside [inner_lo, inner_hi) only; the other loop skips it."""
+    """The online softmax over key tiles [lo, hi) (SIGMOID: the plain sum of σ-weighted values,
+    no running max or sum). MASKED: the tiles on the causal diagonal and the ragged last tile,
+    which need the per-element mask, or with WINDOW every tile the window reaches, the mask
+    applied outside [inner_lo, inner_hi) only; the other loop skips it. A masked score is −inf:
+    weight 0 under either normalisation."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k0 = _load_rows(K + k_base, offs_n, skn, offs_d, N, d_qk)
@@ -250,17 +258,21 @@ def _fwd_loop(
                       float("-inf"), CAUSAL, WINDOW)  # fmt: skip
         if HAS_MASK:
             s = tl.where(_padding(Mask, mask_base, offs_n, N)[None, :], float("-inf"), s)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row that has seen no key yet keeps m = -inf (a finite stand-in would shift the next
-        # tile's exp2 by it: scores far below it would underflow to an empty row); only the
-        # exponent uses 0 in its place, away from -inf - -inf.
-        if MASKED or HAS_MASK:  # noqa: SIM108 (a compile-time branch)
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if SIGMOID:
+            p = _sigmoid2(s + bias2)
         else:
-            m_use = m_new
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)  # the softmax's sum: before dropout
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row that has seen no key yet keeps m = -inf (a finite stand-in would shift the
+            # next tile's exp2 by it: scores far below it would underflow to an empty row); only
+            # the exponent uses 0 in its place, away from -inf - -inf.
+            if MASKED or HAS_MASK:  # noqa: SIM108 (a compile-time branch)
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            else:
+                m_use = m_new
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)  # the softmax's sum: before dropout
+            m_i = m_new
         if METRIC:  # noqa: SIM108 (a compile-time branch: the else side is never traced)
             v = k0
         else:
@@ -268,24 +280,27 @@ def _fwd_loop(
         if DROPOUT:
             keep = _dropout_keep(seed, pid_bh, offs_m[:, None], offs_n[None, :], N, dropout_p)
             p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
-        m_i = m_new
+        if SIGMOID:
+            acc += tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
     return acc, l_i, m_i
 
 
 @triton.jit(do_not_specialize=_WINDOW_ARGS)
 def _attn_fwd(
-    Q, K, V, M, Out, Lse, Mask, Seed,
+    Q, K, V, M, Out, Lse, Mask, Seed, Sink,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sob, soh, son, smb,
-    H, N, d_qk, d_v, n_chunks, scale2, dropout_p, n_bucket, left, right,
+    H, N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, n_bucket, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SINK: tl.constexpr,
+    SIGMOID: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One query tile of one (batch, head): its output rows, and their base-2 log-sum-exp
-    (+inf for a row that sees no key, whose output is 0). WINDOW (never with CAUSAL, which the
-    launcher folds into the window): only the key tiles that meet the tile's window run, the
-    two edges with the per-element mask."""
+    (+inf for a row that sees no key, whose output is 0; with SINK the sink is in it, so such a
+    row's is the sink's logit). SIGMOID: the output only, Lse is never written. WINDOW (never
+    with CAUSAL, which the launcher folds into the window): only the key tiles that meet the
+    tile's window run, the two edges with the per-element mask."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -300,6 +315,9 @@ def _attn_fwd(
         seed = tl.load(Seed)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
+    if SINK:  # the sink is a key seen first, of logit Sink[h] (base 2) and value zero
+        m_i = tl.zeros([BLOCK_M], tl.float32) + tl.load(Sink + h)
+        l_i = tl.full([BLOCK_M], 1.0, tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
     if WINDOW:  # one loop over the tiles the window reaches; the inner ones skip the mask
@@ -311,25 +329,30 @@ def _attn_fwd(
         acc, l_i, m_i = _fwd_loop(
             acc, l_i, m_i, q0, Q, K, V, Mask, seed,
             q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-            N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full, 0, 0, left, right,
-            METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
+            N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, 0, full, 0, 0, left, right,
+            METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, SIGMOID, False, BLOCK_N,
+            DOT_PREC,
         )  # fmt: skip
         lo, inner_lo, inner_hi = full, 0, 0
     acc, l_i, m_i = _fwd_loop(
         acc, l_i, m_i, q0, Q, K, V, Mask, seed,
         q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
-        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, True, BLOCK_N, DOT_PREC,
+        N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
+        METRIC, HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, SIGMOID, True, BLOCK_N,
+        DOT_PREC,
     )  # fmt: skip
 
-    empty = l_i == 0.0
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("inf"), m_i + tl.log2(l_safe))
     o_ptrs = Out + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :]
     o_mask = (offs_m[:, None] < N) & (offs_d[None, :] < d_v)
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-    tl.store(Lse + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+    if SIGMOID:  # no normalisation: the weighted sum is the output
+        tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=o_mask)
+    else:
+        empty = l_i == 0.0
+        l_safe = tl.where(empty, 1.0, l_i)
+        out = acc / l_safe[:, None]
+        lse = tl.where(empty, float("inf"), m_i + tl.log2(l_safe))
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+        tl.store(Lse + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
 
 
 @triton.jit
@@ -355,18 +378,22 @@ def _attn_bwd_delta(
 def _dq_loop(
     dq, q0, do, lse, delta, Q, K, V, Mask, seed,
     q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-    N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
+    N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
     METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr,
-    BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SIGMOID: tl.constexpr,
+    MASKED: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
-    """dq over key tiles [lo, hi); MASKED as in the forward's loop."""
+    """dq over key tiles [lo, hi); MASKED as in the forward's loop. dS = P ∘ (dP − delta), or
+    with SIGMOID dS = dP ∘ P ∘ (1 − P) (`lse` and `delta` unused)."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k0 = _load_rows(K + k_base, offs_n, skn, offs_k, N, d_qk)
         s = _scores(q0, k0, Q, K, q_base, k_base, offs_m, offs_n, sqn, skn, offs_k, N, d_qk,
                     n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
-        p = tl.exp2(s * scale2 - lse[:, None])
+        if SIGMOID:  # noqa: SIM108 (a compile-time branch)
+            p = _sigmoid2(s * scale2 + bias2)
+        else:
+            p = tl.exp2(s * scale2 - lse[:, None])
         if MASKED:
             p = _mask(p, offs_m[:, None], offs_n[None, :], start_n, N, left, right, inner_lo, inner_hi,
                       0.0, CAUSAL, WINDOW)  # fmt: skip
@@ -380,7 +407,10 @@ def _dq_loop(
         if DROPOUT:
             keep = _dropout_keep(seed, pid_bh, offs_m[:, None], offs_n[None, :], N, dropout_p)
             dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
-        ds = p * (dp - delta[:, None])
+        if SIGMOID:  # noqa: SIM108
+            ds = dp * p * (1.0 - p)
+        else:
+            ds = p * (dp - delta[:, None])
         if CHUNKED:  # noqa: SIM108
             kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
         else:
@@ -394,13 +424,14 @@ def _attn_bwd_dq(
     Q, K, V, M, DO, Lse, Delta, DQ, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdqb, sdqh, sdqn, smb,
-    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket, left, right,
+    H, N, d_qk, d_v, n_chunks, scale2, scale, bias2, dropout_p, n_bucket, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
     DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    SIGMOID: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One query tile and one q/k feature chunk (QK_HEAD wide, as in the dk/dv kernel):
-    dq = scale · dS · k for that chunk. WINDOW: the key tiles of the forward's window loops."""
+    dq = scale · dS · k for that chunk. WINDOW: the key tiles of the forward's window loops.
+    SIGMOID: Lse and Delta are never read."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_c = tl.program_id(2)
@@ -414,8 +445,11 @@ def _attn_bwd_dq(
     offs_c = pid_c * QK_HEAD + offs_k
     q0 = _query_tile(Q, M, q_base, h * smh, offs_m, sqn, smr, offs_k, N, d_qk, METRIC, DOT_PREC)
     do = _load_rows(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, N, d_v)
-    delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
-    lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
+    if SIGMOID:  # the weights need no row statistics
+        lse, delta = 0.0, 0.0
+    else:
+        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+        lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
     seed = 0
     if DROPOUT:
         seed = tl.load(Seed)
@@ -431,15 +465,17 @@ def _attn_bwd_dq(
         dq = _dq_loop(
             dq, q0, do, lse, delta, Q, K, V, Mask, seed,
             q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn,
-            svn, N, d_qk, d_v, n_chunks, scale2, dropout_p, 0, full, 0, 0, left, right,
-            METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, False, BLOCK_N, DOT_PREC,
+            svn, N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, 0, full, 0, 0, left, right,
+            METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, SIGMOID, False, BLOCK_N,
+            DOT_PREC,
         )  # fmt: skip
         lo, inner_lo, inner_hi = full, 0, 0
     dq = _dq_loop(
         dq, q0, do, lse, delta, Q, K, V, Mask, seed,
         q_base, k_base, v_base, mask_base, pid_bh, offs_m, offs_k, offs_c, offs_d, sqn, skn, svn,
-        N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
-        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, True, BLOCK_N, DOT_PREC,
+        N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, lo, hi, inner_lo, inner_hi, left, right,
+        METRIC, QK_HEAD, CHUNKED, DROPOUT, HAS_MASK, CAUSAL, WINDOW, SIGMOID, True, BLOCK_N,
+        DOT_PREC,
     )  # fmt: skip
 
     dq = dq * scale
@@ -452,27 +488,31 @@ def _attn_bwd_dq(
 def _dkdv_loop(
     dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
     q_base, k_base, m_base, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi, left,
-    right,
+    sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, lo, hi, inner_lo,
+    inner_hi, left, right,
     METRIC: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr, DROPOUT: tl.constexpr,
-    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, MASKED: tl.constexpr, BLOCK_M: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SIGMOID: tl.constexpr, MASKED: tl.constexpr,
+    BLOCK_M: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """dk and dv of one key tile over query tiles [lo, hi), in transposed form: the scores are
     k·qᵀ (keys × queries), so Pᵀ and dSᵀ come out of their dots in the layout that dv += Pᵀ·dO
     and dk += dSᵀ·q take as their left operand, with no transpose of a register tile between.
     MASKED: the tiles on the causal diagonal, or with WINDOW every query tile that reaches the
-    key tile (masked outside [inner_lo, inner_hi), as in the forward). No other tile needs a mask: a query past the end
-    reads lse = +inf (so P = 0), and a key past the end (or padding) only touches its own row of
-    dk and dv, which is not stored (resp. zeroed)."""
+    key tile (masked outside [inner_lo, inner_hi), as in the forward). No other tile needs a
+    mask: a query past the end reads lse = +inf (so P = 0; with SIGMOID its dO row reads 0, so
+    it adds nothing to dv or dS), and a key past the end (or padding) only touches its own row
+    of dk and dv, which is not stored (resp. zeroed)."""
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q0 = _query_tile(Q, M, q_base, m_base, offs_m, sqn, smr, offs_k, N, d_qk, METRIC,
                          DOT_PREC)  # fmt: skip
         s_t = _scores(k0, q0, K, Q, k_base, q_base, offs_n, offs_m, skn, sqn, offs_k, N, d_qk,
                       n_chunks, QK_HEAD, CHUNKED, DOT_PREC)  # fmt: skip
-        lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
-        p_t = tl.exp2(s_t * scale2 - lse[None, :])
+        if SIGMOID:
+            p_t = _sigmoid2(s_t * scale2 + bias2)
+        else:
+            lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
+            p_t = tl.exp2(s_t * scale2 - lse[None, :])
         if MASKED:
             p_t = _mask(p_t, offs_m[None, :], offs_n[:, None], start_m, N, left, right, inner_lo,
                         inner_hi, 0.0, CAUSAL, WINDOW)  # fmt: skip
@@ -486,8 +526,11 @@ def _dkdv_loop(
             dp_t = tl.where(keep_t, dp_t / (1.0 - dropout_p), 0.0)
         else:
             dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PREC)
-        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
-        ds_t = p_t * (dp_t - delta[None, :])
+        if SIGMOID:
+            ds_t = dp_t * p_t * (1.0 - p_t)
+        else:
+            delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
+            ds_t = p_t * (dp_t - delta[None, :])
         if CHUNKED:  # noqa: SIM108
             qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
         else:
@@ -501,10 +544,10 @@ def _attn_bwd_dkdv(
     Q, K, V, M, DO, Lse, Delta, DK, DV, Mask, Seed,
     sqb, sqh, sqn, skb, skh, skn, svb, svh, svn, smh, smr, sdob, sdoh, sdon,
     sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, smb,
-    H, N, d_qk, d_v, n_chunks, scale2, scale, dropout_p, n_bucket, left, right,
+    H, N, d_qk, d_v, n_chunks, scale2, scale, bias2, dropout_p, n_bucket, left, right,
     METRIC: tl.constexpr, HEAD: tl.constexpr, QK_HEAD: tl.constexpr, CHUNKED: tl.constexpr,
     DROPOUT: tl.constexpr, HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
+    SIGMOID: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     """One key tile and one q/k feature chunk: dk for that chunk, dv (chunk 0 stores it).
 
@@ -550,16 +593,17 @@ def _attn_bwd_dkdv(
     dk, dv = _dkdv_loop(
         dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
         q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, lo, hi, inner_lo, inner_hi,
-        left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, True, BLOCK_M, DOT_PREC,
+        sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, lo, hi, inner_lo,
+        inner_hi, left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, SIGMOID, True,
+        BLOCK_M, DOT_PREC,
     )  # fmt: skip
     if not WINDOW:
         dk, dv = _dkdv_loop(
             dk, dv, k0, v, Q, K, M, DO, Lse, Delta, seed,
             q_base, k_base, h * smh, do_base, row_base, pid_bh, offs_n, offs_k, offs_c, offs_d,
-            sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, dropout_p, hi, N, 0, 0,
-            left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, False, BLOCK_M,
-            DOT_PREC,
+            sqn, skn, smr, sdon, N, d_qk, d_v, n_chunks, scale2, bias2, dropout_p, hi, N, 0, 0,
+            left, right, METRIC, QK_HEAD, CHUNKED, DROPOUT, CAUSAL, WINDOW, SIGMOID, False,
+            BLOCK_M, DOT_PREC,
         )  # fmt: skip
 
     dk = dk * scale

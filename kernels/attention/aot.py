@@ -29,6 +29,8 @@ _CONSTEXPRS = frozenset(
         "HAS_MASK",
         "CAUSAL",
         "WINDOW",
+        "SINK",
+        "SIGMOID",
         "BLOCK_M",
         "BLOCK_N",
         "DOT_PREC",
@@ -46,11 +48,11 @@ def _signature(fn, dtype: torch.dtype) -> dict[str, str]:
             sig[name] = "*i8"
         elif name == "Seed":
             sig[name] = "*i64"
-        elif name in ("Lse", "Delta"):
+        elif name in ("Lse", "Delta", "Sink"):
             sig[name] = "*fp32"
         elif name in ("Q", "K", "V", "M", "Out", "DO", "DQ", "DK", "DV"):
             sig[name] = ptr
-        elif name in ("scale", "scale2", "dropout_p"):
+        elif name in ("scale", "scale2", "bias2", "dropout_p"):
             sig[name] = "fp32"
         else:
             sig[name] = "i32"
@@ -79,21 +81,38 @@ def _aligned(fn, sig: dict[str, str]) -> dict:
 
 # The switch sets compiled per variant: none (every config of the row), then at the row's first
 # config all of them with a causal mask, and all of them with a sliding window instead (the
-# launcher folds causal into the window, so WINDOW never comes with CAUSAL).
-_SWITCHES = ("", "causal mask dropout", "window mask dropout")
+# launcher folds causal into the window, so WINDOW never comes with CAUSAL); the forward with a
+# sink as well (the backward kernels take no sink), and sigmoid attention with its masks (it
+# has no dropout).
+_SWITCHES = (
+    "",
+    "causal mask dropout",
+    "window mask dropout",
+    "causal mask dropout sink",
+    "causal mask sigmoid",
+)
+
+
+def _compiled(kernel: str, metric: bool, switches: str) -> bool:
+    """Whether a variant takes these switches: a window and sigmoid attention only come with
+    scaled-dot attention's prologue (plain, chunked, wide), a sink only reaches the forward."""
+    if metric and ("window" in switches or "sigmoid" in switches):
+        return False
+    return "sink" not in switches or kernel == "attn_fwd"
 
 
 def aot_specs() -> list[AotSpec]:
     """One spec per kernel and per configuration the launchers can pick on a GPU (the GPU tables,
     also when this process runs the interpreter) with no mask and no dropout; and at the first
-    configuration of each, the variant with causal, padding mask and dropout all on, and the one
-    with a sliding window, padding mask and dropout."""
+    configuration of each, the variants with the switches of `_SWITCHES` (causal or a sliding
+    window, padding mask and dropout; with a sink; sigmoid attention with causal and padding
+    masks)."""
     specs = []
     for (kernel, dtype, head, qk_head, metric, chunked), switches in itertools.product(
         spec_cases(), _SWITCHES
     ):
-        if metric and "window" in switches:
-            continue  # only scaled-dot attention takes a window
+        if not _compiled(kernel, metric, switches):
+            continue
         all_on = bool(switches)
         sig = _signature(KERNELS[kernel], dtype)
         aligned = _aligned(KERNELS[kernel], sig)
@@ -109,16 +128,19 @@ def aot_specs() -> list[AotSpec]:
                 "METRIC": metric,
                 "HEAD": head,
                 "CHUNKED": chunked,
-                "DROPOUT": all_on,
+                "DROPOUT": "dropout" in switches,
                 "HAS_MASK": all_on,
                 "CAUSAL": "causal" in switches,
                 "WINDOW": "window" in switches,
+                "SIGMOID": "sigmoid" in switches,
                 "BLOCK_M": bm,
                 "BLOCK_N": bn,
                 "DOT_PREC": dot_precision(dtype),
             }
             if "QK_HEAD" in KERNELS[kernel].arg_names:
                 constexprs["QK_HEAD"] = qk_head
+            if "SINK" in KERNELS[kernel].arg_names:
+                constexprs["SINK"] = "sink" in switches
             prologue = variant_name(head, qk_head, metric, chunked)
             prologue += f" {switches}" if all_on else ""
             label = (

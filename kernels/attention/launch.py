@@ -4,7 +4,7 @@ The arguments arrive checked (shapes, dtypes, devices, mask, scale: kernels/_che
 public op or the torch.ops.attnzoo operator the call came in by); what is checked here are the
 limits of these kernels: head widths, unit feature strides, int32 row offsets, the dropout
 counter. `_Problem` gathers what the three kernels share for one call; `attention_forward` and
-`attention_backward` launch them; the four `*_forward` / `*_backward` functions at the end are
+`attention_backward` launch them; the six `*_forward` / `*_backward` functions at the end are
 what the custom ops in kernels/library.py run.
 """
 
@@ -61,7 +61,9 @@ def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
 
 
 class _Problem:
-    """Everything the three kernels share for one call: operands, sizes, flags, mask, dropout."""
+    """Everything the three kernels share for one call: operands, sizes, flags, mask, dropout,
+    the sink (one logit per head, fp32) and, for sigmoid attention, the bias (`sigmoid`; None:
+    the softmax)."""
 
     def __init__(
         self,
@@ -75,6 +77,8 @@ class _Problem:
         dropout_p: float = 0.0,
         seed: torch.Tensor | None = None,
         window: tuple[int, int] | None = None,
+        sink: torch.Tensor | None = None,
+        sigmoid: float | None = None,
     ) -> None:
         b, h, n, d_qk = q.shape
         d_v = v.shape[-1]
@@ -107,6 +111,17 @@ class _Problem:
         self.seed = seed if dropout_p > 0.0 else _placeholder(q.device, torch.int64)
         self.m_or_q = m if m is not None else q
         self.m_strides = (m.stride(0), m.stride(1)) if m is not None else (0, 0)
+        if sigmoid is not None and (sink is not None or self.dropout_p > 0.0 or m is not None):
+            raise ValueError(
+                "sigmoid attention has no sink, no dropout and no metric prologue in these "
+                f"kernels; got sink={sink is not None}, dropout_p={self.dropout_p}, "
+                f"metric={m is not None}"
+            )
+        self.sigmoid = sigmoid is not None
+        self.bias2 = 0.0 if sigmoid is None else float(sigmoid) * LOG2E
+        # the sink's logits in base 2, as the forward's running max reads them
+        self.sink = sink
+        self.sink2 = None if sink is None else (sink.detach().float() * LOG2E).contiguous()
 
     def inputs(self) -> tuple:
         return (self.q, self.k, self.v, self.m_or_q)
@@ -127,6 +142,7 @@ class _Problem:
             "HAS_MASK": self.has_mask,
             "CAUSAL": self.causal,
             "WINDOW": self.window,
+            "SIGMOID": self.sigmoid,
             "DOT_PREC": dot_precision(self.q.dtype),
         }
 
@@ -174,47 +190,64 @@ def _check_interpretable(p: _Problem) -> None:
         )
 
 
-def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor]:
-    """out (B, H, N, dv) in the input dtype, and the base-2 log-sum-exp (B·H, N) in fp32."""
+def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """out (B, H, N, dv) in the input dtype, and the base-2 log-sum-exp (B·H, N) in fp32 (with
+    a sink, the sink is in it); sigmoid attention has no log-sum-exp (None)."""
     _check_interpretable(p)
     out = _alloc((p.b, p.h, p.n, p.d_v), p.q.dtype, p.q.device)
-    lse = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+    if p.sigmoid:
+        lse, lse_arg = None, _placeholder(p.q.device, torch.float32)
+    else:
+        lse = lse_arg = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
     if p.n == 0 or p.b * p.h == 0:
         return out, lse
+    sink = p.sink2 if p.sink2 is not None else _placeholder(p.q.device, torch.float32)
     grid = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
     _fwd[grid](
-        *p.inputs(), out, lse, p.mask_i8, p.seed,
+        *p.inputs(), out, lse_arg, p.mask_i8, p.seed, sink,
         *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
-        *p.sizes(), p.scale * LOG2E, p.dropout_p, p.n_bucket, p.left, p.right,
-        **p.flags(),
+        *p.sizes(), p.scale * LOG2E, p.bias2, p.dropout_p, p.n_bucket, p.left, p.right,
+        **p.flags(), SINK=p.sink2 is not None,
     )  # fmt: skip
     return out, lse
 
 
 def attention_backward(
-    p: _Problem, out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor, grad_dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`; for metric dv is None and
-    dk holds the key and value roles' sum."""
+    p: _Problem,
+    out: torch.Tensor | None,
+    lse: torch.Tensor | None,
+    d_out: torch.Tensor,
+    grad_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`, and the sink's gradient
+    (H,) in its dtype (None without a sink); for metric dv is None and dk holds the key and
+    value roles' sum. Sigmoid attention needs neither `out` nor `lse` (None)."""
     _check_interpretable(p)
-    d_out, out = _unit_feature_stride(d_out), _unit_feature_stride(out)
+    d_out = _unit_feature_stride(d_out)
     _check_reach("d_out", d_out)
-    _check_reach("out", out)
     dq = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
     dk = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
     dv = None if p.metric else _alloc((p.b, p.h, p.n, p.d_v), grad_dtype, p.q.device)
     if p.n == 0 or p.b * p.h == 0:
-        return dq, dk, dv
-    delta = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+        dsink = None if p.sink is None else torch.zeros_like(p.sink)
+        return dq, dk, dv, dsink
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
-    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.dropout_p, p.n_bucket, p.left, p.right)
+    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.bias2, p.dropout_p, p.n_bucket, p.left,
+              p.right)  # fmt: skip
     chunks = p.backward_chunks()
-    rows = DELTA_TILE // p.head
-    _attn_bwd_delta[(cdiv(p.n, rows), p.b * p.h)](
-        out, d_out, delta, *out.stride()[:3], *d_out.stride()[:3], p.h, p.n, p.d_v,
-        HEAD=p.head, BLOCK_M=rows, num_warps=4, num_stages=1,
-    )  # fmt: skip
+    if p.sigmoid:  # the weights are elementwise: no row statistics to read
+        lse = delta = _placeholder(p.q.device, torch.float32)
+    else:
+        assert out is not None and lse is not None
+        out = _unit_feature_stride(out)
+        _check_reach("out", out)
+        delta = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+        rows = DELTA_TILE // p.head
+        _attn_bwd_delta[(cdiv(p.n, rows), p.b * p.h)](
+            out, d_out, delta, *out.stride()[:3], *d_out.stride()[:3], p.h, p.n, p.d_v,
+            HEAD=p.head, BLOCK_M=rows, num_warps=4, num_stages=1,
+        )  # fmt: skip
     grid_n = lambda meta: (cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
     _bwd_dkdv[grid_n](
         *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,
@@ -227,7 +260,17 @@ def attention_backward(
         *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
         *common, **p.backward_flags(),
     )  # fmt: skip
-    return dq, dk, dv
+    return dq, dk, dv, None if p.sink2 is None else _sink_gradient(p, lse, delta)
+
+
+def _sink_gradient(p: _Problem, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """dL/dsink_h = −Σ_{b,i} p_sink · delta over head h's rows: the sink's probability
+    p_sink = exp2(sink_h · log2 e − lse) (lse includes the sink) times rowsum(dO ∘ O), since
+    every probability of a row moves by −p_j · p_sink when the sink's logit grows. A row that
+    sees no key has O = 0, so delta = 0: it adds nothing."""
+    assert p.sink is not None and p.sink2 is not None
+    p_sink_bhn = torch.exp2(p.sink2[None, :, None] - lse.view(p.b, p.h, p.n))
+    return (-(p_sink_bhn * delta.view(p.b, p.h, p.n)).sum((0, 2))).to(p.sink.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,14 +288,19 @@ def scaled_dot_forward(
     dropout_p: float,
     seed: torch.Tensor | None,
     window: tuple[int, int] | None = None,
+    sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q kᵀ · scale) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for the backward).
-    `window` = (left, right): query i sees the keys i − left ..= i + right."""
+    `window` = (left, right): query i sees the keys i − left ..= i + right; `sink` (H,): one
+    more logit per head in every row's softmax, of value zero."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(
-        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window
-    )
-    return attention_forward(prob)
+        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window,
+        sink,
+    )  # fmt: skip
+    out, lse = attention_forward(prob)
+    assert lse is not None
+    return out, lse
 
 
 def scaled_dot_backward(
@@ -268,15 +316,18 @@ def scaled_dot_backward(
     dropout_p: float,
     seed: torch.Tensor | None,
     window: tuple[int, int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv), each like its input; the dropout mask is drawn again from `seed`."""
+    sink: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """[dq, dk, dv], each like its input, and dsink (H,) when there is a sink; the dropout mask
+    is drawn again from `seed`."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(
-        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window
-    )
-    dq, dk, dv = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
+        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window,
+        sink,
+    )  # fmt: skip
+    dq, dk, dv, dsink = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
     assert dv is not None
-    return dq, dk, dv
+    return [dq, dk, dv] + ([] if dsink is None else [dsink])
 
 
 def metric_forward(
@@ -287,13 +338,18 @@ def metric_forward(
     scale: float,
     dropout_p: float,
     seed: torch.Tensor | None,
+    sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores p[i] M[h] p[j] · scale with values p, from p and M alone (the fused prologue)."""
+    """Scores p[i] M[h] p[j] · scale with values p, from p and M alone (the fused prologue);
+    `sink` as in `scaled_dot_forward`."""
     if p_bhnk.dim() == 4 and p_bhnk.shape[-1] > MAX_HEAD:
         raise ValueError(f"p's head dim is {p_bhnk.shape[-1]}; metric attention takes ≤ {MAX_HEAD}")
     p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
-    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
-    return attention_forward(prob)
+    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed,
+                    sink=sink)  # fmt: skip
+    out, lse = attention_forward(prob)
+    assert lse is not None
+    return out, lse
 
 
 def metric_backward(
@@ -307,17 +363,54 @@ def metric_backward(
     scale: float,
     dropout_p: float,
     seed: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dp, dM). p plays three roles: q = p M (its gradient dq Mᵀ), and k and v (the kernel
-    returns their sum)."""
+    sink: torch.Tensor | None = None,
+) -> list[torch.Tensor]:
+    """[dp, dM], and dsink (H,) when there is a sink. p plays three roles: q = p M (its
+    gradient dq Mᵀ), and k and v (the kernel returns their sum)."""
     p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
-    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed)
-    dq, dkv, _ = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
+    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed,
+                    sink=sink)  # fmt: skip
+    dq, dkv, _, dsink = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
     # In the inputs' dtype, as PyTorch's autograd of q = p·M does: each product accumulates in
     # fp32 and rounds once, and dM sums the batch's (K, K) products (no fp32 copies of p or dq).
     dp = dkv.add_(dq @ m_hkk.mT)
     dm = (p_bhnk.mT @ dq).sum(0)
-    return dp, dm
+    return [dp, dm] + ([] if dsink is None else [dsink])
+
+
+def sigmoid_forward(
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    bias: float,
+) -> torch.Tensor:
+    """Σ_j σ(q kᵀ · scale + bias) v_j per head over the visible keys, (B, H, N, dv): the
+    scaled-dot kernels with the softmax switched off. Nothing is saved beyond the inputs."""
+    q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
+    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, sigmoid=bias)
+    return attention_forward(prob)[0]
+
+
+def sigmoid_backward(
+    d_out: torch.Tensor,
+    q_bhnk: torch.Tensor,
+    k_bhnk: torch.Tensor,
+    v_bhnv: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    bias: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), each like its input: the weights recomputed from q and k, dS = dP ∘ σ ∘
+    (1 − σ)."""
+    q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
+    prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, sigmoid=bias)
+    dq, dk, dv, _ = attention_backward(prob, None, None, d_out, q_bhnk.dtype)
+    assert dv is not None
+    return dq, dk, dv
 
 
 def dropout_keep_mask(seed: torch.Tensor, b: int, h: int, n: int, dropout_p: float) -> torch.Tensor:

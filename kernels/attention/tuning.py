@@ -290,6 +290,7 @@ def autotuned(kernel: str) -> triton.runtime.Autotuner:
         configs=_as_triton_configs(kernel),
         # The tensors' dtypes are part of the key too (Triton adds them).
         # A window's reach (left, right) is not in the key: one tuning serves every window.
+        # SINK is the forward's alone.
         key=[
             "n_bucket",
             "n_chunks",
@@ -300,6 +301,8 @@ def autotuned(kernel: str) -> triton.runtime.Autotuner:
             "HAS_MASK",
             "CAUSAL",
             "WINDOW",
+            "SIGMOID",
+            *(["SINK"] if "SINK" in KERNELS[kernel].arg_names else []),
         ],
         prune_configs_by={"early_config_prune": _pruner(kernel)},
         **_CACHE_RESULTS,
