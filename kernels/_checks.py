@@ -183,6 +183,24 @@ def check_scale(scale: float, name: str = "scale") -> float:
     return float(scale)
 
 
+def check_sink(sink, heads: int, device: torch.device) -> None:
+    """An attention sink: a float tensor of one logit per head, (heads,), on the inputs' device
+    (its values are not read: that would cost a device synchronisation per call)."""
+    if sink is None:
+        return
+    if not isinstance(sink, torch.Tensor) or not sink.is_floating_point() or sink.shape != (heads,):
+        got = (
+            f"{tuple(sink.shape)} {sink.dtype}"
+            if isinstance(sink, torch.Tensor)
+            else type(sink).__name__
+        )
+        raise ValueError(
+            f"sink must be a float tensor of one logit per head, ({heads},), got {got}"
+        )
+    if sink.device != device:
+        raise ValueError(f"sink is on {sink.device} but the inputs are on {device}")
+
+
 def check_dropout(dropout_p: float, name: str = "dropout_p") -> float:
     """A dropout probability as a float; `name` is what the caller calls it (the mixers'
     config option is `attn_dropout`)."""

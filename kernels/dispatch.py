@@ -68,6 +68,7 @@ OPS = (
     "scaled_dot_attention",
     "quadratic_attention",
     "metric_attention",
+    "sigmoid_attention",
     "pool_mix",
     "linear_attention",
     "gated_linear_attention",

@@ -8,9 +8,10 @@ tracing into Triton's launcher.
 
 | op | inputs | outputs |
 |---|---|---|
-| `scaled_dot_attention` | q, k, v, mask?, causal, scale, dropout_p, seed?, window? | out, lse |
-| `quadratic_attention` | x, u, v, mask?, causal, scale, dropout_p, seed? | out |
-| `metric_attention` | p, m, mask?, causal, scale, dropout_p, seed? | out, lse |
+| `scaled_dot_attention` | q, k, v, mask?, causal, scale, dropout_p, seed?, window?, sink? | out, lse |
+| `quadratic_attention` | x, u, v, mask?, causal, scale, dropout_p, seed?, sink? | out |
+| `metric_attention` | p, m, mask?, causal, scale, dropout_p, seed?, sink? | out, lse |
+| `sigmoid_attention` | q, k, v, mask?, causal, scale, bias | out |
 | `pool_mix` | x, window, causal, mask? | out, rcount |
 | `linear_attention` | q, k, v, mask?, causal, eps | out, den |
 | `gated_linear_attention` | q, k, v, log_decay, scale, initial_state? | out, final_state |
@@ -27,8 +28,14 @@ draw the dropout mask (forward and backward alike); `kernels/ops.py` draws it fr
 generator on that device, so `torch.manual_seed` makes dropout reproducible and no host
 synchronisation is needed.
 
-`window` (scaled_dot_attention, last and optional: `[left, right]` or None) is the sliding window,
-query i seeing keys i − left ..= i + right; with `causal` the right reach is 0 (kernels/ops.py).
+`window` (scaled_dot_attention, optional: `[left, right]` or None) is the sliding window, query i
+seeing keys i − left ..= i + right; with `causal` the right reach is 0 (kernels/ops.py).
+
+`sink` (the three softmax ops, last and optional: a float tensor (H,) or None) is one more logit
+per head in every row's softmax whose value is zero; it has a gradient, which the backward op
+returns after the others (its outputs are a list: the inputs' gradients, then dsink if there is
+a sink). `lse` then includes the sink. `sigmoid_attention` (σ(scale · q·k + bias) v, no row
+normalisation) saves nothing but its inputs: its backward recomputes the weights.
 
 The Triton modules are imported on first use of an op, not here: triton is optional off Linux and
 slow to import.
@@ -39,7 +46,8 @@ decay and initial state are fp32 in the kernels whatever dtype they come in.
 Autocast: under `torch.autocast` on CPU or CUDA every floating input in fp16/bf16/fp32 is cast to
 the autocast dtype and the op runs with autocast off — the dtype policy of `kernels/ops.py`
 (`compute_dtype`), stated there once; gated_linear_attention casts q, k and v only (its log
-decay and initial state keep their precision).
+decay and initial state keep their precision), and a sink keeps its dtype (the kernels read it
+in fp32).
 """
 
 from __future__ import annotations
@@ -62,12 +70,19 @@ from ._checks import (
     check_quadratic,
     check_saved,
     check_scale,
+    check_sink,
     check_triton,
     check_window,
 )
 
 NAMESPACE = "attnzoo"
-OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix")
+OPS = (
+    "scaled_dot_attention",
+    "quadratic_attention",
+    "metric_attention",
+    "sigmoid_attention",
+    "pool_mix",
+)
 AUTOCAST_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 _lib = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -118,21 +133,25 @@ def _contiguous_like(t: Tensor) -> Tensor:
 # kernels/ops.py); the eager path below calls the implementations after ops.py has checked.
 
 
-def _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p, window=None):
+def _check_attention_call(
+    q, k, v, key_padding_mask, causal, scale, dropout_p, window=None, sink=None
+):
     check_attention(q, k, v, key_padding_mask)
     check_triton("q", q)
     check_causal(causal)
     check_scale(scale)
     check_dropout(dropout_p)
+    check_sink(sink, q.shape[1], q.device)
     return check_window(window)
 
 
-def _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p) -> None:
+def _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p, sink=None) -> None:
     check_metric(p, m, key_padding_mask)
     check_triton("p", p)
     check_causal(causal)
     check_scale(scale)
     check_dropout(dropout_p)
+    check_sink(sink, p.shape[1], p.device)
 
 
 def _check_backward_inputs(d_out: Tensor, out: Tensor, lse: Tensor, q: Tensor, d_v: int) -> None:
@@ -159,15 +178,18 @@ def scaled_dot_attention(
     dropout_p: float,
     seed: Tensor | None,
     window: list[int] | None = None,
+    sink: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    window = _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p, window)
+    window = _check_attention_call(
+        q, k, v, key_padding_mask, causal, scale, dropout_p, window, sink
+    )
     return triton_module("attention").scaled_dot_forward(
-        q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window
+        q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, sink
     )
 
 
 @scaled_dot_attention.register_fake
-def _(q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window=None):
+def _(q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window=None, sink=None):
     b, h, n, _ = q.shape
     return q.new_empty((b, h, n, v.shape[-1])), _empty_like_rows(q, b * h, n)
 
@@ -186,17 +208,26 @@ def scaled_dot_attention_backward(
     dropout_p: float,
     seed: Tensor | None,
     window: list[int] | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    window = _check_attention_call(q, k, v, key_padding_mask, causal, scale, dropout_p, window)
+    sink: Tensor | None = None,
+) -> list[Tensor]:
+    window = _check_attention_call(
+        q, k, v, key_padding_mask, causal, scale, dropout_p, window, sink
+    )
     _check_backward_inputs(d_out, out, lse, q, v.shape[-1])
     return triton_module("attention").scaled_dot_backward(
-        d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window
+        d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window, sink
     )
 
 
 @scaled_dot_attention_backward.register_fake
-def _(d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window=None):
-    return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
+def _(d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window=None,
+      sink=None):  # fmt: skip
+    return [_contiguous_like(q), _contiguous_like(k), _contiguous_like(v)] + _sink_grad_like(sink)
+
+
+def _sink_grad_like(sink: Tensor | None) -> list[Tensor]:
+    """A backward op's last output: the sink's gradient, where there is a sink."""
+    return [] if sink is None else [sink.new_empty(sink.shape)]
 
 
 def _no_gradient_for(ctx, statistic: Tensor) -> None:
@@ -208,22 +239,31 @@ def _no_gradient_for(ctx, statistic: Tensor) -> None:
 
 
 def _scaled_dot_setup(ctx, inputs, output) -> None:
-    q, k, v, mask, causal, scale, dropout_p, seed, *window = inputs  # window: optional, last
+    q, k, v, mask, causal, scale, dropout_p, seed, *optional = inputs  # window?, sink?
+    window, sink = (*optional, None, None)[:2]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, seed)
+    ctx.save_for_backward(q, k, v, out, lse, mask, seed, sink)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
-    ctx.window, ctx.n_inputs = (window[0] if window else None), len(inputs)
+    ctx.window, ctx.n_inputs = window, len(inputs)
     _no_gradient_for(ctx, lse)
 
 
+def _with_sink_gradient(grads: list[Tensor], n_inputs: int, n_first: int) -> tuple:
+    """A forward's input gradients from its backward op's outputs: the first `n_first` inputs',
+    None for the arguments in between, and the sink's last (when the call passed one)."""
+    dsink = grads[n_first:]
+    return (*grads[:n_first], *(None,) * (n_inputs - n_first - len(dsink)), *dsink)
+
+
 def _scaled_dot_backward(ctx, d_out, d_lse):
-    q, k, v, out, lse, mask, seed = ctx.saved_tensors
-    dq, dk, dv = _backward(
+    q, k, v, out, lse, mask, seed, sink = ctx.saved_tensors
+    grads = _backward(
         ctx,
         "scaled_dot_attention_backward",
         d_out, q, k, v, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed, ctx.window,
+        sink,
     )  # fmt: skip
-    return dq, dk, dv, *(None,) * (ctx.n_inputs - 3)
+    return _with_sink_gradient(grads, ctx.n_inputs, 3)
 
 
 scaled_dot_attention.register_autograd(_scaled_dot_backward, setup_context=_scaled_dot_setup)
@@ -243,15 +283,16 @@ def metric_attention(
     scale: float,
     dropout_p: float,
     seed: Tensor | None,
+    sink: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p)
+    _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p, sink)
     return triton_module("attention").metric_forward(
-        p, m, key_padding_mask, causal, scale, dropout_p, seed
+        p, m, key_padding_mask, causal, scale, dropout_p, seed, sink
     )
 
 
 @metric_attention.register_fake
-def _(p, m, key_padding_mask, causal, scale, dropout_p, seed):
+def _(p, m, key_padding_mask, causal, scale, dropout_p, seed, sink=None):
     b, h, n, _ = p.shape
     return _contiguous_like(p), _empty_like_rows(p, b * h, n)
 
@@ -268,35 +309,36 @@ def metric_attention_backward(
     scale: float,
     dropout_p: float,
     seed: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p)
+    sink: Tensor | None = None,
+) -> list[Tensor]:
+    _check_metric_call(p, m, key_padding_mask, causal, scale, dropout_p, sink)
     _check_backward_inputs(d_out, out, lse, p, p.shape[-1])
     return triton_module("attention").metric_backward(
-        d_out, p, m, out, lse, key_padding_mask, causal, scale, dropout_p, seed
+        d_out, p, m, out, lse, key_padding_mask, causal, scale, dropout_p, seed, sink
     )
 
 
 @metric_attention_backward.register_fake
-def _(d_out, p, m, out, lse, key_padding_mask, causal, scale, dropout_p, seed):
-    return _contiguous_like(p), _contiguous_like(m)
+def _(d_out, p, m, out, lse, key_padding_mask, causal, scale, dropout_p, seed, sink=None):
+    return [_contiguous_like(p), _contiguous_like(m)] + _sink_grad_like(sink)
 
 
 def _metric_setup(ctx, inputs, output) -> None:
-    p, m, mask, causal, scale, dropout_p, seed = inputs
+    p, m, mask, causal, scale, dropout_p, seed, *optional = inputs  # sink?
     out, lse = output
-    ctx.save_for_backward(p, m, out, lse, mask, seed)
-    ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
+    ctx.save_for_backward(p, m, out, lse, mask, seed, optional[0] if optional else None)
+    ctx.causal, ctx.scale, ctx.dropout_p, ctx.n_inputs = causal, scale, dropout_p, len(inputs)
     _no_gradient_for(ctx, lse)
 
 
 def _metric_backward(ctx, d_out, d_lse):
-    p, m, out, lse, mask, seed = ctx.saved_tensors
-    dp, dm = _backward(
+    p, m, out, lse, mask, seed, sink = ctx.saved_tensors
+    grads = _backward(
         ctx,
         "metric_attention_backward",
-        d_out, p, m, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed,
+        d_out, p, m, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed, sink,
     )  # fmt: skip
-    return dp, dm, None, None, None, None, None
+    return _with_sink_gradient(grads, ctx.n_inputs, 2)
 
 
 metric_attention.register_autograd(_metric_backward, setup_context=_metric_setup)
@@ -308,7 +350,7 @@ metric_attention.register_autograd(_metric_backward, setup_context=_metric_setup
 
 _lib.define(
     "quadratic_attention(Tensor x, Tensor u, Tensor v, Tensor? key_padding_mask, bool causal, "
-    "float scale, float dropout_p, Tensor? seed) -> Tensor"
+    "float scale, float dropout_p, Tensor? seed, Tensor? sink=None) -> Tensor"
 )
 
 
@@ -322,13 +364,14 @@ def _quadratic(
     scale: float,
     dropout_p: float,
     seed: Tensor | None,
+    sink: Tensor | None = None,
 ) -> Tensor:
     b, n, d = x.shape
     h = u.shape[0]
     q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
     k_bhnd = x[:, None].expand(b, h, n, d)  # zero head stride: one x for every head, no copy
     out, _ = call("scaled_dot_attention", q_bhnd, k_bhnd, v, key_padding_mask, causal, scale,
-                  dropout_p, seed)  # fmt: skip
+                  dropout_p, seed, *(() if sink is None else (None, sink)))  # fmt: skip
     return out
 
 
@@ -336,16 +379,91 @@ def _dispatch(name: str, *args):
     return getattr(torch.ops.attnzoo, name)(*args)
 
 
-def _quadratic_op(x, u, v, key_padding_mask, causal, scale, dropout_p, seed) -> Tensor:
+def _quadratic_op(x, u, v, key_padding_mask, causal, scale, dropout_p, seed, sink=None) -> Tensor:
     """The registered composite: the argument checks, then the parts as operators (the
     scaled-dot operator checks q = x·U, k = x and v again: on this path, which torch.compile
     traces once, not on the eager one)."""
     check_quadratic(x, u, v, key_padding_mask)
     check_triton("x", x)
-    return _quadratic(_dispatch, x, u, v, key_padding_mask, causal, scale, dropout_p, seed)
+    return _quadratic(_dispatch, x, u, v, key_padding_mask, causal, scale, dropout_p, seed, sink)
 
 
 _lib.impl("quadratic_attention", _quadratic_op, "CompositeImplicitAutograd")
+
+
+# --------------------------------------------------------------------------------------------
+# sigmoid_attention: the scaled-dot kernels without the row normalisation
+# --------------------------------------------------------------------------------------------
+
+
+def _check_sigmoid_call(q, k, v, key_padding_mask, causal, scale, bias) -> None:
+    check_attention(q, k, v, key_padding_mask)
+    check_triton("q", q)
+    check_causal(causal)
+    check_scale(scale)
+    check_scale(bias, "bias")
+
+
+@torch.library.custom_op(f"{NAMESPACE}::sigmoid_attention", mutates_args=())
+def sigmoid_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    bias: float,
+) -> Tensor:
+    _check_sigmoid_call(q, k, v, key_padding_mask, causal, scale, bias)
+    return triton_module("attention").sigmoid_forward(
+        q, k, v, key_padding_mask, causal, scale, bias
+    )
+
+
+@sigmoid_attention.register_fake
+def _(q, k, v, key_padding_mask, causal, scale, bias):
+    b, h, n, _ = q.shape
+    return q.new_empty((b, h, n, v.shape[-1]))
+
+
+@torch.library.custom_op(f"{NAMESPACE}::sigmoid_attention_backward", mutates_args=())
+def sigmoid_attention_backward(
+    d_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    bias: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    _check_sigmoid_call(q, k, v, key_padding_mask, causal, scale, bias)
+    check_saved("d_out", d_out, (*q.shape[:3], v.shape[-1]), q)
+    return triton_module("attention").sigmoid_backward(
+        d_out, q, k, v, key_padding_mask, causal, scale, bias
+    )
+
+
+@sigmoid_attention_backward.register_fake
+def _(d_out, q, k, v, key_padding_mask, causal, scale, bias):
+    return _contiguous_like(q), _contiguous_like(k), _contiguous_like(v)
+
+
+def _sigmoid_setup(ctx, inputs, output) -> None:
+    q, k, v, mask, causal, scale, bias = inputs
+    ctx.save_for_backward(q, k, v, mask)
+    ctx.causal, ctx.scale, ctx.bias = causal, scale, bias
+
+
+def _sigmoid_backward(ctx, d_out):
+    q, k, v, mask = ctx.saved_tensors
+    dq, dk, dv = _backward(
+        ctx, "sigmoid_attention_backward", d_out, q, k, v, mask, ctx.causal, ctx.scale, ctx.bias
+    )
+    return dq, dk, dv, None, None, None, None
+
+
+sigmoid_attention.register_autograd(_sigmoid_backward, setup_context=_sigmoid_setup)
 
 
 # --------------------------------------------------------------------------------------------
@@ -440,11 +558,17 @@ _FORMULAS = {
         _scaled_dot_backward,
     ),
     "metric_attention": (_kernel("attention", "metric_forward"), _metric_setup, _metric_backward),
+    "sigmoid_attention": (
+        _kernel("attention", "sigmoid_forward"),
+        _sigmoid_setup,
+        _sigmoid_backward,
+    ),
     "pool_mix": (_kernel("pooling", "pool_mix_forward"), _pool_setup, _pool_backward),
 }
 _BACKWARDS = {
     "scaled_dot_attention_backward": _kernel("attention", "scaled_dot_backward"),
     "metric_attention_backward": _kernel("attention", "metric_backward"),
+    "sigmoid_attention_backward": _kernel("attention", "sigmoid_backward"),
     "pool_mix_backward": _kernel("pooling", "pool_mix_backward"),
 }
 
@@ -505,9 +629,17 @@ def _register_autocast(name: str, device_type: str, n_cast: int | None = None) -
     _lib.impl(name, autocast_kernel, key, with_keyset=True)
 
 
+# The activations (and U, M) each op casts: the leading arguments; a sink, last, keeps its dtype.
+_CAST = {
+    "scaled_dot_attention": 3,
+    "quadratic_attention": 3,
+    "metric_attention": 2,
+    "sigmoid_attention": 3,
+    "pool_mix": None,
+}
 for _name in OPS:
     for _device in ("cpu", "cuda"):
-        _register_autocast(_name, _device)
+        _register_autocast(_name, _device, _CAST[_name])
 
 
 # --------------------------------------------------------------------------------------------

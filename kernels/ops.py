@@ -70,6 +70,7 @@ from ._checks import (
     check_pool,
     check_quadratic,
     check_scale,
+    check_sink,
     check_triton,
     check_window,
 )
@@ -219,28 +220,17 @@ def _scale(scale: float | None, features: int) -> float:
     return 1.0 / math.sqrt(features) if scale is None else check_scale(scale)
 
 
-def _sink_path(sink: torch.Tensor | None, values: torch.Tensor, impl: str) -> bool:
-    """Whether the call has an attention sink, which runs the PyTorch reference: `sink` a float
-    tensor of one logit per head, (H,), on the values' device; the softmax's denominator gains
-    exp(sink_h) and its value is zero (a "softmax + 1" sink is sink = 0, a learned one a
-    parameter). Neither the Triton kernels nor SDPA take one yet: impl="triton" is refused."""
+def _sink_args(sink: torch.Tensor | None, values: torch.Tensor) -> tuple:
+    """An attention sink, checked: `sink` a float tensor of one logit per head, (H,), on the
+    values' device; the softmax's denominator gains exp(sink_h) and its value is zero (a
+    "softmax + 1" sink is sink = 0, a learned one a parameter), and it gets a gradient. It keeps
+    its own dtype (the kernels read it in fp32). The Triton kernels take it; SDPA does not, so
+    impl="auto" makes the same choice as without a sink and, where that is PyTorch, runs the
+    reference. Returns the trailing arguments of the op's call: () without a sink."""
     if sink is None:
-        return False
-    check_impl(impl)
-    heads = values.shape[1]
-    if not isinstance(sink, torch.Tensor) or not sink.is_floating_point() or sink.shape != (heads,):
-        got = tuple(sink.shape) if isinstance(sink, torch.Tensor) else type(sink).__name__
-        raise ValueError(
-            f"sink must be a float tensor of one logit per head, ({heads},), got {got}"
-        )
-    if sink.device != values.device:
-        raise ValueError(f"sink is on {sink.device} but the inputs are on {values.device}")
-    if impl == "triton":
-        raise ValueError(
-            "impl='triton' with a sink: the Triton kernels take no attention sink yet; "
-            "impl='auto' or 'torch' runs the PyTorch path"
-        )
-    return True
+        return ()
+    check_sink(sink, values.shape[1], values.device)
+    return (sink,)
 
 
 def scaled_dot_attention(
@@ -260,35 +250,31 @@ def scaled_dot_attention(
     q, k: (B, H, N, dk); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(dk).
     `window` = (left, right): query i sees only keys i − left ..= i + right (the module
     docstring says how it combines with `causal` and the padding mask); None: every key.
-    `sink` (H,): an attention sink per head (`_sink_path`).
+    `sink` (H,): an attention sink per head (`_sink_args`).
     """
     (q, k, v), _ = _apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
     check_causal(causal)
     window = check_window(window)
     scale, dropout_p = _scale(scale, q.shape[-1]), check_dropout(dropout_p)
-    if _sink_path(sink, q, impl):
-        with autocast_off(q):
-            return reference.scaled_dot_attention(
-                q, k, v, causal, key_padding_mask, scale, dropout_p, window=window, sink=sink
-            )
+    sink_args = _sink_args(sink, q)
     with autocast_off(q):
         b, h, n, dk = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
         if _use_triton(
-            impl, "scaled_dot_attention", "q", (q, k, v), causal, dk, n, shape,
+            impl, "scaled_dot_attention", "q", (q, k, v, *sink_args), causal, dk, n, shape,
             windowed=window is not None,
         ):  # fmt: skip
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
                 "scaled_dot_attention",
-                q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window,
+                q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, *sink_args,
             )  # fmt: skip
             return out
-        if _use_sdpa(impl, q):
+        if _use_sdpa(impl, q) and sink is None:
             return _sdpa(q, k, v, causal, key_padding_mask, scale, dropout_p, window)
         return reference.scaled_dot_attention(
-            q, k, v, causal, key_padding_mask, scale, dropout_p, window=window
+            q, k, v, causal, key_padding_mask, scale, dropout_p, window=window, sink=sink
         )
 
 
@@ -307,7 +293,7 @@ def quadratic_attention(
 
     x: (B, N, D); u: (H, D, D); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(D).
     Equivalent to scaled-dot attention with q = x U[h] and k = x shared by every head. `sink`
-    (H,): an attention sink per head (`_sink_path`).
+    (H,): an attention sink per head (`_sink_args`).
     """
     (x, v), (u,) = _apply_dtype_policy((x, v), (u,))
     check_quadratic(x, u, v, key_padding_mask)
@@ -315,21 +301,21 @@ def quadratic_attention(
     b, n, d = x.shape
     h = u.shape[0]
     scale, dropout_p = _scale(scale, d), check_dropout(dropout_p)
-    if _sink_path(sink, v, impl):
-        with autocast_off(x):
-            return reference.quadratic_attention(
-                x, u, v, causal, key_padding_mask, scale, dropout_p, sink=sink
-            )
+    sink_args = _sink_args(sink, v)
     with autocast_off(x):
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), d, v.shape[-1])
-        if _use_triton(impl, "quadratic_attention", "x", (x, u, v), causal, d, n, shape):
+        tensors = (x, u, v, *sink_args)
+        if _use_triton(impl, "quadratic_attention", "x", tensors, causal, d, n, shape):
             seed = _dropout_seed(x, dropout_p)
             return library.run(
-                "quadratic_attention", x, u, v, key_padding_mask, causal, scale, dropout_p, seed
-            )
-        if _use_sdpa(impl, x):
+                "quadratic_attention",
+                x, u, v, key_padding_mask, causal, scale, dropout_p, seed, *sink_args,
+            )  # fmt: skip
+        if _use_sdpa(impl, x) and sink is None:
             return _sdpa_quadratic(x, u, v, causal, key_padding_mask, scale, dropout_p)
-        return reference.quadratic_attention(x, u, v, causal, key_padding_mask, scale, dropout_p)
+        return reference.quadratic_attention(
+            x, u, v, causal, key_padding_mask, scale, dropout_p, sink=sink
+        )
 
 
 def metric_attention(
@@ -346,29 +332,28 @@ def metric_attention(
 
     p: (B, H, N, dk); m: (H, dk, dk) -> (B, H, N, dk). `scale` defaults to 1/sqrt(dk). The mixer
     passes a symmetric M; the op itself is correct for any M (its symmetry is never checked, since
-    that would read values on the device). `sink` (H,): an attention sink per head (`_sink_path`).
+    that would read values on the device). `sink` (H,): an attention sink per head (`_sink_args`).
     """
     (p,), (m,) = _apply_dtype_policy((p,), (m,))
     check_metric(p, m, key_padding_mask)
     check_causal(causal)
     scale, dropout_p = _scale(scale, p.shape[-1]), check_dropout(dropout_p)
-    if _sink_path(sink, p, impl):
-        with autocast_off(p):
-            return reference.metric_attention(
-                p, m, causal, key_padding_mask, scale, dropout_p, sink=sink
-            )
+    sink_args = _sink_args(sink, p)
     with autocast_off(p):
         b, h, n, dk = p.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk)
-        if _use_triton(impl, "metric_attention", "p", (p, m), causal, dk, n, shape):
+        if _use_triton(impl, "metric_attention", "p", (p, m, *sink_args), causal, dk, n, shape):
             seed = _dropout_seed(p, dropout_p)
             out, _ = library.run(
-                "metric_attention", p, m, key_padding_mask, causal, scale, dropout_p, seed
-            )
+                "metric_attention",
+                p, m, key_padding_mask, causal, scale, dropout_p, seed, *sink_args,
+            )  # fmt: skip
             return out
-        if _use_sdpa(impl, p):
+        if _use_sdpa(impl, p) and sink is None:
             return _sdpa(p @ m[None], p, p, causal, key_padding_mask, scale, dropout_p)
-        return reference.metric_attention(p, m, causal, key_padding_mask, scale, dropout_p)
+        return reference.metric_attention(
+            p, m, causal, key_padding_mask, scale, dropout_p, sink=sink
+        )
 
 
 def pool_mix(
@@ -441,6 +426,12 @@ def _tuning_candidates(op: str) -> dispatch.CandidateMaker:
             s = 1.0 / math.sqrt(d)
             ours = lambda x, u, v: library.run(op, x, u, v, None, causal, s, 0.0, None)
             theirs = lambda x, u, v: _sdpa_quadratic(x, u, v, causal, None, s, 0.0)
+        elif op == "sigmoid_attention":
+            b, h, n, dk, dv = shape
+            leaves = (randn(b, h, n, dk), randn(b, h, n, dk), randn(b, h, n, dv))
+            s, bias = 1.0 / math.sqrt(dk), -math.log(n)  # the mixer's default bias, −log N
+            ours = lambda q, k, v: library.run(op, q, k, v, None, causal, s, bias)
+            theirs = lambda q, k, v: reference.sigmoid_attention(q, k, v, causal, None, s, bias)
         elif op == "metric_attention":
             b, h, n, dk = shape
             c = randn(h, dk, dk, scale=dk**-0.5)
@@ -459,7 +450,7 @@ def _tuning_candidates(op: str) -> dispatch.CandidateMaker:
     return make
 
 
-for _op in ("scaled_dot_attention", "quadratic_attention", "metric_attention", "pool_mix"):
+for _op in library.OPS:
     dispatch.CANDIDATES[_op] = _tuning_candidates(_op)
 
 
@@ -580,19 +571,18 @@ def sigmoid_attention(
     v_j over the keys query i may see (causal, padding); no row normalisation, so masked pairs
     contribute nothing and a row's weights sum to anything in [0, N). q, k: (B, H, N, dk);
     v: (B, H, N, dv). `scale` defaults to 1/sqrt(dk); the paper's bias is −log N (the mixer's
-    default). attnzoo has no Triton kernel for it yet: "auto", "torch" and "tune" run the
-    PyTorch path, "triton" is refused."""
+    default). impl="triton" runs the scaled-dot kernels with the softmax switched off (value
+    widths up to 128, as there); "auto" and "tune" choose between them and the reference as
+    for the other ops (`kernels/dispatch.py`: without a measured entry, the reference)."""
     (q, k, v), _ = _apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
     check_causal(causal)
-    check_impl(impl)
-    if impl == "triton":
-        raise ValueError(
-            "impl='triton': sigmoid_attention has no Triton kernel in attnzoo yet; use 'torch' "
-            "or 'auto' (the PyTorch path)"
-        )
     scale, bias = _scale(scale, q.shape[-1]), check_scale(bias, "bias")
     with autocast_off(q):
+        b, h, n, dk = q.shape
+        shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
+        if _use_triton(impl, "sigmoid_attention", "q", (q, k, v), causal, dk, n, shape):
+            return library.run("sigmoid_attention", q, k, v, key_padding_mask, causal, scale, bias)
         return reference.sigmoid_attention(q, k, v, causal, key_padding_mask, scale, bias)
 
 

@@ -36,11 +36,21 @@ def padding(b: int, n: int) -> torch.Tensor:
     return mask
 
 
-def op_inputs(name: str, dropout_p: float = 0.0, b: int = 2, h: int = 2, n: int = 19, d: int = 16):
-    """Arguments of torch.ops.attnzoo.<name>, leaves requiring grad."""
+def op_inputs(
+    name: str,
+    dropout_p: float = 0.0,
+    b: int = 2,
+    h: int = 2,
+    n: int = 19,
+    d: int = 16,
+    sink: bool = False,
+):
+    """Arguments of torch.ops.attnzoo.<name>, leaves requiring grad; `sink`: with a learned sink
+    (one logit per head, the last argument) for the three softmax ops."""
     mask = padding(b, n)
     seed = torch.tensor([1234]) if dropout_p > 0 else None
     leaf = lambda *shape: torch.randn(*shape).requires_grad_()
+    sinks = (leaf(h),) if sink else ()
     if name == "scaled_dot_attention":
         return (
             leaf(b, h, n, d),
@@ -51,6 +61,7 @@ def op_inputs(name: str, dropout_p: float = 0.0, b: int = 2, h: int = 2, n: int 
             0.25,
             dropout_p,
             seed,
+            *((None, *sinks) if sink else ()),  # no window, then the sink
         )
     if name == "quadratic_attention":
         return (
@@ -62,10 +73,17 @@ def op_inputs(name: str, dropout_p: float = 0.0, b: int = 2, h: int = 2, n: int 
             0.25,
             dropout_p,
             seed,
+            *sinks,
         )
     if name == "metric_attention":
-        return (leaf(b, h, n, d), leaf(h, d, d) / 4, mask, True, 0.25, dropout_p, seed)
+        return (leaf(b, h, n, d), leaf(h, d, d) / 4, mask, True, 0.25, dropout_p, seed, *sinks)
+    if name == "sigmoid_attention":
+        return (leaf(b, h, n, d), leaf(b, h, n, d), leaf(b, h, n, d), mask, True, 0.25, -1.0)
     return (leaf(b, n, d), 3, False, mask)
+
+
+# the ops that take dropout and a sink (a softmax over keys)
+SOFTMAX_OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,21 +92,28 @@ def op_inputs(name: str, dropout_p: float = 0.0, b: int = 2, h: int = 2, n: int 
 
 
 @pytest.mark.parametrize(
-    "name,dropout_p",
-    [(op, 0.0) for op in library.OPS] + [(op, 0.25) for op in library.OPS if op != "pool_mix"],
+    "name,dropout_p,sink",
+    [(op, 0.0, False) for op in library.OPS]
+    + [(op, 0.25, False) for op in SOFTMAX_OPS]
+    + [(op, 0.0, True) for op in SOFTMAX_OPS],
 )
-def test_opcheck_passes_for_every_op(name: str, dropout_p: float) -> None:
-    """Schema, fake implementation, autograd registration and AOT dispatch, as torch checks them."""
+def test_opcheck_passes_for_every_op(name: str, dropout_p: float, sink: bool) -> None:
+    """Schema, fake implementation, autograd registration and AOT dispatch, as torch checks them
+    (with a sink: its gradient too)."""
     op = getattr(torch.ops.attnzoo, name).default
-    results = torch.library.opcheck(op, op_inputs(name, dropout_p))
+    results = torch.library.opcheck(op, op_inputs(name, dropout_p, sink=sink))
     assert set(results.values()) == {"SUCCESS"}, results
 
 
-@pytest.mark.parametrize("name", library.OPS)
-def test_eager_calls_skip_the_dispatcher_but_compute_exactly_what_the_op_computes(name) -> None:
+@pytest.mark.parametrize(
+    "name,sink", [(op, False) for op in library.OPS] + [(op, True) for op in SOFTMAX_OPS]
+)
+def test_eager_calls_skip_the_dispatcher_but_compute_exactly_what_the_op_computes(
+    name, sink
+) -> None:
     """Eager mode runs the ops' implementation and autograd formula without torch.ops (less host
-    time per call); both give bitwise the same outputs and gradients."""
-    args = op_inputs(name, 0.25 if name != "pool_mix" else 0.0)
+    time per call); both give bitwise the same outputs and gradients (the sink's included)."""
+    args = op_inputs(name, 0.25 if name in SOFTMAX_OPS else 0.0, sink=sink)
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
     results = []
     for call in (library.run, lambda n, *a: getattr(torch.ops.attnzoo, n)(*a)):
@@ -100,7 +125,7 @@ def test_eager_calls_skip_the_dispatcher_but_compute_exactly_what_the_op_compute
         assert torch.equal(eager, op)
 
 
-@pytest.mark.parametrize("name", [op for op in library.OPS if op != "quadratic_attention"])
+@pytest.mark.parametrize("name", ["scaled_dot_attention", "metric_attention", "pool_mix"])
 def test_the_statistic_output_gets_no_gradient_and_no_zero_filled_one(name) -> None:
     """lse and rcount are the backward's statistics, not outputs to differentiate: they do not
     require grad on either path, and the backward is not handed a zero-filled tensor for them
@@ -146,6 +171,23 @@ def test_the_autocast_rule_casts_direct_calls_of_the_op() -> None:
         out = torch.ops.attnzoo.quadratic_attention(x, u, v.half(), mask, causal, scale, p, seed)
     assert out.dtype == torch.float16
     want = reference.quadratic_attention(x.half(), u.half(), v.half(), causal, mask, scale)
+    assert rel_err(out, want) <= 1e-2
+
+
+def test_the_autocast_rule_leaves_the_sink_in_its_dtype() -> None:
+    """A sink is a logit the kernels read in fp32: under autocast the activations are cast, the
+    sink is not, and its gradient comes back in its own dtype."""
+    q, k, v, mask, causal, scale, p, seed, window, sink = op_inputs(
+        "scaled_dot_attention", sink=True
+    )
+    with torch.autocast("cpu", dtype=torch.float16):
+        out, _ = torch.ops.attnzoo.scaled_dot_attention(q, k, v, mask, causal, scale, p, seed,
+                                                        window, sink)  # fmt: skip
+    assert out.dtype == torch.float16
+    (dsink,) = torch.autograd.grad(out.float().sum(), sink)
+    assert dsink.dtype == torch.float32
+    want = reference.scaled_dot_attention(q.half(), k.half(), v.half(), causal, mask, scale,
+                                          sink=sink)  # fmt: skip
     assert rel_err(out, want) <= 1e-2
 
 

@@ -339,6 +339,7 @@ def test_what_benchmark_mode_times_computes_the_same_on_both_paths(op, grad):
         "scaled_dot_attention": (2, 2, 16, 16, 16),
         "quadratic_attention": (2, 2, 16, 32, 16),
         "metric_attention": (2, 2, 16, 16),
+        "sigmoid_attention": (2, 2, 16, 24, 16),
         "pool_mix": (2, 16, 24),
         "linear_attention": (2, 2, 16, 16, 16),
         "gated_linear_attention": (2, 2, 21, 16, 16),
@@ -351,6 +352,7 @@ def test_what_benchmark_mode_times_computes_the_same_on_both_paths(op, grad):
         "scaled_dot_attention": 3,
         "quadratic_attention": 3,
         "metric_attention": 2,
+        "sigmoid_attention": 3,
         "linear_attention": 3,
         "gated_linear_attention": 3,
     }

@@ -5,6 +5,8 @@ import math
 
 import pytest
 import torch
+from attnzoo.kernels import dispatch, reference
+from attnzoo.kernels.attention import launch
 
 from attnzoo import build_mixer, kernels
 from attnzoo.model import Model, ModelConfig
@@ -58,10 +60,16 @@ def test_a_query_with_no_visible_key_gets_zero_and_rows_need_not_sum_to_one():
 
 def test_bad_arguments_are_refused_with_what_is_allowed():
     q = torch.randn(1, 1, 4, DK)
-    with pytest.raises(ValueError, match="no Triton kernel in attnzoo yet"):
-        kernels.sigmoid_attention(q, q, q, impl="triton")
     with pytest.raises(ValueError, match="bias must be a finite real number"):
         kernels.sigmoid_attention(q, q, q, bias=float("nan"))
+    with pytest.raises(ValueError, match="bias must be a finite real number"):
+        torch.ops.attnzoo.sigmoid_attention(q, q, q, None, False, 0.5, float("inf"))
+    with pytest.raises(ValueError, match=r"'tritn' is not one of"):
+        kernels.sigmoid_attention(q, q, q, impl="tritn")
+    with pytest.raises(ValueError, match="q has dtype torch.float64; the Triton kernels take"):
+        kernels.sigmoid_attention(q.double(), q.double(), q.double(), impl="triton")
+    with pytest.raises(ValueError, match="sigmoid attention has no sink, no dropout"):
+        launch._Problem(q, q, q, None, False, None, 0.5, 0.1, torch.tensor([1]), sigmoid=0.0)
     with pytest.raises(ValueError, match="bias must be a finite number or '-log_n'"):
         build_mixer("sigmoid", dim=8, heads=2, bias="log_n")
 
@@ -84,3 +92,94 @@ def test_the_mixer_is_its_weights_times_values_with_the_papers_bias(causal):
     model = Model(cfg, out_features=5, max_len=N, vocab_size=11, head="token")
     profile = rank_profile(model, torch.randint(0, 11, (2, N)), measures=("attention_entropy",))
     assert all(math.isnan(v) for v in profile.measures["attention_entropy"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The Triton kernels (interpreter) against the float64 reference checked above
+# ---------------------------------------------------------------------------------------------
+
+TOL = {torch.float32: 2e-5, torch.float16: 1e-2}
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.detach().double(), want.detach().double()
+    assert torch.isfinite(got).all(), "NaN/inf: an element never written?"
+    return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+# (n, dk, dv, causal, mask, bias, dtype): n = 37 spans two ragged 32-token interpreter tiles;
+# widths that are not powers of two, and q/k wider than v (the forward's chunk loop).
+# "empty": item 1 all padding, and item 0's key 0 padding (causal: its query 0 sees nothing).
+SIGMOID_CASES = [
+    (37, 24, 20, False, "empty", -math.log(37), torch.float32),
+    (37, 24, 24, True, "empty", 0.0, torch.float32),
+    (37, 40, 16, True, "pad", -1.0, torch.float32),
+    (37, 24, 24, True, "empty", -math.log(37), torch.float16),
+    (64, 16, 16, False, "none", 0.5, torch.float16),  # whole tiles: the unmasked loops only
+]
+
+
+@pytest.mark.parametrize(
+    "case", SIGMOID_CASES, ids=lambda c: "-".join(map(str, c[:5])) + f"-{c[6]}"
+)
+def test_the_kernels_match_the_reference_forward_and_backward(case, monkeypatch):
+    """impl="triton": the output and dq, dk, dv against the float64 reference; masked pairs add
+    nothing (scores made large, so a σ that leaked through would show), and a query that sees
+    no key gets 0 and no dq."""
+    monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
+    n, dk, dv, causal, kind, bias, dtype = case
+    b, h = 2, 3
+    torch.manual_seed(5)
+    leaves64 = [torch.randn(b, h, n, dk, dtype=torch.float64) * 2 for _ in range(2)]
+    leaves64 = [*leaves64, torch.randn(b, h, n, dv, dtype=torch.float64)]
+    leaves64 = [t.requires_grad_() for t in leaves64]
+    leaves = [t.detach().to(dtype).requires_grad_() for t in leaves64]
+    mask = None
+    if kind != "none":
+        mask = torch.zeros(b, n, dtype=torch.bool)
+        mask[1, n - 9 :] = True
+        if kind == "empty":
+            mask[0, 0] = True
+            mask[1, :] = True
+    scale = dk**-0.5
+    out = kernels.sigmoid_attention(*leaves, causal, mask, scale, bias, impl="triton")
+    want = reference.sigmoid_attention(*leaves64, causal, mask, scale, bias)
+    assert out.dtype == dtype and rel_err(out, want) <= TOL[dtype]
+    d_out = torch.randn(want.shape, dtype=torch.float64)
+    grads = torch.autograd.grad(out, leaves, d_out.to(dtype))
+    for i, (g, w) in enumerate(zip(grads, torch.autograd.grad(want, leaves64, d_out), strict=True)):
+        assert g.dtype == dtype and rel_err(g, w) <= TOL[dtype], f"gradient of input {i}"
+    if kind == "empty":
+        seen = reference.allowed_keys(n, causal, mask, torch.device("cpu")).any(-1)[:, 0]
+        empty_bn = ~seen.expand(b, n)
+        assert empty_bn.any()
+        assert (out.detach().transpose(1, 2)[empty_bn] == 0).all()
+        assert (grads[0].transpose(1, 2)[empty_bn] == 0).all()
+
+
+def test_auto_takes_the_reference_where_nothing_chose_the_kernel():
+    """On CPU, and on a GPU without a measured entry for sigmoid_attention, impl="auto" and
+    "tune" run the PyTorch reference (here, the same bits)."""
+    q, k, v = (torch.randn(2, 2, 9, DK) for _ in range(3))
+    want = reference.sigmoid_attention(q, k, v, True, None, DK**-0.5, -1.0)
+    for impl in ("auto", "tune"):
+        assert torch.equal(kernels.sigmoid_attention(q, k, v, True, bias=-1.0, impl=impl), want)
+    assert "sigmoid_attention" in dispatch.OPS and "sigmoid_attention" in dispatch.CANDIDATES
+
+
+def test_the_mixer_runs_the_kernels_with_impl_triton():
+    """The sigmoid mixer on impl="triton" gives the outputs and gradients of impl="torch"."""
+    torch.manual_seed(6)
+    x = torch.randn(2, 21, 12)
+    mask = torch.zeros(2, 21, dtype=torch.bool)
+    mask[1, 15:] = True
+    outs, grads = [], []
+    for impl in ("torch", "triton"):
+        torch.manual_seed(7)
+        mixer = build_mixer("sigmoid", dim=12, heads=3, causal=True, impl=impl)
+        out = mixer(x, mask)
+        outs.append(out)
+        grads.append(torch.autograd.grad(out.square().sum(), list(mixer.parameters())))
+    assert rel_err(outs[1], outs[0]) <= 1e-5
+    for g, w in zip(grads[1], grads[0], strict=True):
+        assert rel_err(g, w) <= 1e-5

@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from attnzoo.kernels import attention, reference
+from attnzoo.kernels.attention import launch
 
 from attnzoo import build_mixer, kernels
 from attnzoo.model import Model, ModelConfig
@@ -79,12 +81,171 @@ def test_a_zero_sink_is_an_extra_all_zero_key_and_value_for_every_score_form(cau
 
 def test_bad_sinks_are_refused_with_what_is_allowed():
     q = torch.randn(1, 2, 4, 4)
-    with pytest.raises(ValueError, match="Triton kernels take no attention sink yet"):
-        kernels.scaled_dot_attention(q, q, q, sink=torch.zeros(2), impl="triton")
     with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(3,\)"):
         kernels.scaled_dot_attention(q, q, q, sink=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(2,\) torch.int64"):
+        kernels.metric_attention(q, q[0], sink=torch.zeros(2, dtype=torch.long), impl="triton")
+    with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(1, 2\)"):
+        torch.ops.attnzoo.scaled_dot_attention(q, q, q, None, False, 0.5, 0.0, None, None,
+                                               torch.zeros(1, 2))  # fmt: skip
     with pytest.raises(ValueError, match="sink must be one of"):
         build_mixer("scaled_dot", dim=8, heads=2, sink="first_token")
+
+
+# ---------------------------------------------------------------------------------------------
+# The Triton kernels with a sink (interpreter), against the float64 reference checked above
+# ---------------------------------------------------------------------------------------------
+
+TOL = {torch.float32: 2e-5, torch.float16: 1e-2}
+
+
+@pytest.fixture
+def poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.detach().double(), want.detach().double()
+    assert torch.isfinite(got).all(), "NaN/inf: an element never written?"
+    return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def masks(kind: str, b: int, n: int) -> torch.Tensor | None:
+    """'none'; 'pad': ragged lengths; 'empty': item 1 all padding (no query of it sees a key)
+    and item 0's key 0 padding (causal: query 0 of item 0 sees nothing)."""
+    if kind == "none":
+        return None
+    mask = torch.zeros(b, n, dtype=torch.bool)
+    mask[0, :1] = kind == "empty"
+    mask[1, n - 9 :] = True
+    mask[1, :] |= kind == "empty"
+    return mask
+
+
+def sink_inputs(op: str, b: int, h: int, n: int, d: int, dv: int):
+    """The op's differentiable inputs (float64 leaves) and its scale."""
+    if op == "scaled_dot":
+        return [torch.randn(b, h, n, d), torch.randn(b, h, n, d), torch.randn(b, h, n, dv)], d**-0.5
+    if op == "quadratic":
+        return [torch.randn(b, n, d), torch.randn(h, d, d) / 3, torch.randn(b, h, n, dv)], d**-0.5
+    c = torch.randn(h, d, d) / d**0.5
+    return [torch.randn(b, h, n, d), (c + c.mT) / 2], d**-0.5
+
+
+# (op, n, d, dv, causal, mask, dtype): n = 37 spans two ragged 32-token interpreter tiles; widths
+# that are not powers of two (padded tiles), and q/k wider than v (the forward's chunk loop)
+SINK_CASES = [
+    ("scaled_dot", 37, 24, 24, False, "empty", torch.float32),
+    ("scaled_dot", 37, 40, 20, True, "empty", torch.float32),
+    ("scaled_dot", 37, 24, 24, True, "pad", torch.float16),
+    ("quadratic", 37, 20, 12, True, "empty", torch.float32),
+    ("metric", 37, 24, 24, False, "pad", torch.float32),
+    ("metric", 37, 16, 16, True, "empty", torch.float16),
+]
+
+
+@pytest.mark.parametrize(
+    "case", SINK_CASES, ids=lambda c: "-".join(map(str, c)).replace("torch.", "")
+)
+def test_the_kernels_take_a_sink_forward_and_backward(case, poison):
+    """impl="triton" with a sink: the output and the gradients of every input and of the sink
+    against the float64 reference; a query that sees no key gets 0 (and no dq); an lse of the
+    sink alone for it."""
+    op, n, d, dv, causal, kind, dtype = case
+    b, h = 2, 3
+    torch.manual_seed(3)
+    leaves64, scale = sink_inputs(op, b, h, n, d, dv)
+    sink64 = torch.tensor([-1.0, 0.5, 3.0])  # one sink heavier than most scores
+    leaves64 = [t.double().requires_grad_() for t in (*leaves64, sink64)]
+    leaves = [t.detach().to(dtype).requires_grad_() for t in leaves64[:-1]]
+    leaves.append(leaves64[-1].detach().float().requires_grad_())  # the sink stays fp32
+    mask = masks(kind, b, n)
+    run = lambda impl, *t: getattr(kernels, f"{op}_attention")(
+        *t[:-1], causal, mask, scale, impl=impl, sink=t[-1]
+    )
+    out, want = run("triton", *leaves), run("torch", *leaves64)
+    assert out.dtype == dtype and rel_err(out, want) <= TOL[dtype]
+    d_out = torch.randn(want.shape, dtype=torch.float64)
+    grads = torch.autograd.grad(out, leaves, d_out.to(dtype))
+    wants = torch.autograd.grad(want, leaves64, d_out)
+    for i, (g, w) in enumerate(zip(grads, wants, strict=True)):
+        assert g.dtype == leaves[i].dtype and rel_err(g, w) <= TOL[dtype], f"gradient of input {i}"
+    if kind == "empty":
+        seen = reference.allowed_keys(n, causal, mask, torch.device("cpu")).any(-1)[:, 0]  # (B, N)
+        empty_bn = ~seen.expand(b, n)
+        assert empty_bn.any()
+        assert (out.detach().transpose(1, 2)[empty_bn] == 0).all()
+        if op == "scaled_dot":
+            assert (grads[0].transpose(1, 2)[empty_bn] == 0).all()
+            args = [t.detach() for t in leaves]
+            _, lse = torch.ops.attnzoo.scaled_dot_attention(
+                *args[:3], mask, causal, scale, 0.0, None, None, args[3]
+            )
+            lse_bhn = lse.view(b, h, n).transpose(1, 2)[empty_bn]  # (rows, H)
+            torch.testing.assert_close(lse_bhn, (args[3] * math.log2(math.e)).expand_as(lse_bhn))
+
+
+def test_a_sink_with_dropout_and_a_window_on_the_kernels(poison):
+    """dsink = −Σ p_sink · rowsum(dO ∘ O) holds with dropout (O includes the dropped weights) and
+    with a sliding window: the kernels against the reference given the kernels' keep mask."""
+    b, h, n, d, p = 2, 2, 37, 16, 0.25
+    torch.manual_seed(4)
+    leaves = [torch.randn(b, h, n, d, requires_grad=True) for _ in range(3)]
+    sink = torch.tensor([0.0, 1.5], requires_grad=True)
+    mask = masks("pad", b, n)
+    seed = torch.tensor([77])
+    keep = attention.dropout_keep_mask(seed, b, h, n, p)
+    out, _ = torch.ops.attnzoo.scaled_dot_attention(*leaves, mask, False, 0.25, p, seed, [5, 3],
+                                                    sink)  # fmt: skip
+    refs = [t.detach().double().requires_grad_() for t in (*leaves, sink)]
+    want = reference.scaled_dot_attention(*refs[:3], False, mask, 0.25, p, keep, (5, 3), refs[3])
+    assert rel_err(out, want) <= 1e-5
+    d_out = torch.randn_like(out)
+    for g, w in zip(torch.autograd.grad(out, (*leaves, sink), d_out),
+                    torch.autograd.grad(want, refs, d_out.double()), strict=True):  # fmt: skip
+        assert rel_err(g, w) <= 1e-5
+
+
+def test_a_sink_of_minus_infinity_is_no_sink_on_the_kernels(poison):
+    """exp(−inf) = 0: the same output as without a sink, rows that see nothing included, and a
+    zero (not NaN) gradient for the sink."""
+    q, k, v = (torch.randn(2, 2, 21, 16) for _ in range(3))
+    mask = masks("empty", 2, 21)
+    sink = torch.full((2,), float("-inf"), requires_grad=True)
+    out = kernels.scaled_dot_attention(q, k, v, True, mask, impl="triton", sink=sink)
+    torch.testing.assert_close(
+        out, kernels.scaled_dot_attention(q, k, v, True, mask, impl="triton")
+    )
+    (dsink,) = torch.autograd.grad(out.sum(), sink)
+    assert torch.equal(dsink, torch.zeros(2))
+
+
+@pytest.mark.parametrize("mixer", ["quadratic", "metric"])
+def test_a_model_with_a_learned_sink_compiles_on_the_kernels(mixer):
+    """torch.compile(fullgraph=True) over a model whose mixers pass a learned sink to the Triton
+    ops (quadratic: the composite op hands it to the scaled-dot op): the loss and every
+    gradient, the sinks' included, equal eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    cfg = ModelConfig(dim=D, depth=2, heads=H, mixer=mixer, causal=True, impl="triton",
+                      mixer_options={"sink": "learned"})  # fmt: skip
+    model = Model(cfg, out_features=5, max_len=N, vocab_size=11, head="lm")
+    for block in model.blocks:  # away from init (0) so that the sink matters
+        block.mixer.sink_logit.data.copy_(torch.tensor([-1.0, 0.5, 2.0]))
+    tokens = torch.randint(0, 5, (B, N))
+
+    def loss_and_grads(m):
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(m(tokens)[:, :-1].reshape(-1, 5), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    eager_loss, eager = loss_and_grads(model)
+    loss, grads = loss_and_grads(torch.compile(model, fullgraph=True, backend="aot_eager"))
+    assert loss.item() == pytest.approx(eager_loss.item(), rel=1e-5)
+    assert any("sink_logit" in name for name in grads)
+    for name, g in grads.items():
+        assert rel_err(g, eager[name]) <= 1e-4, name
 
 
 @pytest.mark.parametrize("mixer", ["scaled_dot", "quadratic", "metric", "local"])

@@ -59,15 +59,12 @@ class SigmoidAttention(_QKVHeads):
     def _bias(self, n: int) -> float:
         return -math.log(n) if self.bias == LOG_N else float(self.bias)
 
-    def _impl(self) -> str:
-        return "torch" if self.impl == "triton" else self.impl  # no Triton kernel yet
-
     def attend(self, x_bnd, key_padding_mask=None, scores_from=None) -> torch.Tensor:
         """Per-head outputs before the output projection, (B, H, N, dk)."""
         q_bhnk, k_bhnk, v_bhnk = self._qkv(x_bnd, scores_from)
         bias = self._bias(x_bnd.shape[1])
         return kernels.sigmoid_attention(q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask,
-                                         bias=bias, impl=self._impl())  # fmt: skip
+                                         bias=bias, impl=self.impl)  # fmt: skip
 
     def attention_probs(self, x_bnd, key_padding_mask=None) -> torch.Tensor:
         """The weights σ(q kᵀ / √dk + b) per head, 0 where masked, (B, H, N, N)."""
