@@ -10,10 +10,11 @@ Every op takes `impl`:
   capability's, written by `scripts/gpu_check.py` from its benchmark), or a decision of benchmark
   mode; everywhere else PyTorch: the attention ops through the fused
   `scaled_dot_product_attention` (flash, cuDNN or efficient backend) on their one-line
-  formulations, pool_mix through the reference (`avg_pool1d`). `kernels/dispatch.py` says how
-  the choice is keyed and made. On CPU, the three attention ops in fp32/fp64 run through the
-  fused SDPA too (the fastest CPU path, same result as the reference to rounding), everything
-  else through the reference;
+  formulations, pool_mix through the reference (`avg_pool1d`), a call with an attention sink
+  (which SDPA does not take) and sigmoid_attention through the reference too.
+  `kernels/dispatch.py` says how the choice is keyed and made. On CPU, the three attention ops
+  in fp32/fp64 without a sink run through the fused SDPA too (the fastest CPU path, same result
+  as the reference to rounding), everything else through the reference;
 - "tune": "auto" with benchmark mode on for this call (`attnzoo.kernels.benchmark_mode = True`
   turns it on for every "auto" call): on CUDA the first call of a new key times the Triton kernel
   against the PyTorch path and keeps the faster.

@@ -1,4 +1,5 @@
-"""The attention kernels: one FlashAttention-2 family, three prologues (scaled-dot, quadratic, metric).
+"""The attention kernels: one FlashAttention-2 family, three prologues (scaled-dot, quadratic,
+metric), softmax weights (optionally with a sink) or sigmoid ones.
 
 Algorithm. A program owns a tile of BLOCK_M queries and walks the key tiles with an online
 softmax (a running max and a running sum, in base 2: scores arrive multiplied by scale·log2 e),
@@ -28,6 +29,20 @@ Prologues (METRIC, a compile-time switch):
   of M at a time, and one tile of p serves as key and value. Its dk/dv kernel stores dk + dv,
   the two roles' sum, and the backward forms q = p·M again per tile rather than storing it.
 
+Sinks (SINK, a compile-time switch of the forward): one more logit per head (Sink, (H,), base 2)
+in every row's softmax, with value zero. The online softmax starts from it (m = sink, l = 1,
+acc = 0) instead of from nothing, so the log-sum-exp includes it and a row that sees no key gets
+output 0 with lse = the sink's logit. The backward kernels are unchanged: exp2(s·scale2 − lse) are
+already the with-sink probabilities, and dS = P ∘ (dP − delta) holds. The sink's own gradient,
+dsink_h = −Σ_{b,i} p_sink · delta with p_sink = exp2(sink − lse) (raising the sink's logit moves
+every probability of the row by −p_j · p_sink), is formed by the launcher from lse and delta.
+
+Sigmoid attention (SIGMOID, a compile-time switch; the bias a runtime fp32): no normalisation.
+The forward sums σ(scale · q·k + bias) · v over the visible keys (a masked score is −inf, whose σ
+is 0) with no running max or sum, and stores no lse. The backward recomputes P = σ from q and k,
+dv = Pᵀ·dO and dS = dP ∘ P ∘ (1 − P), dq and dk as for the softmax (no delta kernel). Rows past
+the end read dO = 0, so they add nothing to dv or dk.
+
 Dropout (DROPOUT, a compile-time switch): after the softmax a probability is kept where the
 Philox draw `tl.rand(seed + b·H + h, query·N + key)` is ≥ p, and scaled by 1/(1 - p). The row
 sums (and so the log-sum-exp) are those before dropout; both backward kernels draw the same mask
@@ -44,7 +59,9 @@ the full scores again.
 
 Invariants:
 - A query whose every key is masked (causal or window, and padding) gets zeros and zero gradients:
-  its log-sum-exp is +inf, so every recomputed probability is 0.
+  its log-sum-exp is +inf, so every recomputed probability is 0. With a sink its log-sum-exp is
+  the sink's logit, and its pairs are masked where the backward recomputes them (the masked
+  loops, the padding keys), as are every (sigmoid) weight of a masked pair.
 - A query row past the end reads lse = +inf, and a key past the end or padding only touches its
   own rows of dk and dv (not stored, or zeroed): the dk/dv kernel masks only the causal diagonal.
 - Elements outside (N, d) are never written.
@@ -557,7 +574,8 @@ def _attn_bwd_dkdv(
     The q/k tiles are QK_HEAD wide: HEAD when d_qk ≤ HEAD (plain and metric) or when the width is
     chunked, else the whole padded q/k width in one tile (`wide`: one chunk, the scores once).
 
-    Metric (k = v = p): stores dk + dv into DK, the two roles' sum."""
+    Metric (k = v = p): stores dk + dv into DK, the two roles' sum. SIGMOID: Lse and Delta are
+    never read."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_c = tl.program_id(2)
