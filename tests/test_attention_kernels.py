@@ -275,6 +275,37 @@ def test_results_do_not_depend_on_the_tile_shape(op: str, monkeypatch: pytest.Mo
     test_forward_and_backward_match_reference(case)
 
 
+@pytest.mark.parametrize("mode", ["sink", "sigmoid"])
+def test_sink_and_sigmoid_do_not_depend_on_the_tile_shape(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink's running-max start and the sigmoid weights under unequal query and key tiles
+    (the GPU configs' shapes), causal, with a fully masked row: forward and every gradient
+    against the float64 reference."""
+    tiles = {"_fwd": (64, 16), "_bwd_dkdv": (16, 32), "_bwd_dq": (32, 16)}
+    for name, (bm, bn) in tiles.items():
+        config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=1)
+        monkeypatch.setattr(getattr(launch, name), "configs", [config])
+    b, h, n, d = 2, 2, 70, 24
+    leaves = [torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3)]
+    extra = [torch.tensor([0.5, -2.0], dtype=torch.float64)] if mode == "sink" else []
+    leaves64 = [t.requires_grad_() for t in (*leaves, *extra)]
+    leaves32 = [t.detach().float().requires_grad_() for t in leaves64]
+    mask = make_mask("empty", b, n, True)
+    if mode == "sink":
+        run = lambda impl, q, k, v, sink: ops.scaled_dot_attention(
+            q, k, v, True, mask, impl=impl, sink=sink
+        )
+    else:
+        run = lambda impl, q, k, v: ops.sigmoid_attention(q, k, v, True, mask, bias=-2.0, impl=impl)
+    out, want = run("triton", *leaves32), run("torch", *leaves64)
+    assert rel_err(out, want) <= 2e-5
+    d_out = torch.randn(want.shape, dtype=torch.float64)
+    grads = torch.autograd.grad(out, leaves32, d_out.float())
+    for i, (g, w) in enumerate(zip(grads, torch.autograd.grad(want, leaves64, d_out), strict=True)):
+        assert rel_err(g, w) <= 2e-5, f"gradient of input {i}"
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: a ValueError that names the argument, before any kernel runs
 # ---------------------------------------------------------------------------------------------

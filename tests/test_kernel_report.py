@@ -60,8 +60,8 @@ def table_rows(stdout: str) -> list[list[str]]:
 
 # The default tier's ahead-of-time compile (`--only` substrings, any of them): every kernel, each
 # dtype, each variant row (plain, chunked, metric, wide q/k tiles), the variant with causal, padding
-# mask and dropout all on, and the forward's tile shapes where sm_90 must use wgmma; ~30
-# compilations instead of ~1000. The slow tier compiles every config.
+# mask and dropout all on, the sink and sigmoid variants, and the forward's tile shapes where
+# sm_90 must use wgmma; ~40 compilations instead of ~1700. The slow tier compiles every config.
 REPRESENTATIVE = (
     "attn_fwd fp16 plain HEAD=64 ",  # every tile shape of the most used variant
     "attn_fwd bf16 metric causal mask dropout HEAD=32 ",
@@ -72,6 +72,10 @@ REPRESENTATIVE = (
     "attn_bwd_dkdv bf16 wide64 HEAD=32 ",
     "attn_bwd_dkdv fp16 chunked causal mask dropout HEAD=128 ",
     "attn_bwd_dkdv bf16 plain window mask dropout HEAD=64 ",  # the window's transposed bounds
+    "attn_fwd bf16 plain causal mask dropout sink HEAD=64 ",  # the sink's running-max start
+    "attn_fwd fp16 chunked causal mask sigmoid HEAD=32 ",  # sigmoid: no running max or lse
+    "attn_bwd_dkdv fp16 plain causal mask sigmoid HEAD=64 ",
+    "attn_bwd_dq fp32 wide128 causal mask sigmoid HEAD=32 ",
     "pool_fwd bf16 mask any-window BLOCK_N=64 ",
     "pool_bwd fp32 any-window BLOCK_N=128 ",
 )
