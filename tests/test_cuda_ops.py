@@ -2,9 +2,9 @@
 
     TRITON_INTERPRET=0 python -m pytest -m cuda
 
-Forward and backward of every op in fp32, bf16 and fp16 (bf16 is what the interpreter cannot
-check), causal and padding masks, attention dropout against the reference given the kernels'
-mask; and every mixer × impl training 20 steps under bf16 autocast, eager and compiled. Each
+Forward and backward of every op (scaled-dot attention with a sink, and sigmoid attention, too)
+in fp32, bf16 and fp16 (bf16 is what the interpreter cannot check), causal and padding masks,
+attention dropout against the reference given the kernels' mask; and every mixer × impl training 20 steps under bf16 autocast, eager and compiled. Each
 half-precision result must be within a small multiple of the error that the PyTorch reference
 itself makes in the same dtype: the kernels may not be less accurate than the formula they replace.
 """
@@ -12,6 +12,7 @@ itself makes in the same dtype: the kernels may not be less accurate than the fo
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -34,8 +35,10 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 def make_inputs(op: str, dtype: torch.dtype, n: int, d: int = 64, b: int = 2, h: int = 4):
     g = torch.Generator(device="cuda").manual_seed(0)
     rand = lambda *s: torch.randn(*s, device="cuda", generator=g, dtype=torch.float64)
-    if op == "scaled_dot":
+    if op in ("scaled_dot", "sigmoid"):
         tensors = [rand(b, h, n, d), rand(b, h, n, d), rand(b, h, n, d)]
+    elif op == "sink":  # scaled-dot attention with a sink per head, one heavier than most scores
+        tensors = [rand(b, h, n, d), rand(b, h, n, d), rand(b, h, n, d), 2 * rand(h)]
     elif op == "quadratic":
         tensors = [rand(b, n, 2 * d), rand(h, 2 * d, 2 * d) / (2 * d) ** 0.5, rand(b, h, n, d)]
     elif op == "metric":
@@ -55,6 +58,12 @@ def padding(b: int, n: int) -> torch.Tensor:
 def call(op: str, impl: str, tensors, causal: bool, mask, dropout_p: float = 0.0):
     if op == "pool":
         return ops.pool_mix(*tensors, 3, causal, mask, impl=impl)
+    if op == "sink":
+        q, k, v, sink = tensors
+        return ops.scaled_dot_attention(q, k, v, causal, mask, None, dropout_p, impl, sink=sink)
+    if op == "sigmoid":  # the mixer's default bias, −log N
+        return ops.sigmoid_attention(*tensors, causal, mask, bias=-math.log(tensors[0].shape[2]),
+                                     impl=impl)  # fmt: skip
     fn = getattr(ops, f"{op}_attention")
     return fn(*tensors, causal, mask, None, dropout_p, impl=impl)
 
@@ -72,7 +81,7 @@ def out_and_grads(op, impl, tensors, causal, mask):
     "causal,masked", [(False, False), (True, False), (False, True), (True, True)]
 )
 @pytest.mark.parametrize("n", [37, 1000])
-@pytest.mark.parametrize("op", ["scaled_dot", "quadratic", "metric", "pool"])
+@pytest.mark.parametrize("op", ["scaled_dot", "quadratic", "metric", "pool", "sink", "sigmoid"])
 def test_kernels_match_the_float64_reference(op, n, causal, masked, dtype) -> None:
     tensors = make_inputs(op, dtype, n)
     mask = padding(2, n) if masked else None
