@@ -535,7 +535,8 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
     assert mixers_for_task("imdb", list(MIXERS)) == (list(MIXERS), [])  # not causal: every one
 
 
-STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "rank_collapse")
+STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "rank_collapse",
+           "recall")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -557,7 +558,11 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
 
 @pytest.mark.parametrize(
     "name,jobs",
-    [("rank_ablation", 900), pytest.param("mixer_ablation", 260, marks=pytest.mark.slow)],
+    [
+        ("rank_ablation", 900),
+        ("recall", 54),
+        pytest.param("mixer_ablation", 260, marks=pytest.mark.slow),
+    ],  # fmt: skip
 )
 def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path):
     """--dry-run: the jobs and the time they take, nothing run and nothing written."""

@@ -27,14 +27,16 @@ from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt, md_table, write_cs
 from attnzoo.replicates import NON_SEMANTIC, REPLICATE_KEY
 
 
-def write_runs(rows: list[dict[str, Any]], path: Path) -> None:
+def write_runs(rows: list[dict[str, Any]], path: Path, extra: tuple[str, ...] = ()) -> None:
     """The per-seed table behind every interval and comparison: one row per job (COLUMNS) with
     its configuration (`group`, as in groups.csv), seed, final values and status. summarize
-    writes it as summary.csv; the study commands write it as runs.csv beside their reports."""
+    writes it as summary.csv; the study commands write it as runs.csv beside their reports,
+    with `extra` columns of their own after `job` (a study's cell: its width, say)."""
+    columns = ("job", *extra, *COLUMNS[1:])
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in COLUMNS} for r in rows)
+        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
 
 
 def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:

@@ -1,0 +1,319 @@
+"""The recall study: multi-query associative recall (MQAR) accuracy against model width and
+depth, per mixer, tuned and replicated, in one command (Zoology's Figure 2, Arora et al. 2023;
+recall against depth as Wang et al. 2025 measure it).
+
+For each cell (width, depth) of the grid and each mixer (default: scaled_dot, linear, retention,
+mamba2, gla and deltanet; the causal mixers only, MQAR is read left to right):
+
+1. tune: `train.lr` over a log-spaced grid on ≥ 2 tuning seeds (default 100, 101), selected on
+   the whole validation split's accuracy (max); a choice at an edge of a grid of more than two
+   values extends it one step, up to --max-extensions times (attnzoo.studies.tune_lr);
+2. rerun: fresh seeds (default 0, 1, 2) at each mixer's chosen learning rate;
+3. report: test accuracy on the held-out test split (never read by a choice), per seed and as a
+   Student-t interval, and each mixer against scaled-dot, the reference fixed up front, paired
+   by seed; every comparison of every cell in one family (--correction, default holm), with
+   the equivalence margin --margin (accuracy, stated before the runs).
+
+The task is the trainer's `task=mqar` (its defaults: vocabulary 256, 64 tokens, 8 key-value
+pairs, every key queried) on blocks with the MLP switched off (model.mlp=false: the mixers alone
+have to recall; a 2-block model of scaled-dot attention with its MLP on stays on the 1/8
+plateau of guessing among the sequence's values for thousands of steps, without it it solves
+the task in under a thousand). Everything else is the trainer's default block (pre-norm,
+LayerNorm, learned positions, 4 heads).
+
+Outputs (in --out): recall.md (the report), recall.json, runs.csv and tune_runs.csv (every
+fresh-seed and tuning run, with its width and depth), comparisons.csv (the family, raw and
+adjusted p), recall.png (test accuracy against width, a panel per depth, every seed a dot).
+The run folders are in <out>/dim<W>_depth<L>/; the same command again skips completed sweeps.
+
+    python scripts/recall.py --parallel 2                   # the CPU study (docs/results.md)
+    python scripts/recall.py --smoke                        # the pipeline at toy size, ~1 min
+    python scripts/recall.py --preset gpu --parallel 4      # one GPU: widths 64-512, depths 2, 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
+from attnzoo.analysis.groups import group_jobs, group_row
+from attnzoo.analysis.report import protocol_text, write_runs
+from attnzoo.analysis.runs import find_sweep_jobs, row
+from attnzoo.analysis.tables import ci_text, fmt, write_csv
+from attnzoo.mixers import causal_mixers
+from attnzoo.studies import (
+    SMOKE_SIZE,
+    STUDY_REFERENCE,
+    add_run_options,
+    check_seeds,
+    chosen_lrs,
+    default_out,
+    float_list,
+    int_list,
+    lr_text,
+    machine,
+    price,
+    run_overrides,
+    sweep,
+    tune_lr,
+    tuning_lines,
+)
+
+SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summarize.py")))
+RECALL_MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"]
+# What every run of a preset trains: the task at its size, the block, the budget. The CPU preset
+# is sized for 2 cores; the GPU preset is Zoology's harder setting (its vocabulary, 16 pairs in
+# 128 tokens), estimated for one H100, not measured.
+PRESETS = {
+    "cpu": {
+        "overrides": ["task=mqar", "model.mlp=false", "train.max_steps=1000",
+                      "train.batch_size=64", "train.eval_every=100", "task.val_size=1024",
+                      "task.test_size=1024",
+                      "train.rank_measures=[relative_residual]"],
+        "widths": [64], "depths": [2], "lrs": [1e-3, 3e-3, 1e-2],
+        "seconds": 150.0, "basis": "the six mixers' mean, measured on 2 CPU cores",
+    },
+    "gpu": {
+        "overrides": ["task=mqar", "task.vocab_size=8192", "task.seq_len=128",
+                      "task.num_kv_pairs=16", "model.mlp=false", "train.max_steps=4000",
+                      "train.batch_size=128", "train.eval_every=250",
+                      "train.rank_measures=[relative_residual]"],
+        "widths": [64, 128, 256, 512], "depths": [2, 4], "lrs": [3e-4, 1e-3, 3e-3, 1e-2],
+        "seconds": 120.0, "basis": "estimated for one H100",
+    },
+}  # fmt: skip
+SMOKE = [*(o for o in SMOKE_SIZE if not o.startswith("model.dim=")), "task.num_kv_pairs=2", "task.vocab_size=16", "task.val_size=8",
+         "task.test_size=8"]  # fmt: skip
+ON = "test_metric"  # test accuracy: the quantity the study is about
+MARGIN_REASON = "5 points of accuracy: a difference in recall a reader of the figure acts on"
+
+
+def cell_name(width: int, depth: int) -> str:
+    return f"dim{width}_depth{depth}"
+
+
+def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, str]) -> dict:
+    """Tune, rerun at fresh seeds and compare one (width, depth) cell."""
+    root = args.out / cell_name(width, depth)
+    base = [*PRESETS[args.preset]["overrides"], f"model.dim={width}", f"model.depth={depth}",
+            *run_overrides(args, None), *(SMOKE if args.smoke else []), *args.override]  # fmt: skip
+    print(f"width {width}, depth {depth}: tuning train.lr over "
+          f"{', '.join(map(lr_text, args.lrs))}", flush=True)  # fmt: skip
+    select = {"by": "metric", "maximize": True, "fresh_seeds": ",".join(map(str, args.seeds)),
+              "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
+    selected, extensions, tune_folders = tune_lr(
+        base, args.mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
+    )
+    chosen, by_lr = chosen_lrs(selected, args.mixers)
+    where = {"width": width, "depth": depth}
+    tune_runs = [row(j) | where | {"job": f"{root.name}/{j.folder.relative_to(root)}"}
+                 for j in find_sweep_jobs(tune_folders) if j.folder]  # fmt: skip
+    seeds, finals = ",".join(map(str, args.seeds)), []
+    for lr, group in sorted(by_lr.items()):
+        folder = root / "final" / f"lr_{lr_text(lr)}"
+        over = [*base, f"mixer={','.join(group)}", f"train.lr={lr_text(lr)}", f"train.seed={seeds}"]
+        sweep(over, folder, len(group) * len(args.seeds), env, root / "final.log")
+        finals.append(folder)
+    jobs = find_sweep_jobs(finals)
+    runs = [row(j) for j in jobs]
+    groups, _ = group_jobs(jobs, runs)
+    groups.sort(key=lambda g: args.mixers.index(g.config.get("mixer.name")))
+    compared = comparisons(groups, "mixer.name", ON, args.confidence, args.margin,
+                           STUDY_REFERENCE, "none")  # fmt: skip
+    return {
+        **where,
+        "selected": selected,
+        "extensions": extensions,
+        "chosen": chosen,
+        "tune_runs": tune_runs,
+        "groups": groups,
+        "table": [group_row(g, args.confidence) for g in groups],
+        "compared": [c | where for c in compared],
+        "runs": [r | where | {"job": f"{root.name}/{r['job']}"} for r in runs],
+    }
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+
+def per_seed(group) -> str:
+    return ", ".join(f"{fmt(r['seed'])}: {r['final_test_metric']:.3f}"
+                     for r in group.completed if r["final_test_metric"] is not None)  # fmt: skip
+
+
+def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list[str]:
+    lines = [f"## Width {cell['width']}, depth {cell['depth']}", ""]
+    lines += tuning_lines(cell, args.lrs, args.tune_seeds, "whole-split val accuracy (max)",
+                          args.max_extensions)  # fmt: skip
+    verdicts = {r["config"].split(" ")[0]: r["sentence"] for r in family
+                if (r["width"], r["depth"]) == (cell["width"], cell["depth"])}  # fmt: skip
+    lines += [
+        f"Fresh seeds {', '.join(map(str, args.seeds))}: test accuracy on the held-out test "
+        f"split (mean [{args.confidence:.0%} Student-t interval], then every seed); val accuracy "
+        "on the whole validation split.",
+        "",
+        "| mixer | train.lr | n | test accuracy | per seed | val accuracy | final rank | params "
+        "| note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r, g in zip(cell["table"], cell["groups"], strict=True):
+        lines.append(
+            f"| {g.config.get('mixer.name')} | {fmt(g.config.get('train.lr'))} | {r['n_seeds']} "
+            f"| {ci_text(r['test_metric_mean'], r['test_metric_ci_low'], r['test_metric_ci_high'])}"
+            f" | {per_seed(g)} | {ci_text(r['metric_mean'], r['metric_ci_low'], r['metric_ci_high'])}"
+            f" | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{fmt(r['params'])} | {r['note']} |"
+        )
+    lines += ["", f"Against {STUDY_REFERENCE} (test accuracy, margin ±{args.margin:g}):"]
+    lines += [f"- {s}" for s in verdicts.values()] or ["- nothing to compare"]
+    return lines + [""]
+
+
+def figure(cells: list[dict], path: Path) -> None:
+    """Test accuracy against width, one panel per depth, a line through each mixer's means and
+    every seed a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    depths = sorted({c["depth"] for c in cells})
+    fig, axes = plt.subplots(1, len(depths), figsize=(4.5 * len(depths), 3.6), squeeze=False)
+    for ax, depth in zip(axes[0], depths, strict=True):
+        mine = sorted((c for c in cells if c["depth"] == depth), key=lambda c: c["width"])
+        for i, mixer in enumerate(dict.fromkeys(m for c in mine for m in c["chosen"])):
+            xs, means = [], []
+            for c in mine:
+                for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
+                    values = list(g.values(ON).values())
+                    dx = 1 + 0.03 * (i - 2.5)  # spread the mixers' dots apart on the log axis
+                    ax.scatter([c["width"] * dx] * len(values), values, s=12, color=f"C{i}",
+                               alpha=0.6)  # fmt: skip
+                    if values:
+                        xs.append(c["width"] * dx)
+                        means.append(sum(values) / len(values))
+            ax.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("model width (model.dim)")
+        ax.set_ylabel("MQAR test accuracy")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"depth {depth}")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> Path:
+    family = correct([c for cell in cells for c in cell["compared"]], args.correction)
+    write_runs([r for c in cells for r in c["runs"]], args.out / "runs.csv", ("width",))
+    write_runs([r for c in cells for r in c["tune_runs"]], args.out / "tune_runs.csv", ("width",))
+    write_csv(args.out / "comparisons.csv", ["width", "depth", *COMPARISON_COLUMNS], family)
+    figure(cells, args.out / "recall.png")
+    preset = PRESETS[args.preset]["overrides"]
+    lines = [
+        "# Recall: MQAR accuracy against width and depth",
+        "",
+        f"Command: `{header['command']}`",
+        f"Machine: {header['machine']}",
+        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
+        "runs done before it are kept).",
+        f"Every run: `{' '.join(preset)}`"
+        + (" + the --smoke toy size" if args.smoke else "")
+        + (f" + `{' '.join(args.override)}`" if args.override else "")
+        + "; widths "
+        f"{', '.join(map(str, args.widths))}, depths {', '.join(map(str, args.depths))}; "
+        f"mixers {', '.join(args.mixers)}.",
+        f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
+        f"{', '.join(map(str, args.seeds))} (fresh). Equivalence margin, fixed before the runs: "
+        f"±{args.margin:g} accuracy ({MARGIN_REASON}). "
+        + protocol_text(family, args.confidence, args.margin, args.correction)
+        + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`; every comparison "
+        "with raw and adjusted p: `comparisons.csv`; the figure: `recall.png`.",
+        "",
+    ]
+    if args.smoke:
+        lines += ["**Smoke run**: toy sizes; the numbers mean nothing.", ""]
+    for cell in cells:
+        lines += cell_lines(cell, family, args)
+    path = args.out / "recall.md"
+    path.write_text("\n".join(lines) + "\n")
+    plain = [{"width": c["width"], "depth": c["depth"], "chosen_lr": c["chosen"],
+              "extensions": c["extensions"], "groups": c["table"]} for c in cells]  # fmt: skip
+    (args.out / "recall.json").write_text(
+        json.dumps({**header, "cells": plain}, indent=2, default=str) + "\n"
+    )
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mixers", nargs="+", default=RECALL_MIXERS, choices=causal_mixers(),
+                        help="causal mixers (MQAR is read left to right)")  # fmt: skip
+    parser.add_argument("--widths", type=int_list, default=None,
+                        help="model.dim values, comma-separated (default: the preset's)")  # fmt: skip
+    parser.add_argument("--depths", type=int_list, default=None,
+                        help="model.depth values, comma-separated (default: the preset's)")  # fmt: skip
+    parser.add_argument("--lrs", type=float_list, default=None,
+                        help="the train.lr grid (default: the preset's)")  # fmt: skip
+    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101])
+    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2])
+    parser.add_argument("--max-extensions", type=int, default=1)
+    parser.add_argument("--margin", type=float, default=0.05,
+                        help="equivalence margin on test accuracy (default 0.05)")  # fmt: skip
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
+    add_run_options(parser)
+    parser.add_argument("--out", type=Path, default=default_out("recall"),
+                        help="report folder (default results/recall/)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help="the whole pipeline at toy size (3 steps), fresh seeds 0,1")  # fmt: skip
+    args = parser.parse_args()
+    preset = PRESETS[args.preset]
+    args.widths = args.widths or preset["widths"]
+    args.depths = args.depths or preset["depths"]
+    args.lrs = args.lrs or preset["lrs"]
+    if args.smoke:
+        args.widths, args.depths, args.seeds = [16], args.depths[:1], args.seeds[:2]
+    for name in ("widths", "depths"):
+        if bad := [v for v in getattr(args, name) if v < 1]:
+            parser.error(f"--{name}: {bad} are not positive; allowed: ints ≥ 1")
+    if bad := [w for w in args.widths if w % 4]:
+        parser.error(f"--widths: {bad} are not multiples of the model's 4 heads")
+    if len(args.lrs) < 2 or min(args.lrs) <= 0:
+        parser.error(f"--lrs {args.lrs}: the study needs ≥ 2 positive learning rates")
+    if problem := check_seeds(args.tune_seeds, args.seeds):
+        parser.error(problem)
+    if STUDY_REFERENCE not in args.mixers:
+        parser.error(f"--mixers must include the reference, {STUDY_REFERENCE}")
+    cells = list(itertools.product(args.widths, args.depths))
+    if args.dry_run:
+        n, per = len(args.mixers) * len(cells), preset["seconds"]
+        print(price([("tuning", n * len(args.lrs) * len(args.tune_seeds), per),
+                     ("fresh seeds", n * len(args.seeds), per)], args.parallel,
+                    preset["basis"], f"; grid extensions add up to "
+                    f"{args.max_extensions * len(args.tune_seeds) * n} runs more"))  # fmt: skip
+        return
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = [run_cell(w, d, args, dict(os.environ)) for w, d in cells]
+    header = {"command": command, "machine": machine(), "started": started,
+              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
+              "tune_seeds": args.tune_seeds, "seeds": args.seeds, "margin": args.margin,
+              "margin_reason": MARGIN_REASON, "correction": args.correction}  # fmt: skip
+    print(write_report(results, args, header).read_text())
+
+
+if __name__ == "__main__":
+    main()
