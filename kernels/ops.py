@@ -655,11 +655,12 @@ def _fla_delta_rule(q, k, v, beta, log_decay, scale) -> torch.Tensor:
 
 def _gated_candidates(dtype, causal, shape, window, device, grad):
     """What benchmark mode times for gated_linear_attention: the kernel against the chunked
-    PyTorch path, with a log decay per key dimension in about [−1.5, 0)."""
+    PyTorch path, with a log decay per key dimension (`gated_naive.sample_log_decay`, as the
+    kernel benchmark draws it)."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     b, h, n, kd, dv = shape
     draw = lambda *size: torch.randn(*size, generator=gen)
-    log_decay = -torch.nn.functional.softplus(draw(b, h, n, kd) - 1).to(device)
+    log_decay = gated_naive.sample_log_decay(b, h, n, kd, generator=gen).to(device)
     leaves = tuple(
         t.to(device=device, dtype=dtype)
         for t in (draw(b, h, n, kd), draw(b, h, n, kd), draw(b, h, n, dv))

@@ -65,6 +65,14 @@ def recurrent(
     return o, s_bhkv
 
 
+def sample_log_decay(*size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A log decay as the mixers' gates give one: −softplus(x − 1), x standard normal, fp32 on
+    the CPU, in about (−2.5, 0) with median −0.31. What benchmark mode and the kernel benchmark
+    time the op on; `size` (B, H, N) draws one decay per token, (B, H, N, K) one per key
+    dimension."""
+    return -F.softplus(torch.randn(*size, generator=generator) - 1)
+
+
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
