@@ -15,6 +15,7 @@ Convention (the FlashAttention papers', and attnzoo/flops.py's for the forward):
 One call, all heads, per op (B batch, H heads, N tokens, dk head dim, D = H dk):
 
     scaled_dot_attention(q, k, v)   attention_flops(B, H, N, dk, causal)
+    sigmoid_attention(q, k, v)      attention_flops(B, H, N, dk, causal)  (σ in softmax's place)
     metric_attention(p, M)          2 B H N dk²  +  attention_flops(B, H, N, dk, causal)
     quadratic_attention(x, U, v)    2 B H N D²   +  attention_flops(B, H, N, D, causal, dv=dk)
     pool_mix(x, window)             0 (window sums are additions)
@@ -31,7 +32,7 @@ g·y, O(N (F + dv)) per head) are left out, as softmax is.
 
 from __future__ import annotations
 
-ATTENTION_OPS = ("scaled_dot", "metric", "quadratic")
+ATTENTION_OPS = ("scaled_dot", "metric", "quadratic", "sigmoid")
 
 
 def attention_flops(
@@ -67,13 +68,13 @@ def op_flops(
     *,
     recompute: bool = True,
 ) -> float:
-    """FLOPs of one call of `op` ("scaled_dot", "metric", "quadratic" or "linear"), forward or
-    backward, by the table in the module docstring; quadratic's width is D = heads × head_dim,
-    linear's F = dv = head_dim."""
+    """FLOPs of one call of `op` ("scaled_dot", "metric", "quadratic", "sigmoid" or "linear"),
+    forward or backward, by the table in the module docstring; quadratic's width is
+    D = heads × head_dim, linear's F = dv = head_dim."""
     bh, d = batch * heads, head_dim
     if op == "linear":
         return linear_attention_flops(batch, heads, n, d, d, causal, backward, recompute=recompute)
-    if op == "scaled_dot":
+    if op in ("scaled_dot", "sigmoid"):  # the same two products, σ in softmax's place
         return attention_flops(batch, heads, n, d, causal, backward, recompute=recompute)
     if op == "metric":
         proj = 2 * bh * n * d * d  # q = p M, per head
