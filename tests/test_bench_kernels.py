@@ -62,13 +62,27 @@ def test_dry_run_proves_every_formulation_equal_to_its_triton_op(script, tmp_pat
         ("linear", "causal", "cumsum/einsum"),
         ("local", "bidirectional", "sdpa(band)"),
         ("local", "causal", "sdpa(band)"),
+        # against a float64 truth: every candidate, the attnzoo op included; gated is causal only
+        ("gated", "causal", "attnzoo"),
+        ("gated", "causal", "torch path"),
+        ("gated_key", "causal", "attnzoo"),
+        ("gated_key", "causal", "torch path"),
+        ("sigmoid", "bidirectional", "attnzoo"),
+        ("sigmoid", "bidirectional", "torch path"),
+        ("sigmoid", "causal", "attnzoo"),
+        ("sigmoid", "causal", "torch path"),
     }
     for key, c in checks.items():
         assert c["impl"] == "triton", key
         assert c["ok"] and c["err_out"] < 1e-5 and c["err_grad"] < 1e-5, (key, c)
+        truth = {"gated": "float64 recurrence", "gated_key": "float64 recurrence"}.get(
+            key[0], "float64 reference" if key[0] == "sigmoid" else "attnzoo"
+        )
+        assert c["against"] == truth, key
     assert saved["results"] == [] and saved["verdicts"] == []
     md = (tmp_path / "bench_kernels.md").read_text()
     assert "| pool | bidirectional | avg_pool1d - x | triton |" in md
+    assert "| gated | causal | torch path | triton |" in md and "| float64 recurrence |" in md
 
 
 def test_a_formulation_that_differs_from_the_op_fails_validation(script, monkeypatch, tmp_path):
@@ -484,3 +498,203 @@ def test_linear_and_local_verdicts_and_dispatch_rows(bench):
     local = rows["scaled_dot_attention"]
     assert local["windowed"] is True and local["torch_path"] == "sdpa(band) cudnn"
     assert (local["dim"], local["n"], local["grad"], local["causal"]) == (64, 4096, True, True)
+
+
+def test_every_part_has_an_op_a_share_and_a_dispatch_key(bench):
+    """Each part names the op whose dispatch-table entries it measures (one that the table
+    accepts) and has its share of a budget; the gated parts and sigmoid measure the ops whose
+    entries impl="auto" reads for gated_linear_attention and sigmoid_attention."""
+    from attnzoo.kernels import dispatch
+    from attnzoo.kernels.bench import cases
+
+    verdicts = importlib.import_module("attnzoo.kernels.bench.verdicts")  # the module
+    assert set(verdicts.OP_NAMES) == set(bench.PARTS) == set(cases.PART_S)
+    assert set(verdicts.OP_NAMES.values()) <= set(dispatch.OPS)
+    assert verdicts.OP_NAMES["gated"] == verdicts.OP_NAMES["gated_key"] == "gated_linear_attention"
+    assert verdicts.OP_NAMES["sigmoid"] == "sigmoid_attention"
+
+
+def test_sigmoid_costs_scaled_dots_flops_and_the_gated_parts_have_no_cost(bench):
+    """sigmoid_attention runs the scaled-dot products with σ in softmax's place: the same FLOPs,
+    and no lse written; the FLOP model has no formula for the gated recurrence, so its parts
+    have no cost (their rows no rate) and are timed at the causal shapes only."""
+    from attnzoo.kernels.bench import cases
+
+    s = bench.Shape("N4096", 2, 8, 4096, 64, True)
+    sig, sd = bench.cost("sigmoid", s), bench.cost("scaled_dot", s)
+    assert (sig["fwd_flop"], sig["bwd_flop"]) == (sd["fwd_flop"], sd["bwd_flop"])
+    assert sig["bwd_flop"] == 2.5 * sig["fwd_flop"]
+    assert sd["fwd_bytes"] - sig["fwd_bytes"] == 4 * 2 * 8 * 4096  # the fp32 lse
+    assert bench.cost("gated", s) is None and bench.cost("gated_key", s) is None
+    with pytest.raises(ValueError, match=r"unknown op 'nope'; known: \('scaled_dot'"):
+        bench.cost("nope", s)
+    shapes = bench.attention_shapes([64], ["causal", "bidirectional"], 1, 2, 16, True)
+    assert [x.name for x in cases.part_shapes("gated_key", shapes, [])] == ["train", "N64-causal"]
+    assert cases.part_shapes("sigmoid", shapes, []) == shapes
+    with pytest.raises(ValueError, match="part 'gated' is causal only, got .*'N64-bidirectional'"):
+        cases.candidates("gated", shapes[2], "torch", 3)
+
+
+def test_a_candidate_that_departs_from_the_float64_truth_fails_validation(
+    script, monkeypatch, tmp_path
+):
+    """The gated parts check every candidate against the float64 recurrence, not against each
+    other: a PyTorch path that reads the log decay doubled is caught (exit 1) while the kernel
+    still agrees."""
+    from attnzoo.kernels.bench import cases
+
+    real = cases.gated_in_torch_layout
+
+    def doubled_decay(q, k, v, g, scale, impl="torch"):
+        return real(q, k, v, 2 * g if impl == "torch" else g, scale, impl)
+
+    monkeypatch.setattr(cases, "gated_in_torch_layout", doubled_decay)
+    assert script.main(["--dry-run", "--only", "gated", "--out", str(tmp_path)]) == 1
+    saved = json.loads((tmp_path / "bench_kernels.json").read_text())["validation"]
+    checks = {c["formulation"]: c for c in saved}
+    assert set(checks) == {"attnzoo", "torch path"}
+    assert checks["attnzoo"]["ok"] and checks["attnzoo"]["against"] == "float64 recurrence"
+    assert not checks["torch path"]["ok"] and checks["torch path"]["err_out"] > 1e-2
+
+
+FLA_GATED = {"gated": ("simple_gla", "chunk_simple_gla"), "gated_key": ("gla", "chunk_gla")}
+
+
+def _without_fla(monkeypatch):
+    """As if fla-core were not installed."""
+    for name in ("fla", "fla.ops", *(f"fla.ops.{m}" for m, _ in FLA_GATED.values())):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_smoke_times_the_gated_and_sigmoid_parts_into_dispatch_rows(
+    script, monkeypatch, tmp_path, capsys
+):
+    """--smoke on CPU (the kernels in the interpreter): gated (a log decay per head), gated_key
+    (per key dimension) and sigmoid time the attnzoo op and its PyTorch path, fwd and fwd+bwd,
+    the gated parts at the causal shapes only; fla-core's rows say why they were skipped (absent
+    here); the dispatch rows are gated_linear_attention's, one per key (both decay forms measure
+    it), and sigmoid_attention's, and they make a table impl="auto" can read."""
+    from attnzoo.kernels import dispatch
+
+    _without_fla(monkeypatch)
+    args = ["--smoke", "--only", "gated", "gated_key", "sigmoid", "--n", "32", "--batch", "1",
+            "--heads", "2", "--head-dim", "16", "--no-train-shape", "--reps", "1",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert script.main(args) == 0
+    saved = json.loads((tmp_path / "bench_kernels.json").read_text())
+    by = {(r["part"], r["shape"], r["candidate"], r["mode"]): r for r in saved["results"]}
+    for part in ("gated", "gated_key", "sigmoid"):
+        for cand in ("attnzoo", "torch path"):
+            for mode in ("fwd", "fwd+bwd"):
+                assert by[(part, "N32-causal", cand, mode)]["device_ms"] > 0, (part, cand)
+    assert by[("sigmoid", "N32-bidirectional", "attnzoo", "fwd+bwd")]["device_ms"] > 0
+    assert not [k for k in by if k[0].startswith("gated") and k[1] != "N32-causal"]
+    for part, name in (("gated", "fla chunk_simple_gla"), ("gated_key", "fla chunk_gla")):
+        row = by[(part, "N32-causal", name, "fwd+bwd")]
+        assert row["device_ms"] is None
+        assert row["note"].startswith("skipped: fla-core is not importable"), row
+    assert by[("sigmoid", "N32-causal", "attnzoo", "fwd")]["rate"] > 0  # the cost model's
+    assert by[("gated", "N32-causal", "attnzoo", "fwd")]["rate"] is None  # none for gated
+    rows = saved["dispatch"]
+    assert sorted((r["op"], r["causal"], r["grad"]) for r in rows) == sorted(
+        [("gated_linear_attention", True, grad) for grad in (False, True)]
+        + [("sigmoid_attention", c, grad) for c in (False, True) for grad in (False, True)]
+    )
+    assert all(r["torch_path"] == "torch path" and r["dim"] == 16 for r in rows)
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(dispatch.make_table(rows, {"device": "cpu"})))
+    entries = dispatch.load_table(path)
+    assert {e.op for e in entries} == {"gated_linear_attention", "sigmoid_attention"}
+    printed = capsys.readouterr().out
+    assert "| gated_key | N32-causal | fla chunk_gla | fwd+bwd |" in printed
+
+
+def _fla_semantics(q, k, v, g, scale):
+    """flash-linear-attention's documented gated recurrence on (B, T, H, ·) tensors: g (B, T, H)
+    one log decay per head, or (B, T, H, K) one per key dimension -> o (B, T, H, V)."""
+    b, t, h, kd = q.shape
+    gk = g[..., None].expand(b, t, h, kd) if g.dim() == 3 else g
+    state = q.new_zeros(b, h, kd, v.shape[-1])
+    outs = []
+    for i in range(t):
+        state = gk[:, i, :, :, None].exp() * state + k[:, i, :, :, None] * v[:, i, :, None, :]
+        outs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, i], state))
+    return torch.stack(outs, dim=1)
+
+
+@pytest.mark.parametrize("part", ["gated", "gated_key"])
+def test_fla_gated_is_called_in_its_layout_and_skipped_without_a_gpu(bench, monkeypatch, part):
+    """Where fla-core is importable, chunk_simple_gla (gated) and chunk_gla (gated_key) get the
+    (B, N, H, ·) tensors as they are, g (B, N, H) or (B, N, H, K), the op's scale 1/sqrt(K) and
+    head_first=False where a release has that switch, and their output compared in the op's
+    (B, H, N, V) layout agrees with the op: checked with stand-ins of fla's documented
+    semantics. On CPU (or --smoke) its rows are skips that say a GPU is needed."""
+    from attnzoo.kernels.bench import cases
+
+    module, name = FLA_GATED[part]
+    seen = {}
+
+    def chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
+              head_first=True):  # fmt: skip
+        seen.update(q=tuple(q.shape), g=tuple(g.shape), scale=scale, head_first=head_first)
+        return _fla_semantics(q, k, v, g, scale), None
+
+    fake = types.ModuleType(f"fla.ops.{module}")
+    setattr(fake, name, chunk)
+    monkeypatch.setitem(sys.modules, f"fla.ops.{module}", fake)
+    s = bench.Shape("tiny", 2, 3, 37, 16, True, elt=4)
+    cands = {c.name: c for c in cases.candidates(part, s, "torch", 3)}  # on a GPU
+    fla = cands[f"fla {name}"]
+    assert not fla.skip
+    inputs = cases.make_inputs(part, s, "cpu", torch.float32)
+    got = fla.run(*inputs)
+    g_shape = (2, 37, 3, 16) if part == "gated_key" else (2, 37, 3)
+    assert seen == {"q": (2, 37, 3, 16), "g": g_shape, "scale": 0.25, "head_first": False}
+    want = cands["torch path"].run(*inputs)
+    assert got.shape == want.shape == (2, 3, 37, 16)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for device, backends in (("cpu", bench.BACKENDS), ("cuda", ("math",))):  # CPU, --smoke
+        (row,) = [
+            c
+            for c in cases.candidates(part, s, "torch", 3, backends, device)
+            if c.name == f"fla {name}"
+        ]
+        assert row.skip == "flash-linear-attention's kernels need a GPU"
+
+
+def test_gated_and_sigmoid_verdicts_and_dispatch_rows(bench):
+    """The gated and sigmoid verdicts read the ratios the right way round; the dispatch rows
+    compare the kernel with its PyTorch path (never fla-core, however fast), and where the two
+    decay forms measured one gated_linear_attention key, the kernel's worse ratio is kept."""
+    results = [
+        _r(bench, "gated", "train", "attnzoo", 1.0),
+        _r(bench, "gated", "train", "torch path", 4.0),
+        _r(bench, "gated", "train", "fla chunk_simple_gla", 0.2),  # faster, not what auto runs
+        _r(bench, "gated_key", "train", "attnzoo", 2.0),
+        _r(bench, "gated_key", "train", "torch path", 3.0),
+        _r(bench, "gated_key", "train", "fla chunk_gla", 0.5),
+        _r(bench, "sigmoid", "N4096-causal", "attnzoo", 2.0),
+        _r(bench, "sigmoid", "N4096-causal", "torch path", 5.0),
+        _r(bench, "sigmoid", "N4096-bidirectional", "attnzoo", 4.0),
+        _r(bench, "sigmoid", "N4096-bidirectional", "torch path", 3.0),
+    ]
+    got = {v.target: v for v in bench.verdicts(results)}
+    v = got["gated fwd+bwd vs its PyTorch path (log decay per head), train"]
+    assert v.verdict == "met" and v.measured.startswith("4.00×")
+    v = got["gated_key fwd+bwd vs its PyTorch path (log decay per key dimension), train"]
+    assert v.verdict == "met" and v.measured.startswith("1.50×")
+    v = got["sigmoid fwd+bwd vs its PyTorch path, N4096-causal"]
+    assert v.verdict == "met" and v.measured.startswith("2.50×")
+    v = got["sigmoid fwd+bwd vs its PyTorch path, N4096-bidirectional"]
+    assert v.verdict == "MISSED" and v.measured.startswith("0.75×")
+
+    shapes = [bench.TRAIN] + bench.attention_shapes([4096], ["causal", "bidirectional"], 2, 8,
+                                                    64, False)  # fmt: skip
+    rows = bench.dispatch_rows(results, shapes, torch.bfloat16)
+    (gated,) = [r for r in rows if r["op"] == "gated_linear_attention"]
+    assert gated["part"] == "gated_key" and gated["ratio"] == pytest.approx(1.5)
+    assert gated["torch_path"] == "torch path" and gated["torch_ms"] == 3.0
+    assert (gated["dim"], gated["n"], gated["grad"], gated["causal"]) == (64, 256, True, True)
+    sig = {r["causal"]: r for r in rows if r["op"] == "sigmoid_attention"}
+    assert sig[True]["ratio"] == pytest.approx(2.5) and sig[False]["ratio"] == pytest.approx(0.75)
+    assert all("windowed" not in r for r in rows)

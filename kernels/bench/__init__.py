@@ -5,7 +5,8 @@ Read in order:
 
 - `cases`: the shapes, the FLOP and byte model, and each op's comparisons (the SDPA and
   `avg_pool1d` formulations), with their inputs;
-- `validate`: each op against each formulation at a tiny fp32 shape, outputs and gradients;
+- `validate`: each op against each formulation at a tiny fp32 shape, outputs and gradients (the
+  gated and sigmoid parts: every candidate against a float64 formula);
 - `timing`: device and host time per call, each part under its own time limit;
 - `verdicts`: the targets judged from the timings, and the rows of the dispatch table;
 - `report`: the Markdown tables and the JSON and Markdown files;

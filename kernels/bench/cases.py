@@ -11,6 +11,9 @@ write instead:
 | pool | `pool_mix(x, window)` (centred) | `avg_pool1d(x, window, count_include_pad=False) - x` |
 | linear | `linear_attention(q, k, v)` | its PyTorch path (`impl="torch"`, chunked einsums); causal: the cumsum/einsum formulation, and flash-linear-attention's `chunk_linear_attn` where `fla-core` is importable |
 | local | `scaled_dot_attention(q, k, v, window=w)` | `sdpa(q, k, v, attn_mask=band)`, the banded boolean mask (also the PyTorch path of a windowed call) |
+| gated | `gated_linear_attention(q, k, v, g)`, g (B, H, N): a log decay per head (RetNet, Mamba-2) | its PyTorch path (`impl="torch"`, chunked); flash-linear-attention's `chunk_simple_gla` where `fla-core` is importable |
+| gated_key | `gated_linear_attention(q, k, v, g)`, g (B, H, N, K): a log decay per key dimension (GLA) | its PyTorch path (`impl="torch"`, chunked); flash-linear-attention's `chunk_gla` where `fla-core` is importable |
+| sigmoid | `sigmoid_attention(q, k, v, bias=-log N)` | its PyTorch path (`impl="torch"`, the reference: σ of the N x N scores, times v) |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, pinned to one backend at a time
 (`backend_only`). Shapes: the training shape of nanoGPT's GPU recipe (`TRAIN`: batch 64, 6 heads,
@@ -21,40 +24,73 @@ centred (`avg_pool1d` has no causal window that leaves padding uncounted), plus 
 non-negative features (elu + 1) of width F = head dim, laid out (batch, N, heads, F) as a
 mixer's projection gives them (the attnzoo op and PyTorch read them through strides, fla-core
 takes that layout as it is). local's window reaches `local_reach(shape)` keys back (and forward,
-bidirectional): min(128, N / 4).
+bidirectional): min(128, N / 4). gated and gated_key take q, k, v and the log decay g in that
+layout too, g drawn as the mixers' gates give it (`gated.naive.sample_log_decay`: about
+(-2.5, 0)) and kept in fp32, as the op computes it; every candidate runs at the op's default
+scale 1/sqrt(K), fla-core's included. The recurrence is causal, so they are timed at the causal
+shapes only (`CAUSAL_ONLY`). sigmoid's bias is -log N, the sigmoid mixer's default.
 
 Candidates that are not what `impl="auto"` runs instead of the kernel (`ALTERNATIVES`: the cumsum
-formulation, fla-core) are timed for the verdicts but never decide the dispatch table; a
-candidate that cannot run here (fla-core not installed, no GPU, no bidirectional form) is kept as
-a row that says why (`Candidate.skip`).
+formulation, fla-core) are timed for the verdicts and the results table but never decide the
+dispatch table; a candidate that cannot run here (fla-core not installed, no GPU, no
+bidirectional form) is kept as a row that says why (`Candidate.skip`). gated and gated_key both
+measure gated_linear_attention, whose dispatch key does not tell the decay forms apart (see
+`verdicts.dispatch_rows`). The validation checks every candidate of gated, gated_key and sigmoid
+against a float64 formula (`truth`: the recurrence one token at a time, the sigmoid reference),
+and those of the other parts against the attnzoo op.
 
 The cost model: FLOPs by `attnzoo.kernels.flops.op_flops` (matmuls only, 2 per multiply-add,
-causal halves the N x N terms, the attention backward 2.5x its forward); the byte model counts one
-read of each input and one write of each output (compulsory traffic) plus the key/value tiles
-streamed once per `BLOCK_M`-query tile.
+causal halves the N x N terms, the attention backward 2.5x its forward; sigmoid's are scaled_dot's);
+the byte model counts one read of each input and one write of each output (compulsory traffic)
+plus the key/value tiles streamed once per `BLOCK_M`-query tile. op_flops has no formula for the
+gated recurrence, so gated and gated_key have no cost (`NO_COST`) and their rows no rate.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .. import ops
+from .. import ops, reference
 from ..flops import ATTENTION_OPS, op_flops
+from ..gated import naive as gated_naive
 
 BLOCK_M = 128  # query tile of the byte model
-PARTS = ("scaled_dot", "metric", "quadratic", "pool", "linear", "local")
+PARTS = (
+    "scaled_dot",
+    "metric",
+    "quadratic",
+    "pool",
+    "linear",
+    "local",
+    "gated",
+    "gated_key",
+    "sigmoid",
+)
+CAUSAL_ONLY = ("gated", "gated_key")  # the recurrence runs forwards in time: causal shapes only
 BACKENDS = ("flash", "cudnn", "efficient")
 # Each part's share of a budget (`--budget`), in the seconds it is expected to take on an H100 at
 # the GPU check's options (training shape, N = 1k/4k, 10 reps): mostly compiling and autotuning
 # each kernel variant (estimated, not yet measured), and the same for its validation's fp32
 # variants at the tiny shape.
-PART_S = {"scaled_dot": 20, "metric": 18, "quadratic": 22, "pool": 6, "linear": 18, "local": 16}
+PART_S = {
+    "scaled_dot": 20,
+    "metric": 18,
+    "quadratic": 22,
+    "pool": 6,
+    "linear": 18,
+    "local": 16,
+    "gated": 14,
+    "gated_key": 14,
+    "sigmoid": 14,
+}
 VALIDATION_S = 3
 
 
@@ -66,8 +102,12 @@ def step_shares(parts: tuple[str, ...] | list[str]) -> dict[str, float]:
 LOCAL_WINDOW = 128  # local's reach at long N: keys each side of the query (min(128, N / 4))
 LINEAR_EPS = 1e-6  # linear_attention's default
 FLA = "fla chunk_linear_attn"
+FLA_SIMPLE_GLA = "fla chunk_simple_gla"  # a log decay per head (gated)
+FLA_GLA = "fla chunk_gla"  # a log decay per key dimension (gated_key)
 CUMSUM = "cumsum/einsum"
-ALTERNATIVES = (CUMSUM, FLA)  # timed against, but not what impl="auto" runs instead
+# timed against, but not what impl="auto" runs instead
+ALTERNATIVES = (CUMSUM, FLA, FLA_SIMPLE_GLA, FLA_GLA)
+TORCH_PATH = "torch path"  # the op's own PyTorch path (impl="torch"): what impl="auto" runs instead
 POOL_LARGE = (8, 8192, 1024)  # (batch, tokens, D): ~134 MB per bf16 tensor, well beyond L2
 
 
@@ -118,12 +158,27 @@ def pool_shapes(shapes: list[Shape], large: bool) -> list[Shape]:
     return out
 
 
+def part_shapes(part: str, shapes: list[Shape], pools: list[Shape]) -> list[Shape]:
+    """The shapes a part is timed at: pool's x shapes for pool, the causal attention shapes for
+    the causal-only parts (`CAUSAL_ONLY`), every attention shape for the others."""
+    if part == "pool":
+        return pools
+    if part in CAUSAL_ONLY:
+        return [s for s in shapes if s.causal]
+    return shapes
+
+
 # ------------------------------------------------------------------------------------ cost model
 
+NO_COST = ("gated", "gated_key")  # attnzoo.kernels.flops has no formula for the gated recurrence
 
-def cost(op: str, s: Shape, window: int = 3) -> dict[str, float]:
+
+def cost(op: str, s: Shape, window: int = 3) -> dict[str, float] | None:
     """FLOPs of forward and backward (attnzoo.kernels.flops.op_flops; pool_mix: its additions)
-    and HBM bytes of the forward, by the byte model in the module docstring."""
+    and HBM bytes of the forward, by the byte model in the module docstring; None for the parts
+    the model does not cover (`NO_COST`), whose rows then carry no rate."""
+    if op in NO_COST:
+        return None
     bh, n, d, e = s.batch * s.heads, s.n, s.head_dim, s.elt
     tiles = -(-n // BLOCK_M)
     if op in (*ATTENTION_OPS, "linear"):
@@ -140,6 +195,9 @@ def cost(op: str, s: Shape, window: int = 3) -> dict[str, float]:
     elif op == "scaled_dot":
         compulsory = e * bh * n * (3 * d + d) + 4 * bh * n  # q, k, v in; out, lse out
         streamed = e * bh * tiles * n * (2 * d)  # k and v tiles per query tile
+    elif op == "sigmoid":  # scaled_dot's traffic without the lse (no row statistics)
+        compulsory = e * bh * n * (3 * d + d)
+        streamed = e * bh * tiles * n * (2 * d)
     elif op == "quadratic":
         big_d = s.width
         compulsory = e * (s.batch * n * big_d + s.heads * big_d**2)  # x and U
@@ -153,7 +211,7 @@ def cost(op: str, s: Shape, window: int = 3) -> dict[str, float]:
         fwd = bwd = elems * window  # additions: not what bounds it
         compulsory, streamed = 2 * e * elems, 0  # x in, out out (the backward: g in, dx out)
     else:
-        raise ValueError(f"unknown op {op!r}")
+        raise ValueError(f"unknown op {op!r}; known: {PARTS}")
     return {"fwd_flop": fwd, "bwd_flop": bwd, "fwd_bytes": compulsory + streamed}
 
 
@@ -206,9 +264,9 @@ def sdpa_band(q, k, v, window: tuple[int, int]):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=band_nn)
 
 
-def heads_first(t_bnhf: torch.Tensor) -> torch.Tensor:
-    """(B, N, H, F) -> (B, H, N, F), a view."""
-    return t_bnhf.transpose(1, 2)
+def heads_first(t_bnh_: torch.Tensor) -> torch.Tensor:
+    """(B, N, H, ...) -> (B, H, N, ...), a view."""
+    return t_bnh_.transpose(1, 2)
 
 
 def cumsum_linear(q_bnhf, k_bnhf, v_bnhv):
@@ -220,20 +278,92 @@ def cumsum_linear(q_bnhf, k_bnhf, v_bnhv):
     return heads_first(num_bnhv / (den_bnh[..., None] + LINEAR_EPS))
 
 
+def _fla(module: str, name: str) -> tuple[Callable[..., tuple] | None, dict[str, bool], str]:
+    """flash-linear-attention's op `name` of `module`, with the keywords that make it take
+    (B, N, H, ...) tensors, or None and why it is not there."""
+    try:
+        op = getattr(importlib.import_module(module), name)
+    except Exception as err:  # noqa: BLE001 - absent, or present and broken: either way a skip
+        return None, {}, f"fla-core is not importable ({type(err).__name__}: {str(err)[:80]})"
+    keywords = {}
+    if "head_first" in inspect.signature(op).parameters:
+        keywords["head_first"] = False  # older releases: (B, H, N, ...) unless told otherwise
+    return op, keywords, ""
+
+
 def fla_linear() -> tuple[Callable[..., torch.Tensor] | None, str]:
     """flash-linear-attention's chunked linear attention, or None and why it is not there."""
-    try:
-        from fla.ops.linear_attn import chunk_linear_attn
-    except Exception as err:  # noqa: BLE001 - absent, or present and broken: either way a skip
-        return None, f"fla-core is not importable ({type(err).__name__}: {str(err)[:80]})"
-    keywords = {"scale": 1.0, "normalize": True}
-    if "head_first" in inspect.signature(chunk_linear_attn).parameters:
-        keywords["head_first"] = False  # older releases: (B, H, N, F) unless told otherwise
+    chunk_linear_attn, keywords, why = _fla("fla.ops.linear_attn", "chunk_linear_attn")
+    if chunk_linear_attn is None:
+        return None, why
+    keywords = {"scale": 1.0, "normalize": True, **keywords}
 
     def run(q_bnhf, k_bnhf, v_bnhv):
         return heads_first(chunk_linear_attn(q_bnhf, k_bnhf, v_bnhv, **keywords)[0])
 
     return run, ""
+
+
+def fla_gated(per_key: bool) -> tuple[Callable[..., torch.Tensor] | None, str]:
+    """flash-linear-attention's chunked gated linear attention on (B, N, H, ...) tensors, or None
+    and why it is not there: `chunk_gla` for a log decay per key dimension, g (B, N, H, K), and
+    `chunk_simple_gla` for one per head, g (B, N, H). It runs at the scale it is given and
+    returns (o (B, N, H, V), final state); the output comes back as the op's (B, H, N, V)."""
+    if per_key:
+        chunk, keywords, why = _fla("fla.ops.gla", "chunk_gla")
+    else:
+        chunk, keywords, why = _fla("fla.ops.simple_gla", "chunk_simple_gla")
+    if chunk is None:
+        return None, why
+
+    def run(q_bnhk, k_bnhk, v_bnhv, g, scale: float):
+        return heads_first(chunk(q_bnhk, k_bnhk, v_bnhv, g, scale=scale, **keywords)[0])
+
+    return run, ""
+
+
+def gated_in_torch_layout(q_bnhk, k_bnhk, v_bnhv, g, scale: float, impl: str = "torch"):
+    """attnzoo's gated_linear_attention on (B, N, H, ...) inputs (the log decay g (B, N, H) or
+    (B, N, H, K)), read as (B, H, N, ...) views; impl "torch" is the path impl="auto" takes where
+    the kernel is not chosen (the one benchmark mode times it against)."""
+    qkvg = (heads_first(q_bnhk), heads_first(k_bnhk), heads_first(v_bnhv), heads_first(g))
+    return ops.gated_linear_attention(*qkvg, scale=scale, impl=impl)
+
+
+def gated_truth(q_bnhk, k_bnhk, v_bnhv, g, scale: float):
+    """The recurrence one token at a time in float64 (`naive.recurrent`): the validation's truth
+    for the gated parts."""
+    qkvg = (heads_first(t).double() for t in (q_bnhk, k_bnhk, v_bnhv, g))
+    return gated_naive.recurrent(*qkvg, scale)[0]
+
+
+def sigmoid_bias(s: Shape) -> float:
+    """The sigmoid part's bias: −log N, the sigmoid mixer's default (the paper's)."""
+    return -math.log(s.n)
+
+
+def sigmoid_op(q, k, v, causal: bool, bias: float, impl: str = "torch"):
+    """attnzoo's sigmoid_attention at the default scale 1/sqrt(dk); impl "torch" is its
+    reference, the path impl="auto" takes where the kernel is not chosen."""
+    return ops.sigmoid_attention(q, k, v, causal=causal, bias=bias, impl=impl)
+
+
+def sigmoid_truth(q, k, v, causal: bool, bias: float):
+    """The reference in float64: the validation's truth for the sigmoid part."""
+    q, k, v = q.double(), k.double(), v.double()
+    return reference.sigmoid_attention(q, k, v, causal, None, 1.0 / math.sqrt(q.shape[-1]), bias)
+
+
+def truth(part: str, s: Shape) -> tuple[str, Callable[..., torch.Tensor]] | None:
+    """A float64 formula that every candidate of the part is validated against (outputs and
+    gradients), with its name; None for the parts validated against the attnzoo op instead."""
+    if part in ("gated", "gated_key"):
+        scale = 1.0 / math.sqrt(s.head_dim)
+        return "float64 recurrence", lambda q, k, v, g: gated_truth(q, k, v, g, scale)
+    if part == "sigmoid":
+        c, bias = s.causal, sigmoid_bias(s)
+        return "float64 reference", lambda q, k, v: sigmoid_truth(q, k, v, c, bias)
+    return None
 
 
 def _skipped(*inputs):
@@ -280,6 +410,13 @@ def make_inputs(
         return (randn(b, n, d),)
     if part == "local":
         return randn(b, h, n, d), randn(b, h, n, d), randn(b, h, n, d)
+    if part == "sigmoid":
+        return randn(b, h, n, d), randn(b, h, n, d), randn(b, h, n, d)
+    if part in ("gated", "gated_key"):  # (B, N, H, ...) as a projection leaves them
+        size = (b, n, h, d) if part == "gated_key" else (b, n, h)
+        g = gated_naive.sample_log_decay(*size, generator=gen)  # fp32, as the op computes it
+        g = g.to(device=device).requires_grad_(True)
+        return randn(b, n, h, d), randn(b, n, h, d), randn(b, n, h, d), g
     if part == "linear":  # non-negative features, (B, N, H, F) as a projection leaves them
 
         def feature() -> torch.Tensor:
@@ -287,14 +424,29 @@ def make_inputs(
             return t.to(device=device, dtype=dtype).requires_grad_(True)
 
         return feature(), feature(), randn(b, n, h, d)
-    raise ValueError(f"unknown part {part!r}")
+    raise ValueError(f"unknown part {part!r}; known: {PARTS}")
+
+
+def _fla_here(found: Callable | None, why: str, device: str, backends: tuple[str, ...]):
+    """fla-core's op and why not, where a GPU runs it: on CPU (--smoke: SDPA pinned to "math")
+    its Triton kernels cannot run, so the row is a skip that says so."""
+    if found is not None and (device != "cuda" or backends == ("math",)):
+        return None, "flash-linear-attention's kernels need a GPU"
+    return found, why
 
 
 def candidates(
-    part: str, s: Shape, impl: str, window: int, backends: tuple[str, ...] = BACKENDS
+    part: str,
+    s: Shape,
+    impl: str,
+    window: int,
+    backends: tuple[str, ...] = BACKENDS,
+    device: str = "cuda",
 ) -> list[Candidate]:
-    """The attnzoo op first, then what it is compared with."""
+    """The attnzoo op first, then what it is compared with, on `device`."""
     c = s.causal
+    if part in CAUSAL_ONLY and not c:
+        raise ValueError(f"part {part!r} is causal only, got the bidirectional shape {s.name!r}")
     if part == "scaled_dot":
         ours = Candidate(
             "attnzoo", lambda q, k, v: ops.scaled_dot_attention(q, k, v, causal=c, impl=impl)
@@ -335,19 +487,37 @@ def candidates(
         ]
     elif part == "linear":
         ours = Candidate("attnzoo", lambda q, k, v: linear_in_torch_layout(q, k, v, c, impl))
-        theirs = [Candidate("torch path", lambda q, k, v: linear_in_torch_layout(q, k, v, c))]
+        theirs = [Candidate(TORCH_PATH, lambda q, k, v: linear_in_torch_layout(q, k, v, c))]
         if c:
             theirs.append(Candidate(CUMSUM, cumsum_linear))
-            fla, why = fla_linear()
-            if fla is not None and backends == ("math",):  # --smoke: no GPU for its kernels
-                fla, why = None, "flash-linear-attention's kernels need a GPU"
+            fla, why = _fla_here(*fla_linear(), device, backends)
             theirs.append(Candidate(FLA, fla or _skipped, skip=why))
         else:
             why = "causal only (bidirectional, the PyTorch path already is q (kᵀ v))"
             theirs.append(Candidate(CUMSUM, _skipped, skip=why))
             theirs.append(Candidate(FLA, _skipped, skip="flash-linear-attention's is causal only"))
+    elif part in ("gated", "gated_key"):  # the op's default scale, given to every candidate
+        scale = 1.0 / math.sqrt(s.head_dim)
+        ours = Candidate(
+            "attnzoo", lambda q, k, v, g: gated_in_torch_layout(q, k, v, g, scale, impl)
+        )
+        theirs = [
+            Candidate(TORCH_PATH, lambda q, k, v, g: gated_in_torch_layout(q, k, v, g, scale))
+        ]
+        fla, why = _fla_here(*fla_gated(part == "gated_key"), device, backends)
+        theirs.append(
+            Candidate(
+                FLA_GLA if part == "gated_key" else FLA_SIMPLE_GLA,
+                (lambda q, k, v, g: fla(q, k, v, g, scale)) if fla else _skipped,
+                skip=why,
+            )
+        )
+    elif part == "sigmoid":
+        bias = sigmoid_bias(s)
+        ours = Candidate("attnzoo", lambda q, k, v: sigmoid_op(q, k, v, c, bias, impl))
+        theirs = [Candidate(TORCH_PATH, lambda q, k, v: sigmoid_op(q, k, v, c, bias))]
     else:
-        raise ValueError(f"unknown part {part!r}")
+        raise ValueError(f"unknown part {part!r}; known: {PARTS}")
     return [ours, *theirs]
 
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .cases import PARTS, Shape, cost
+from .cases import PARTS, Shape, cost, part_shapes
 from .timing import Result
 from .validate import Check
 from .verdicts import Verdict, lookup
@@ -16,10 +16,13 @@ from .verdicts import Verdict, lookup
 def print_model(shapes: list[Shape], pools: list[Shape], window: int) -> None:
     print("| op | shape | fwd GFLOP | fwd+bwd GFLOP | fwd bytes (MB) | fwd FLOP/byte |")
     print("|---|---|---|---|---|---|")
-    rows = [(op, s) for s in shapes for op in PARTS if op != "pool"]
+    rows = [(op, s) for op in PARTS if op != "pool" for s in part_shapes(op, shapes, pools)]
+    rows.sort(key=lambda row: shapes.index(row[1]))  # shape by shape, as before
     rows += [("pool", s) for s in pools]
     for op, s in rows:
         c = cost(op, s, window)
+        if c is None:  # no FLOP model for the op (NO_COST)
+            continue
         print(
             f"| {op} | {s.name} | {c['fwd_flop'] / 1e9:.2f} | "
             f"{(c['fwd_flop'] + c['bwd_flop']) / 1e9:.2f} | {c['fwd_bytes'] / 1e6:.1f} | "
@@ -58,12 +61,13 @@ def verdict_table(vs: list[Verdict]) -> str:
 
 def checks_table(checks: list[Check]) -> str:
     lines = [
-        "| part | mode | formulation | impl | max rel. err out | max rel. err grads | ok |",
-        "|---|---|---|---|---|---|---|",
+        "| part | mode | formulation | impl | max rel. err out | max rel. err grads | ok | "
+        "against |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {c.part} | {c.mode} | {c.formulation} | {c.impl} | {c.err_out:.1e} | "
-        f"{c.err_grad:.1e} | {'yes' if c.ok else 'NO'} |"
+        f"{c.err_grad:.1e} | {'yes' if c.ok else 'NO'} | {c.against} |"
         for c in checks
     ]
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .cases import BACKENDS, PARTS, attention_shapes, pool_shapes, step_shares
+from .cases import BACKENDS, PARTS, attention_shapes, part_shapes, pool_shapes, step_shares
 from .report import print_model, results_table, verdict_table, write_out
 from .timing import (
     Budget,
@@ -134,13 +134,17 @@ def run(opts: Options) -> int:
                 "--smoke: fp32 on CPU with a wall-clock timer; the numbers measure nothing"
             )
         for part in opts.parts:
-            part_shapes = pools if part == "pool" else shapes
             limit = step_limit(part)
             if limit is None:
                 continue
+            timed = part_shapes(part, shapes, pools)
+            if not timed:
+                notes.append(f"part {part}: no shape to time it at (causal only)")
+                print(notes[-1], flush=True)
+                continue
             try:
                 with time_limit(limit, f"part {part}"):
-                    time_part(part, part_shapes, impl, opts.window, timer, emit, *where, backends)
+                    time_part(part, timed, impl, opts.window, timer, emit, *where, backends)
             except PartTimeout as err:
                 notes.append(f"{err}; its results so far are kept")
                 print(err, flush=True)

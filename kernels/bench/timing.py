@@ -174,8 +174,8 @@ def time_part(
     """Time every candidate of one part at every shape, fwd and fwd+bwd, emitting as it goes."""
     for s in shapes:
         inputs = make_inputs(part, s, device, dtype)
-        c = cost(part, replace(s, elt=dtype.itemsize), window)
-        for cand in candidates(part, s, impl, window, backends):
+        c = cost(part, replace(s, elt=dtype.itemsize), window)  # None: no rate
+        for cand in candidates(part, s, impl, window, backends, device):
             if cand.skip:
                 emit(Result(part, s.name, cand.name, "fwd+bwd", note=f"skipped: {cand.skip}"))
                 continue
@@ -207,7 +207,9 @@ def time_part(
                     except RuntimeError as err:
                         emit(Result(part, s.name, cand.name, mode, note=first_line(err)))
                         continue
-                    if part == "pool" or cand.reference:
+                    if c is None:  # no cost model for the part: no rate
+                        rate = None
+                    elif part == "pool" or cand.reference:
                         rate = (
                             c["fwd_bytes"] * (1 if mode == "fwd" else 2) / took["device_ms"] / 1e6
                         )

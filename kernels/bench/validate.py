@@ -2,7 +2,9 @@
 
 Before timing (and alone without a GPU), each attnzoo op is checked against each of its
 formulations in `cases` at a tiny fp32 shape, outputs and the gradients of every input, so that a
-ratio the benchmark reports compares two computations of the same thing.
+ratio the benchmark reports compares two computations of the same thing. A part with a float64
+formula of its own (`cases.truth`: the gated recurrence, the sigmoid reference) has every
+candidate, the attnzoo op included, checked against that formula instead.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .cases import Shape, candidates, make_inputs
+from .cases import CAUSAL_ONLY, Shape, candidates, make_inputs, truth
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Check:
     err_out: float
     err_grad: float
     ok: bool
+    against: str = "attnzoo"  # what the formulation was checked against
 
 
 VALIDATION_SHAPE = Shape("tiny", 2, 2, 37, 16, False, elt=4)
@@ -35,20 +38,33 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def validate(parts: list[str], device: str, impl: str, window: int, tol: float) -> list[Check]:
     """Each attnzoo op against each of its formulations at a tiny fp32 shape: outputs and the
     gradients of every input for one random upstream gradient, causal and bidirectional (pool:
-    centred). The SDPA backend is left to PyTorch here: a backend changes the kernel, not the
-    formula, and flash and cuDNN do not take fp32."""
+    centred; the gated parts: causal). Where the part has a float64 truth (`cases.truth`), every
+    candidate, the op included, is checked against it instead. The SDPA backend is left to
+    PyTorch here: a backend changes the kernel, not the formula, and flash and cuDNN do not take
+    fp32."""
     checks = []
     for part in parts:
-        modes = (False,) if part == "pool" else (False, True)  # pool: centred only
+        if part == "pool":
+            modes = (False,)  # centred only
+        elif part in CAUSAL_ONLY:
+            modes = (True,)
+        else:
+            modes = (False, True)
         for causal in modes:
             s = Shape(**{**asdict(VALIDATION_SHAPE), "causal": causal})
-            cands = candidates(part, s, impl, window)
-            ours = cands[0]
-            others = [c for c in cands[1:] if not c.reference and not c.skip]
+            cands = candidates(part, s, impl, window, device=device)
+            runnable = [c for c in cands if not c.reference and not c.skip]
             inputs = make_inputs(part, s, device, torch.float32)
-            out = ours.run(*inputs)
+            exact = truth(part, s)
+            if exact is None:  # the attnzoo op is the reference of its formulations
+                against, ref_run, others, ref_inputs = "attnzoo", cands[0].run, runnable[1:], inputs
+            else:  # every candidate against the float64 formula
+                against, ref_run = exact
+                others = runnable
+                ref_inputs = tuple(t.detach().double().requires_grad_(True) for t in inputs)
+            out = ref_run(*ref_inputs)
             grad = torch.randn_like(out)
-            ref_grads = torch.autograd.grad(out, inputs, grad)
+            ref_grads = torch.autograd.grad(out, ref_inputs, grad)
             seen = set()
             for cand in others:
                 label = cand.name.rsplit(" ", 1)[0] if cand.backend else cand.name
@@ -57,7 +73,7 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
                 seen.add(label)
                 xs = [t.detach().clone().requires_grad_(True) for t in inputs]
                 got = cand.run(*xs)
-                grads = torch.autograd.grad(got, xs, grad)
+                grads = torch.autograd.grad(got, xs, grad.to(got.dtype))
                 err_out = _rel_err(got, out)
                 err_grad = max(_rel_err(g, r) for g, r in zip(grads, ref_grads, strict=True))
                 check = Check(
@@ -68,10 +84,16 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
                     err_out,
                     err_grad,
                     err_out <= tol and err_grad <= tol,
+                    against,
                 )
                 checks.append(check)
+                what = (
+                    f"attnzoo (impl={impl}) vs {label}"
+                    if exact is None
+                    else (f"{label}{f' (impl={impl})' if label == 'attnzoo' else ''} vs {against}")
+                )
                 print(
-                    f"validate {part:10s} {check.mode:13s} attnzoo (impl={impl}) vs {label}: "
+                    f"validate {part:10s} {check.mode:13s} {what}: "
                     f"out {err_out:.1e}, grads {err_grad:.1e} "
                     f"{'ok' if check.ok else f'MISMATCH (tolerance {tol:.0e})'}",
                     flush=True,
