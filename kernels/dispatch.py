@@ -25,7 +25,9 @@ whether autograd records the call (a training step) or not (evaluation, inferenc
 scaled-dot call with a sliding window has a key of its own (`windowed`, one key for every
 window): the benchmark's `local` part times the windowed kernel and writes entries with
 `"windowed": true`; where a table has none, such calls take PyTorch, and benchmark mode does not
-time them (its candidates have no window).
+time them (its candidates have no window). A gated_linear_attention call's key does not say
+whether its log decay is per head or per key dimension: the benchmark measures both forms and
+writes the kernel's worse ratio of the two, and benchmark mode times a per-key decay.
 
 **Table schema** (version 1; `load_table` checks every field and names the file in its error):
 
