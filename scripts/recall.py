@@ -177,35 +177,45 @@ def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list
 
 
 def figure(cells: list[dict], path: Path) -> None:
-    """Test accuracy against width, one panel per depth, a line through each mixer's means and
-    every seed a dot."""
+    """Per depth, test accuracy against width (a line through each mixer's means, every seed a
+    dot) above the sampled validation accuracy against training step at the widest width (every
+    fresh seed a line)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     depths = sorted({c["depth"] for c in cells})
-    fig, axes = plt.subplots(1, len(depths), figsize=(4.5 * len(depths), 3.6), squeeze=False)
-    for ax, depth in zip(axes[0], depths, strict=True):
+    fig, axes = plt.subplots(2, len(depths), figsize=(4.8 * len(depths), 7), squeeze=False)
+    for col, depth in enumerate(depths):
         mine = sorted((c for c in cells if c["depth"] == depth), key=lambda c: c["width"])
+        top, bottom = axes[0][col], axes[1][col]
         for i, mixer in enumerate(dict.fromkeys(m for c in mine for m in c["chosen"])):
             xs, means = [], []
             for c in mine:
                 for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
                     values = list(g.values(ON).values())
                     dx = 1 + 0.03 * (i - 2.5)  # spread the mixers' dots apart on the log axis
-                    ax.scatter([c["width"] * dx] * len(values), values, s=12, color=f"C{i}",
-                               alpha=0.6)  # fmt: skip
+                    top.scatter([c["width"] * dx] * len(values), values, s=12, color=f"C{i}",
+                                alpha=0.6)  # fmt: skip
                     if values:
                         xs.append(c["width"] * dx)
                         means.append(sum(values) / len(values))
-            ax.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("model width (model.dim)")
-        ax.set_ylabel("MQAR test accuracy")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"depth {depth}")
-        ax.grid(alpha=0.3)
+                    if c is mine[-1]:
+                        done = [j for j, r in g.members if r["status"] == "completed"]
+                        for n, job in enumerate(done):
+                            curve = [(r["step"], r["val/accuracy"]) for r in job.records
+                                     if "val/accuracy" in r and "step" in r]  # fmt: skip
+                            bottom.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1,
+                                        alpha=0.7, label=mixer if n == 0 else None)  # fmt: skip
+            top.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
+        top.set_xscale("log", base=2)
+        top.set(xlabel="model width (model.dim)", ylabel="MQAR test accuracy (fresh seeds)",
+                ylim=(-0.02, 1.02), title=f"depth {depth}")  # fmt: skip
+        bottom.set(xlabel="training step", ylabel="val accuracy (sampled)", ylim=(-0.02, 1.02),
+                   title=f"depth {depth}, width {mine[-1]['width']}: every fresh seed")  # fmt: skip
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -225,7 +235,10 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         f"Command: `{header['command']}`",
         f"Machine: {header['machine']}",
         f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
-        "runs done before it are kept).",
+        f"runs done before it are kept); runs: {sum(len(c['tune_runs']) for c in cells)} tuning, "
+        f"{sum(len(c['runs']) for c in cells)} fresh, "
+        f"{sum(float(r.get('wall_s') or 0) for c in cells for r in c['runs'] + c['tune_runs']):.0f}"
+        " s summed.",
         f"Every run: `{' '.join(preset)}`"
         + (" + the --smoke toy size" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
