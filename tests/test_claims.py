@@ -129,3 +129,24 @@ def test_a_p_value_changed_in_the_mixer_study_fails_its_sentence_and_table(tmp_p
     assert any("TOST p = 0.015, 0.036" in p for p in claims.check(within, root))
     alter(csv_path, where, "diff_ci_high", "0.0105")
     assert any("+0.011], within ±0.05" in p for p in claims.check(table, root))
+
+
+def test_a_recall_seed_or_verdict_changed_in_its_tables_fails_its_claims(tmp_path: Path) -> None:
+    """One of DeltaNet's fresh seeds at 0.95 breaks 'recalls in every fresh seed' (and the
+    results page's row of it); a comparison resolved breaks 'no difference is resolved'."""
+    from attnzoo.claims import recall
+
+    runs, comparisons = recall.RUNS, recall.COMPARISONS
+    root = copy_tree(tmp_path, [runs, comparisons, recall.STUDY])
+    ids = ("recall-deltanet", "recall-table-deltanet", "recall-scaled-dot")
+    assert all(claims.check(claim(i), root) == [] for i in ids)
+    where = {"mixer": "deltanet", "seed": "2"}
+    alter(root / claims.RESULTS / runs, where, "final_test_metric", "0.95")
+    assert any("deltanet: a seed at 0.950, below 0.99" in p
+               for p in claims.check(claim("recall-deltanet"), root))  # fmt: skip
+    assert claims.check(claim("recall-table-deltanet"), root)
+    assert claims.check(claim("recall-scaled-dot"), root) == []
+    where = {"config": "gla (train.lr=0.003)"}
+    alter(root / claims.RESULTS / comparisons, where, "verdict", "worse")
+    assert any("gla: 'worse', not 'not resolved'" in p
+               for p in claims.check(claim("recall-scaled-dot"), root))  # fmt: skip
