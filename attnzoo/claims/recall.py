@@ -39,34 +39,29 @@ def replicated(t: Tables, mixers: Sequence[str]) -> Problems:
         yield from expect(n == SEEDS, f"{m}: {n} fresh seeds in {RUNS}, expected {SEEDS}")
 
 
-def recall(t: Tables, mixers: Sequence[str]) -> Problems:
-    """Every fresh seed of each mixer at or above SOLVED."""
+def every_seed(t: Tables, mixers: Sequence[str], bound: float, at_least: bool) -> Problems:
+    """Every fresh seed of each mixer at or above `bound` (`at_least`), or below it."""
     yield from replicated(t, mixers)
     for m in mixers:
         if not (values := accuracies(t, m)):
             continue  # replicated() said so
-        low = min(values)
-        yield from expect(low >= SOLVED, f"{m}: a seed at {low:.3f}, below {SOLVED}")
+        worst = min(values) if at_least else max(values)
+        ok = worst >= bound if at_least else worst < bound
+        yield from expect(
+            ok, f"{m}: a seed at {worst:.3f}, {'below' if at_least else 'not below'} {bound}"
+        )
+
+
+def recall(t: Tables, mixers: Sequence[str]) -> Problems:
+    return every_seed(t, mixers, SOLVED, True)
 
 
 def off_the_plateau(t: Tables, mixers: Sequence[str]) -> Problems:
-    """Every fresh seed of each mixer at or above LEFT."""
-    yield from replicated(t, mixers)
-    for m in mixers:
-        if not (values := accuracies(t, m)):
-            continue  # replicated() said so
-        low = min(values)
-        yield from expect(low >= LEFT, f"{m}: a seed at {low:.3f}, below {LEFT}")
+    return every_seed(t, mixers, LEFT, True)
 
 
 def on_the_plateau(t: Tables, mixers: Sequence[str]) -> Problems:
-    """Every fresh seed of each mixer below PLATEAU."""
-    yield from replicated(t, mixers)
-    for m in mixers:
-        if not (values := accuracies(t, m)):
-            continue  # replicated() said so
-        high = max(values)
-        yield from expect(high < PLATEAU, f"{m}: a seed at {high:.3f}, not below {PLATEAU}")
+    return every_seed(t, mixers, PLATEAU, False)
 
 
 def verdict(t: Tables, mixer: str) -> dict[str, str]:
