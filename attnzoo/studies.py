@@ -153,6 +153,27 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                              "write nothing")  # fmt: skip
 
 
+def add_tuned_options(parser: argparse.ArgumentParser, name: str, margin: str) -> None:
+    """The options of a tuned study driver (scripts/recall.py, scripts/sinks.py) after its own:
+    the learning-rate grid, tuning and fresh seeds, grid extensions, the equivalence margin
+    (`margin`: what it is on, for --help; default 0.05), the interval's confidence and the
+    family's correction, then add_run_options, --out (default results/`name`/) and --smoke."""
+    parser.add_argument("--lrs", type=float_list, default=None,
+                        help="the train.lr grid (default: the preset's)")  # fmt: skip
+    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101])
+    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2])
+    parser.add_argument("--max-extensions", type=int, default=1)
+    parser.add_argument("--margin", type=float, default=0.05,
+                        help=f"equivalence margin on {margin} (default 0.05)")  # fmt: skip
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
+    add_run_options(parser)
+    parser.add_argument("--out", type=Path, default=default_out(name),
+                        help=f"report folder (default results/{name}/)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help="the whole pipeline at toy size (3 steps), fresh seeds 0,1")  # fmt: skip
+
+
 def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note: str = "") -> str:
     """What a study will cost, before it runs: each sweep's jobs and seconds per job (`sweeps`:
     name, jobs, seconds per job), the total, and the wall time at `parallel` jobs at a time

@@ -51,11 +51,9 @@ from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
     STUDY_REFERENCE,
-    add_run_options,
+    add_tuned_options,
     check_seeds,
     chosen_lrs,
-    default_out,
-    float_list,
     int_list,
     lr_text,
     machine,
@@ -277,20 +275,7 @@ def main() -> None:
                         help="model.dim values, comma-separated (default: the preset's)")  # fmt: skip
     parser.add_argument("--depths", type=int_list, default=None,
                         help="model.depth values, comma-separated (default: the preset's)")  # fmt: skip
-    parser.add_argument("--lrs", type=float_list, default=None,
-                        help="the train.lr grid (default: the preset's)")  # fmt: skip
-    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101])
-    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2])
-    parser.add_argument("--max-extensions", type=int, default=1)
-    parser.add_argument("--margin", type=float, default=0.05,
-                        help="equivalence margin on test accuracy (default 0.05)")  # fmt: skip
-    parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
-    add_run_options(parser)
-    parser.add_argument("--out", type=Path, default=default_out("recall"),
-                        help="report folder (default results/recall/)")  # fmt: skip
-    parser.add_argument("--smoke", action="store_true",
-                        help="the whole pipeline at toy size (3 steps), fresh seeds 0,1")  # fmt: skip
+    add_tuned_options(parser, "recall", "test accuracy")
     args = parser.parse_args()
     preset = PRESETS[args.preset]
     args.widths = args.widths or preset["widths"]

@@ -536,7 +536,7 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
 
 
 STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "rank_collapse",
-           "recall")  # fmt: skip
+           "recall", "sinks")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -561,6 +561,7 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
     [
         ("rank_ablation", 900),
         ("recall", 54),
+        ("sinks", 36),
         pytest.param("mixer_ablation", 260, marks=pytest.mark.slow),
     ],  # fmt: skip
 )

@@ -174,13 +174,21 @@ def protocol_text(
     refs = sorted({str(c["reference"]) for c in compared})
     tests = compared[0]["tests"] if compared else 0
     n = sum(isinstance(c["p"], float) and c["p"] == c["p"] for c in compared)
+    # comparisons made without a margin (a study's collapse measure beside its loss) have one
+    with_margin = sum(c.get("margin") not in (None, "") for c in compared)
     fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
     text = (
         f"Each configuration against the reference fixed before the runs ({', '.join(refs) or 'none'}) "
         "with the other axes fixed: the paired t-test on the seeds both ran (Welch's t-test when "
         f"the seed sets differ), at {confidence:.0%}. One family: {tests} hypotheses in this "
         f"report ({n} comparison(s), each its two-sided test"
-        + ("" if margin is None else ", its test against the margin and its TOST")
+        + (
+            ""
+            if margin is None
+            else ", its test against the margin and its TOST"
+            if with_margin >= len(compared)
+            else f"; {with_margin} of them also its test against the margin and its TOST"
+        )
         + f"), with {fixed} correction for multiple testing over all of them"
         + ("" if correction == "none" else " (verdicts from the adjusted p-values)")
         + '. "better"/"worse": the two-sided test rejects "no difference"; "not resolved with n '

@@ -1,0 +1,380 @@
+"""The sink study: does a softmax language model that may put its attention nowhere keep more
+rank, and does a plain one grow a first-token sink as Gu et al. (2024, arXiv 2410.10781) report?
+One command, tuned and replicated.
+
+Arms (each the trainer's mixer with one option; the reference, `none`, fixed up front):
+
+    none      scaled_dot                     plain softmax: every row sums to 1
+    learned   scaled_dot mixer.sink=learned  a logit per head in the softmax's denominator
+    zero_kv   scaled_dot mixer.sink=zero_kv  one extra all-zero key and value ("softmax + 1")
+    sigmoid   sigmoid                        σ(q·k/√d − log N): no normalisation at all
+
+on Tiny Shakespeare at nanoGPT's CPU recipe (`experiment=shakespeare_char`, the mixer study's
+task), per arm:
+
+1. tune: `train.lr` over a log-spaced grid on ≥ 2 tuning seeds (default 100, 101), selected on
+   whole-split val loss (min); a choice at an edge of a grid of more than two values extends it
+   one step (attnzoo.studies.tune_lr);
+2. rerun: fresh seeds (default 0, 1, 2) at the arm's chosen learning rate;
+3. report: test loss on the held-out test split, per seed and as a Student-t interval; each arm
+   against `none`, paired by seed, on test loss (margin --margin, nats, stated before the runs)
+   and on the last block's relative residual at the end of training (Dong et al.'s measure,
+   no margin: the two-sided test), every hypothesis in one family (--correction, default holm);
+   and, at every evaluation of every fresh seed, per block: the sink share (the share of heads
+   whose mean weight on the first token exceeds 0.3, Gu et al.'s ε), the mean row sum of the
+   weights (1 for plain softmax) and the relative residual: layers.csv, tables at init and at
+   the end, and the figure.
+
+Outputs (in --out): sinks.md (the report), sinks.json, runs.csv and tune_runs.csv (every
+fresh-seed and tuning run, with its arm), comparisons.csv (the family, raw and adjusted p),
+layers.csv (arm, seed, step, block and the statistics), sink_logits.csv (every learned sink
+logit at the end), sinks.png. Run folders are in
+<out>/<arm>/; the same command again skips completed sweeps.
+
+    python scripts/sinks.py --data-dir DATA_DIR --parallel 2      # the CPU study
+    python scripts/sinks.py --smoke                               # the pipeline at toy size
+    python scripts/sinks.py --preset gpu --data-dir DATA_DIR --parallel 4   # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
+from attnzoo.analysis.groups import group_jobs, group_row
+from attnzoo.analysis.report import protocol_text, write_runs
+from attnzoo.analysis.runs import find_sweep_jobs, row
+from attnzoo.analysis.tables import ci_text, fmt, write_csv
+from attnzoo.studies import (
+    SMOKE_SIZE,
+    add_tuned_options,
+    check_seeds,
+    chosen_lrs,
+    data_dir_of,
+    has_corpus,
+    lr_text,
+    machine,
+    price,
+    run_overrides,
+    sweep,
+    tune_lr,
+    tuning_lines,
+    write_smoke_data,
+)
+
+SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summarize.py")))
+# arm: (mixer, its option, what it is); the first is the reference
+ARMS = {
+    "none": ("scaled_dot", [], "plain softmax (the reference)"),
+    "learned": ("scaled_dot", ["mixer.sink=learned"], "a learned sink logit per head"),
+    "zero_kv": ("scaled_dot", ["mixer.sink=zero_kv"], "an all-zero key and value"),
+    "sigmoid": ("sigmoid", [], "sigmoid attention, b = −log N"),
+}
+REFERENCE = "none"
+PRESETS = {
+    "cpu": {"overrides": ["experiment=shakespeare_char"], "lrs": [1e-3, 2e-3, 4e-3],
+            "seconds": 130.0, "basis": "the mixer study's Shakespeare runs, 2 CPU cores"},
+    "gpu": {"overrides": ["experiment=shakespeare_char_study_gpu"], "lrs": [5e-4, 1e-3, 2e-3],
+            "seconds": 65.0, "basis": "estimated for one H100"},
+}  # fmt: skip
+SMOKE = [*SMOKE_SIZE, "model.depth=2"]  # the default measures: the weights are captured
+# layers.csv's columns: the metrics.jsonl key of each, per block k (the trainer's default
+# train.rank_measures: the weights' statistics are captured with the attention entropy)
+STATS = {
+    "sink_share": "attention/sink_share/layer_{k}",
+    "row_sum": "attention/row_sum/layer_{k}",
+    "relative_residual": "rank/relative_residual/layer_{k}",
+    "effective_rank": "rank/effective_rank/layer_{k}",
+    "stable_rank": "rank/stable_rank/layer_{k}",
+    "token_similarity": "rank/token_similarity/layer_{k}",
+}
+SHOWN = {"sink_share": "sink share (heads with mean first-token weight > 0.3)",
+         "row_sum": "mean row sum of the weights",
+         "relative_residual": "relative residual (Dong et al.)",
+         "effective_rank": "effective rank (Roy & Vetterli)"}  # fmt: skip  # report and figure
+MARGIN_REASON = "0.05 nats, a 5% change of perplexity, as the mixer study"
+
+
+def run_arm(arm: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
+    """Tune and rerun one arm at fresh seeds; its jobs and the numbers for the report."""
+    mixer, option, _ = ARMS[arm]
+    root = args.out / arm
+    base = [*PRESETS[args.preset]["overrides"], *option, *run_overrides(args, args.data_dir),
+            *(SMOKE if args.smoke else []), *args.override]  # fmt: skip
+    print(f"{arm}: tuning train.lr over {', '.join(map(lr_text, args.lrs))}", flush=True)
+    select = {"by": "val_loss", "maximize": False, "fresh_seeds": ",".join(map(str, args.seeds)),
+              "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
+    selected, extensions, tune_folders = tune_lr(
+        base, [mixer], args.lrs, args.tune_seeds, root, env, select, args.max_extensions
+    )
+    chosen, _ = chosen_lrs(selected, [mixer])
+    tune_runs = [row(j) | {"arm": arm, "job": f"{arm}/{j.folder.relative_to(root)}"}
+                 for j in find_sweep_jobs(tune_folders) if j.folder]  # fmt: skip
+    out = {"arm": arm, "selected": selected, "extensions": extensions, "tune_runs": tune_runs,
+           "chosen": {arm: chosen[mixer]} if mixer in chosen else {}}  # fmt: skip
+    if mixer not in chosen:
+        return out | {"groups": [], "runs": [], "jobs": []}
+    lr, seeds = chosen[mixer], ",".join(map(str, args.seeds))
+    folder = root / "final" / f"lr_{lr_text(lr)}"
+    over = [*base, f"mixer={mixer}", f"train.lr={lr_text(lr)}", f"train.seed={seeds}"]
+    sweep(over, folder, len(args.seeds), env, root / "final.log")
+    jobs = find_sweep_jobs([folder])
+    runs = [row(j) for j in jobs]
+    groups, _ = group_jobs(jobs, runs)
+    for g in groups:
+        g.label = {"arm": arm}
+    return out | {"groups": groups, "jobs": [j for j in jobs if j.status == "completed"],
+                  "runs": [r | {"arm": arm, "job": f"{arm}/final/{r['job']}"} for r in runs]}  # fmt: skip
+
+
+def layer_rows(arms: list[dict]) -> list[dict]:
+    """Every evaluation of every completed fresh seed, per block: the three statistics."""
+    rows = []
+    for a in arms:
+        for job in a["jobs"]:
+            seed = job.config.get("train", {}).get("seed")
+            for rec in job.records:
+                for k in range(1, 1 + int(job.config.get("model", {}).get("depth", 0))):
+                    values = {s: rec.get(key.format(k=k)) for s, key in STATS.items()}
+                    if "step" in rec and all(v is not None for v in values.values()):
+                        rows.append({"arm": a["arm"], "seed": seed, "step": rec["step"],
+                                     "layer": k, **values})  # fmt: skip
+    return rows
+
+
+def sink_logits(arms: list[dict]) -> list[dict]:
+    """Every learned sink logit at the end of every completed fresh seed (its last checkpoint),
+    per block and head: how far training moved them from their init, 0 (= zero_kv's sink)."""
+    from attnzoo.checkpoint import read_checkpoint
+
+    rows = []
+    for a in arms:
+        for job in a["jobs"]:
+            path = job.folder / "checkpoints" / "last.pt"
+            if "mixer.sink=learned" not in ARMS[a["arm"]][1] or not path.is_file():
+                continue
+            state = read_checkpoint(path)["model"]
+            for name, value in state.items():
+                if name.endswith("mixer.sink_logit"):  # blocks.<i>.mixer.sink_logit, (heads,)
+                    block = int(name.split(".")[1]) + 1
+                    rows += [{"arm": a["arm"], "seed": job.config["train"]["seed"],
+                              "block": block, "head": h, "logit": float(x)}
+                             for h, x in enumerate(value.flatten().tolist())]  # fmt: skip
+    return rows
+
+
+def ends(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
+    """Per (arm, seed): its rows at init (step 0) and at its last evaluated step."""
+    out: dict[tuple, dict[str, list[dict]]] = {}
+    for key in dict.fromkeys((r["arm"], r["seed"]) for r in rows):
+        mine = [r for r in rows if (r["arm"], r["seed"]) == key]
+        last = max(r["step"] for r in mine)
+        out[key] = {"init": [r for r in mine if r["step"] == 0],
+                    "end": [r for r in mine if r["step"] == last]}  # fmt: skip
+    return out
+
+
+def stat_table(rows: list[dict], stat: str, arms: list[str]) -> list[str]:
+    """Rows arm × (init, end), columns the blocks; each cell every seed's value, seed order."""
+    by = ends(rows)
+    layers = sorted({r["layer"] for r in rows})
+    lines = [f"| arm | when | {' | '.join(f'block {k}' for k in layers)} |",
+             "|---|---|" + "---|" * len(layers)]  # fmt: skip
+    for arm in arms:
+        seeds = sorted(s for a, s in by if a == arm)
+        for when in ("init", "end"):
+            cells = []
+            for k in layers:
+                vals = [next((r[stat] for r in by[(arm, s)][when] if r["layer"] == k), math.nan)
+                        for s in seeds]  # fmt: skip
+                cells.append(" / ".join(f"{v:.2f}" for v in vals))
+            lines.append(f"| {arm} | {when} | {' | '.join(cells)} |")
+    return lines
+
+
+def figure(rows: list[dict], arms: list[str], path: Path) -> None:
+    """Rows: the three statistics; columns: the blocks; x: training step; a line per fresh seed,
+    a colour per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = sorted({r["layer"] for r in rows}) or [1]
+    fig, axes = plt.subplots(len(SHOWN), len(layers), figsize=(3.4 * len(layers), 10),
+                             squeeze=False, sharex=True)  # fmt: skip
+    for i, stat in enumerate(SHOWN):
+        for j, k in enumerate(layers):
+            ax = axes[i][j]
+            for c, arm in enumerate(arms):
+                seeds = dict.fromkeys(r["seed"] for r in rows if r["arm"] == arm)
+                for n, seed in enumerate(seeds):
+                    pts = sorted((r["step"], r[stat]) for r in rows
+                                 if (r["arm"], r["seed"], r["layer"]) == (arm, seed, k))  # fmt: skip
+                    ax.plot(*zip(*pts, strict=True), color=f"C{c}", lw=1, alpha=0.8,
+                            label=arm if n == 0 else None)  # fmt: skip
+            ax.grid(alpha=0.3)
+            ax.set_title(f"block {k}", fontsize=9)
+            if stat in ("sink_share", "row_sum"):  # shares: the whole range, read at a glance
+                ax.set_ylim(-0.03, 1.05)
+            if j == 0:
+                ax.set_ylabel(SHOWN[stat].split(" (")[0], fontsize=9)
+            if i == len(SHOWN) - 1:
+                ax.set_xlabel("training step")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle("Fresh seeds, every evaluation: sinks, row sums and rank per block", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def arms_text(names: list[str]) -> str:
+    """`none (mixer=scaled_dot: plain softmax (the reference)); learned (...)`."""
+    return "; ".join(f"{a} ({' '.join(['mixer=' + ARMS[a][0], *ARMS[a][1]])}: {ARMS[a][2]})"
+                     for a in names)  # fmt: skip
+
+
+def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Path:
+    groups = [g for a in arms for g in a["groups"]]
+    on_loss = comparisons(groups, "arm", "test_loss", args.confidence, args.margin, REFERENCE,
+                          "none")  # fmt: skip
+    on_rank = comparisons(groups, "arm", "rank", args.confidence, None, REFERENCE, "none")
+    family = correct(on_loss + on_rank, args.correction)
+    layers = layer_rows(arms)
+    names = [a["arm"] for a in arms]
+    write_runs([r for a in arms for r in a["runs"]], args.out / "runs.csv", ("arm",))
+    write_runs([r for a in arms for r in a["tune_runs"]], args.out / "tune_runs.csv", ("arm",))
+    write_csv(args.out / "comparisons.csv", COMPARISON_COLUMNS, family)
+    write_csv(args.out / "layers.csv", ["arm", "seed", "step", "layer", *STATS], layers)
+    logits = sink_logits(arms)
+    write_csv(args.out / "sink_logits.csv", ["arm", "seed", "block", "head", "logit"], logits)
+    figure(layers, names, args.out / "sinks.png")
+    lines = [
+        "# Sinks: attention that may go nowhere, its rank and its first-token sink",
+        "",
+        f"Command: `{header['command']}`",
+        f"Machine: {header['machine']}",
+        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
+        f"runs done before it are kept); runs: {sum(len(a['tune_runs']) for a in arms)} tuning, "
+        f"{sum(len(a['runs']) for a in arms)} fresh, "
+        f"{sum(float(r.get('wall_s') or 0) for a in arms for r in a['runs'] + a['tune_runs']):.0f}"
+        " s summed.",
+        f"Every run: `{' '.join(PRESETS[args.preset]['overrides'])}`"
+        + (" + the --smoke toy size" if args.smoke else "")
+        + (f" + `{' '.join(args.override)}`" if args.override else "")
+        + f"; arms: {arms_text(names)}.",
+        f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
+        f"{', '.join(map(str, args.seeds))} (fresh). Equivalence margin on test loss, fixed "
+        f"before the runs: ±{args.margin:g} ({MARGIN_REASON}); the final relative residual of the "
+        "last block is compared without a margin. "
+        + protocol_text(family, args.confidence, args.margin, args.correction)
+        + " Per-seed values: `runs.csv`; tuning runs: `tune_runs.csv`; the family: "
+        "`comparisons.csv`; every evaluation per block: `layers.csv`; the figure: `sinks.png`.",
+        "",
+    ]
+    if args.smoke:
+        lines += ["**Smoke run**: toy sizes; the numbers mean nothing.", ""]
+    for a in arms:
+        tuned = tuning_lines(a, args.lrs, args.tune_seeds, "whole-split val loss (min)",
+                             args.max_extensions)  # fmt: skip
+        lines += [tuned[0].replace("Learning rate", f"{a['arm']}: learning rate"), *tuned[1:]]
+    lines += [
+        "## Fresh seeds: test loss, final rank",
+        "",
+        "Mean [Student-t interval] over the fresh seeds, then every seed; test loss on the "
+        "held-out test split (read once at the end of each run), val loss on the whole "
+        "validation split, final rank = the last block's relative residual at the end.",
+        "",
+        "| arm | train.lr | n | test loss | per seed | val loss | final rank | params | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for g in groups:
+        r = group_row(g, args.confidence)
+        seeds = ", ".join(f"{fmt(x['seed'])}: {x['final_test_loss']:.3f}" for x in g.completed
+                          if x["final_test_loss"] is not None)  # fmt: skip
+        lines.append(
+            f"| {g.label['arm']} | {fmt(g.config.get('train.lr'))} | {r['n_seeds']} | "
+            f"{ci_text(r['test_loss_mean'], r['test_loss_ci_low'], r['test_loss_ci_high'])} | "
+            f"{seeds} | {ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])}"
+            f" | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
+            f"{fmt(r['params'])} | {r['note']} |"
+        )
+    lines += ["", f"Against {REFERENCE} (one {args.correction} family):"]
+    lines += [f"- {c['sentence']}" for c in family] or ["- nothing to compare"]
+    lines += ["", "## Per block, at init and at the end of training", ""]
+    for stat in SHOWN:
+        lines += [f"{SHOWN[stat]}: every fresh seed (seed order), `a / b / c`.", ""]
+        lines += [*stat_table(layers, stat, names), ""]
+    if logits:
+        values = [r["logit"] for r in logits]
+        lines += [f"Learned sink logits at the end (`sink_logits.csv`, every block, head and "
+                  f"fresh seed; 0 at init, which is zero_kv's sink): {min(values):+.3f} to "
+                  f"{max(values):+.3f}.", ""]  # fmt: skip
+    path = args.out / "sinks.md"
+    path.write_text("\n".join(lines) + "\n")
+    plain = {a["arm"]: {"chosen_lr": a["chosen"].get(a["arm"]), "extensions": a["extensions"],
+                        "groups": [group_row(g, args.confidence) for g in a["groups"]]}
+             for a in arms}  # fmt: skip
+    (args.out / "sinks.json").write_text(
+        json.dumps({**header, "arms": plain}, indent=2, default=str) + "\n"
+    )
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--arms", type=lambda s: s.split(","), default=list(ARMS),
+                        help=f"comma-separated, of {', '.join(ARMS)} (default: all)")  # fmt: skip
+    add_tuned_options(parser, "sinks", "test loss, nats")
+    args = parser.parse_args()
+    preset = PRESETS[args.preset]
+    args.lrs = args.lrs or preset["lrs"]
+    if bad := [a for a in args.arms if a not in ARMS]:
+        parser.error(f"--arms: {', '.join(bad)} unknown; allowed: {', '.join(ARMS)}")
+    if REFERENCE not in args.arms:
+        parser.error(f"--arms must include the reference, {REFERENCE}")
+    args.arms = [a for a in ARMS if a in args.arms]  # the reference first
+    if len(args.lrs) < 2 or min(args.lrs) <= 0:
+        parser.error(f"--lrs {args.lrs}: the study needs ≥ 2 positive learning rates")
+    if problem := check_seeds(args.tune_seeds, args.seeds):
+        parser.error(problem)
+    if args.smoke:
+        args.seeds = args.seeds[:2]
+    if args.dry_run:
+        n = len(args.arms)
+        print(price([("tuning", n * len(args.lrs) * len(args.tune_seeds), preset["seconds"]),
+                     ("fresh seeds", n * len(args.seeds), preset["seconds"])], args.parallel,
+                    preset["basis"], f"; grid extensions add up to "
+                    f"{args.max_extensions * len(args.tune_seeds) * n} runs more"))  # fmt: skip
+        return
+    env = dict(os.environ)
+    if args.smoke:
+        args.data_dir = args.out / "smoke_data"
+        env |= write_smoke_data(args.data_dir)
+    else:
+        args.data_dir = data_dir_of(args)
+        if not has_corpus("shakespeare_char", args.data_dir):
+            parser.error(f"--data-dir {args.data_dir}: no Tiny Shakespeare there "
+                         "(tinyshakespeare/input.txt); docs/data.md says how to fetch it")  # fmt: skip
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    arms = [run_arm(a, args, env) for a in args.arms]
+    header = {"command": command, "machine": machine(), "started": started,
+              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
+              "tune_seeds": args.tune_seeds, "seeds": args.seeds, "margin": args.margin,
+              "margin_reason": MARGIN_REASON, "correction": args.correction}  # fmt: skip
+    print(write_report(arms, args, header).read_text())
+
+
+if __name__ == "__main__":
+    main()

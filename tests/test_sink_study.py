@@ -1,0 +1,74 @@
+"""scripts/sinks.py: the sink study's refusals (exit 2, nothing written) and, in the slow tier,
+its whole pipeline at toy size."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "sinks.py"
+ARMS = ["none", "learned", "zero_kv", "sigmoid"]
+
+
+def sinks(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--arms", "none,softmax1"], "--arms: softmax1 unknown; allowed: none, learned"),
+        (["--arms", "learned,sigmoid"], "--arms must include the reference, none"),
+        (["--lrs", "1e-3"], "needs ≥ 2 positive learning rates"),
+        (["--lrs", "1e-3,-1"], "needs ≥ 2 positive learning rates"),
+        (["--seeds", "0"], "≥ 2 fresh seeds (--seeds)"),
+        (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
+        (["--data-dir", "no/such/folder"], "--data-dir no/such/folder: no Tiny Shakespeare"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path):
+    out = tmp_path / "out"
+    proc = sinks(*args, "--out", str(out), timeout=120)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.open()))
+
+
+@pytest.mark.slow  # ~1.5 min: 32 toy runs
+def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_path):
+    out = tmp_path / "sinks"
+    proc = sinks("--smoke", "--parallel", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = (out / "sinks.md").read_text()
+    assert "**Smoke run**" in md and "Equivalence margin on test loss" in md
+    runs = rows(out / "runs.csv")
+    assert sorted((r["arm"], r["seed"]) for r in runs) == sorted(
+        (a, s) for a in ARMS for s in ("0", "1")
+    )
+    assert all(r["final_test_loss"] not in ("", None) for r in runs)  # test read at the end
+    tune = rows(out / "tune_runs.csv")
+    assert len(tune) >= 4 * 3 * 2 and all(r["final_test_loss"] == "" for r in tune)  # val only
+    family = rows(out / "comparisons.csv")
+    # each other arm on test loss (two-sided, margin, TOST) and on the final rank (two-sided)
+    assert sorted(r["config"] for r in family) == sorted(ARMS[1:] * 2)
+    assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"12"}
+    layers = rows(out / "layers.csv")
+    assert {(r["arm"], r["seed"], r["layer"]) for r in layers} == {
+        (a, s, k) for a in ARMS for s in ("0", "1") for k in ("1", "2")
+    }
+    assert {r["step"] for r in layers} == {"0", "3"}  # at init and at the one evaluation
+    row_sum = {a: [float(r["row_sum"]) for r in layers if r["arm"] == a] for a in ARMS}
+    assert all(abs(v - 1) < 1e-6 for v in row_sum["none"])  # a softmax row is a distribution
+    # a sink takes mass from every row; sigmoid at b = −log N gives each key about 1/N
+    assert all(v < 0.999 for a in ("learned", "zero_kv", "sigmoid") for v in row_sum[a])
+    assert (out / "sinks.png").stat().st_size > 10_000
+    again = sinks("--smoke", "--parallel", "2", "--out", str(out))  # every sweep completed
+    assert again.returncode == 0 and "$ -m attnzoo.train" not in again.stdout
+    assert again.stdout.count("done already") >= 8
