@@ -150,3 +150,30 @@ def test_a_recall_seed_or_verdict_changed_in_its_tables_fails_its_claims(tmp_pat
     alter(root / claims.RESULTS / comparisons, where, "verdict", "worse")
     assert any("gla: 'worse', not 'not resolved'" in p
                for p in claims.check(claim("recall-scaled-dot"), root))  # fmt: skip
+
+
+def test_a_sink_grown_or_a_sink_unused_in_the_sink_tables_fails_its_claims(tmp_path: Path) -> None:
+    """A plain-softmax block whose heads put their weight on the first token breaks "no arm grows
+    a first-token sink"; a sink block whose rows end where they began breaks "those heads send
+    mass to the sink"; a learned logit far from 0 breaks "near their init"; a comparison
+    resolved breaks "not resolved" — each through its predicate, not only its prose."""
+    from attnzoo.claims import sinks
+
+    root = copy_tree(tmp_path, [sinks.LAYERS, sinks.LOGITS, sinks.COMPARISONS])
+    ids = ("sinks-no-first-token", "sinks-used", "sinks-learned-stays", "sinks-not-resolved")
+    assert all(claims.check(claim(i), root) == [] for i in ids)
+    layers = root / claims.RESULTS / sinks.LAYERS
+    alter(layers, {"arm": "none", "seed": "1", "step": "1000", "layer": "3"}, "sink_share", "0.5")
+    assert any("none: a sink share of 0.500 > 0.05" in p
+               for p in claims.check(claim("sinks-no-first-token"), root))  # fmt: skip
+    alter(layers, {"arm": "zero_kv", "seed": "2", "step": "2000", "layer": "4"}, "row_sum", "0.95")
+    assert any("zero_kv seed 2 block 4: row sum 0.950 not below" in p
+               for p in claims.check(claim("sinks-used"), root))  # fmt: skip
+    alter(root / claims.RESULTS / sinks.LOGITS, {"seed": "0", "block": "2", "head": "1"}, "logit",
+          "1.5")  # fmt: skip
+    assert any("a learned logit at 1.500 from 0" in p
+               for p in claims.check(claim("sinks-learned-stays"), root))  # fmt: skip
+    alter(root / claims.RESULTS / sinks.COMPARISONS, {"config": "sigmoid", "on": "rank"},
+          "verdict", "better")  # fmt: skip
+    assert any("sigmoid on rank: 'better', not 'not resolved'" in p
+               for p in claims.check(claim("sinks-not-resolved"), root))  # fmt: skip
