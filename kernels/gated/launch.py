@@ -10,9 +10,9 @@ each gradient is returned in its input's dtype. Outputs are contiguous.
 The grid is (B·H, NV), one program per (batch, head) and V tile of BV columns, NV = cdiv(V, BV);
 one config: chunks of BT = 16 tokens, one stage, 8 warps (4 for a half-precision state below
 64 × 64). BV is the padded V except where the compile report (scripts/kernel_report.py) shows
-the whole state spilling (`V_TILES`). With NV > 1, dq and dk come from the kernels as fp32
-parts, one per V tile, in (NV, B, H, N, K) buffers summed here: two buffers of NV times q's size
-in fp32 and a pass over them. The log decay's gradient is formed here from dq and dk in fp32
+the whole state spilling (`V_TILES`). dq and dk come from the kernels as fp32 parts, one per
+V tile, in (NV, B, H, N, K) buffers summed here (with one tile, the gradients): two buffers of NV
+times q's size in fp32 and a pass over them. The log decay's gradient is formed here from dq and dk in fp32
 (`_log_decay_grad`), whatever NV: a few passes over (B, H, N, K) fp32 tensors.
 """
 
@@ -154,8 +154,9 @@ def gated_linear_attention_backward(
         switches = _switches(q_bhnk, v_bhnv)
         grid = _grid(b, h, dv, switches)
         nv = grid[1]
-        part = dtype if nv == 1 else torch.float32  # dq and dk: the gradients, or fp32 parts
-        dq_pbhnk, dk_pbhnk = (_alloc((nv, b, h, n, kd), part, device) for _ in "qk")
+        # dq and dk as fp32 parts, one per V tile (the gradients themselves with one tile), so
+        # that the log decay's gradient is formed from them before they are rounded to q's dtype
+        dq_pbhnk, dk_pbhnk = (_alloc((nv, b, h, n, kd), torch.float32, device) for _ in "qk")
         h0, dht = _state(initial_state, device), _state(d_final, device)
         strides = (*g_bhnk.stride(), *d_out.stride())
         _gla_bwd_dq_kernel[grid](
