@@ -2,9 +2,9 @@
 
 - `naive.py`: the recurrence one token at a time, and the chunked PyTorch path of the op; it
   needs torch only.
-- `_jit.py`, `launch.py`, `aot.py`: the chunked Triton kernels, their launchers and the
-  ahead-of-time compile specs that scripts/kernel_report.py compiles. They import triton, so
-  they load on first use of an attribute below, not with the package.
+- `_jit.py`, `_jit_dkdv.py`, `launch.py`, `aot.py`: the chunked Triton kernels, their
+  launchers and the ahead-of-time compile specs that scripts/kernel_report.py compiles. They
+  import triton, so they load on first use of an attribute below, not with the package.
 
 docs/kernels.md describes the design.
 """

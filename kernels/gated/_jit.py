@@ -35,9 +35,17 @@ k_s ⊙ exp(−B_s) and the final state's prefactor diag(exp(B_{N−1})), so
     ∂L/∂B_t = q_t ⊙ dq_t − k_t ⊙ dk_t  (+ Σ_v S_N ⊙ dS_N at t = N − 1),    dg_t = Σ_{u ≥ t} ∂L/∂B_u
 
 (flash-linear-attention derives its dg the same way). `_gla_bwd_dq_kernel` walks the chunks
-forwards with the forward's state; `_gla_bwd_dkdv_kernel` walks them backwards with dS, reads dq
-back for dg and carries the reverse cumulative sum across chunks. A decay per token gets
-Σ_k dg_tk (the launcher sums the zero-stride view's gradient).
+forwards with the forward's state; `_gla_bwd_dk_kernel` and `_gla_bwd_dv_kernel` (`_jit_dkdv.py`)
+walk them backwards with dS, one intra-chunk block each. dg is formed by the launcher from dq and
+dk (fp32 torch ops: a reverse cumulative sum over the sequence). A decay per token gets Σ_k dg_tk
+(the launcher sums the zero-stride view's gradient).
+
+The grid is (B·H, NV): program (bh, j) owns the K × BV slice of the state holding V columns
+j·BV … (j+1)·BV − 1 (NV = cdiv(V, BV); launch.py picks BV, below the padded V where a whole state
+would spill). o, the final state, dv and d h0 are per column: each program writes its own. The
+intra-chunk block A, a sum over K, is formed again by every V tile. dq and dk are sums over V:
+each program writes its tile's part to a (NV, B·H, N, K) buffer at `part` = j·B·H + bh, and the
+launcher sums the parts; with one tile (NV = 1) the part is the whole and the buffer the gradient.
 
 Every state, block and cumulative sum is fp32; the products on tensor cores take their operands
 in the inputs' dtype (fp32: IEEE dots). Limits: K and V up to 128 (padded to powers of two ≥ 16
@@ -127,7 +135,8 @@ def _gla_fwd_kernel(
     BV: tl.constexpr,
     BT: tl.constexpr,
 ):
-    """out (B, H, N, V) and the final state ht (B·H, K, V) fp32 of one (batch, head)."""
+    """out (B, H, N, V) and the final state ht (B·H, K, V) fp32 of one (batch, head), the
+    columns of one V tile."""
     bh = tl.program_id(0).to(tl.int64)
     b = bh // H
     h = bh % H
@@ -139,7 +148,7 @@ def _gla_fwd_kernel(
     dt = q_ptr.dtype.element_ty
     offs_t = tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
-    cols_v = tl.arange(0, BV)
+    cols_v = tl.program_id(1) * BV + tl.arange(0, BV)  # this program's V tile
     state_kv = cols_k[:, None] * V + cols_v[None, :]
     in_kv = _state_mask(cols_k, cols_v, K, V)
 
@@ -205,19 +214,21 @@ def _gla_bwd_dq_kernel(
     BV: tl.constexpr,
     BT: tl.constexpr,
 ):
-    """dq of one (batch, head), walking the chunks forwards with the forward's state."""
+    """dq of one (batch, head) through one V tile (the part of its sum over V; the whole dq
+    when there is one tile), walking the chunks forwards with the forward's state."""
     bh = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1).to(tl.int64) * tl.num_programs(0) + bh  # (V tile, batch·head)
     b = bh // H
     h = bh % H
     k_bh = k_ptr + b * stride_kb + h * stride_kh
     v_bh = v_ptr + b * stride_vb + h * stride_vh
     g_bh = g_ptr + b * stride_gb + h * stride_gh
     do_bh = do_ptr + b * stride_ob + h * stride_oh
-    dq_bh = dq_ptr + bh * N * K
+    dq_bh = dq_ptr + part * N * K
     dt = k_ptr.dtype.element_ty
     offs_t = tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
-    cols_v = tl.arange(0, BV)
+    cols_v = tl.program_id(1) * BV + tl.arange(0, BV)  # this program's V tile
     state_kv = cols_k[:, None] * V + cols_v[None, :]
     in_kv = _state_mask(cols_k, cols_v, K, V)
 
@@ -246,125 +257,3 @@ def _gla_bwd_dq_kernel(
         k_end = (k_tk * tl.exp(_to_end(g_tk))).to(dt)
         s_kv = s_kv * tl.exp(tl.sum(g_tk, 0))[:, None]
         s_kv += tl.dot(tl.trans(k_end), v_tv, input_precision=DOT_PREC)
-
-
-@triton.jit
-def _gla_bwd_dkdv_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    g_ptr,
-    do_ptr,
-    ht_ptr,
-    dht_ptr,
-    dq_ptr,
-    dk_ptr,
-    dv_ptr,
-    dg_ptr,
-    dh0_ptr,
-    scale,
-    H,
-    N,
-    K,
-    V,
-    stride_qb,
-    stride_qh,
-    stride_qn,
-    stride_qk,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_kk,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    stride_gb,
-    stride_gh,
-    stride_gn,
-    stride_gk,
-    stride_ob,
-    stride_oh,
-    stride_on,
-    stride_od,
-    HAS_DHT: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-    BK: tl.constexpr,
-    BV: tl.constexpr,
-    BT: tl.constexpr,
-):
-    """dk, dv, dg (fp32, per key dimension) and dh0 of one (batch, head), walking the chunks
-    from the last with the state's gradient dS; dq (written by the dq kernel) is read for dg."""
-    bh = tl.program_id(0).to(tl.int64)
-    b = bh // H
-    h = bh % H
-    q_bh = q_ptr + b * stride_qb + h * stride_qh
-    k_bh = k_ptr + b * stride_kb + h * stride_kh
-    v_bh = v_ptr + b * stride_vb + h * stride_vh
-    g_bh = g_ptr + b * stride_gb + h * stride_gh
-    do_bh = do_ptr + b * stride_ob + h * stride_oh
-    dq_bh = dq_ptr + bh * N * K
-    dk_bh = dk_ptr + bh * N * K
-    dv_bh = dv_ptr + bh * N * V
-    dg_bh = dg_ptr + bh * N * K
-    dt = q_ptr.dtype.element_ty
-    offs_t = tl.arange(0, BT)
-    cols_k = tl.arange(0, BK)
-    cols_v = tl.arange(0, BV)
-    state_kv = cols_k[:, None] * V + cols_v[None, :]
-    in_kv = _state_mask(cols_k, cols_v, K, V)
-
-    ds_kv = tl.zeros((BK, BV), dtype=tl.float32)
-    carry_k = tl.zeros((BK,), dtype=tl.float32)  # Σ of ∂L/∂B over the tokens after the chunk
-    if HAS_DHT:
-        ds_kv = tl.load(dht_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
-        ht_kv = tl.load(ht_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
-        carry_k = tl.sum(ht_kv * ds_kv, 1)  # the final state's prefactor exp(B_{N-1})
-    n_chunks = tl.cdiv(N, BT)
-    for i in range(0, n_chunks):
-        c = n_chunks - 1 - i
-        rows_t = c * BT + offs_t
-        in_tk = (rows_t < N)[:, None] & (cols_k < K)[None, :]
-        q_tk = _tile(q_bh, rows_t, cols_k, stride_qn, stride_qk, N, K).to(tl.float32)
-        k_tk = _tile(k_bh, rows_t, cols_k, stride_kn, stride_kk, N, K).to(tl.float32)
-        v_tv = _tile(v_bh, rows_t, cols_v, stride_vn, stride_vd, N, V)
-        g_tk = _tile(g_bh, rows_t, cols_k, stride_gn, stride_gk, N, K).to(tl.float32)
-        d_tv = _tile(do_bh, rows_t, cols_v, stride_on, stride_od, N, V).to(tl.float32) * scale
-        d_tv = d_tv.to(dt)
-        end_tk = tl.exp(_to_end(g_tk))
-        ds_op = ds_kv.to(dt)
-        # through the state at the chunk's end
-        dv_tv = tl.dot((k_tk * end_tk).to(dt), ds_op, input_precision=DOT_PREC)
-        dk_tk = tl.dot(v_tv, tl.trans(ds_op), input_precision=DOT_PREC) * end_tk
-        # inside the chunk, one key column s at a time: A_ts for dv, M_ts for dk
-        m_tt = tl.dot(d_tv, tl.trans(v_tv), input_precision=DOT_PREC)  # [t, s] = d_t · v_s
-        a_tt = tl.zeros((BT, BT), dtype=tl.float32)
-        for s in range(0, BT):
-            e_tk = _decay_from(g_tk, s, offs_t)
-            a_t = tl.sum(q_tk * _row(k_tk, s, offs_t)[None, :] * e_tk, 1)
-            a_tt += tl.where(offs_t[None, :] == s, a_t[:, None], 0.0)
-            m_t = tl.sum(tl.where(offs_t[None, :] == s, m_tt, 0.0), 1)
-            dk_s = tl.sum(m_t[:, None] * q_tk * e_tk, 0)
-            dk_tk += tl.where(offs_t[:, None] == s, dk_s[None, :], 0.0)
-        dv_tv += tl.dot(tl.trans(a_tt.to(dt)), d_tv, input_precision=DOT_PREC)
-        # the state's gradient at the chunk's start
-        q_start = (q_tk * tl.exp(tl.cumsum(g_tk, 0))).to(dt)
-        ds_kv = ds_kv * tl.exp(tl.sum(g_tk, 0))[:, None]
-        ds_kv += tl.dot(tl.trans(q_start), d_tv, input_precision=DOT_PREC)
-        # dg: the reverse cumulative sum of q ⊙ dq − k ⊙ dk over the whole sequence
-        dq_tk = tl.load(dq_bh + rows_t[:, None] * K + cols_k[None, :], mask=in_tk, other=0.0)
-        db_tk = q_tk * dq_tk.to(tl.float32) - k_tk * dk_tk
-        tl.store(dg_bh + rows_t[:, None] * K + cols_k[None, :],
-                 tl.cumsum(db_tk, 0, reverse=True) + carry_k[None, :], mask=in_tk)  # fmt: skip
-        carry_k += tl.sum(db_tk, 0)
-        tl.store(
-            dk_bh + rows_t[:, None] * K + cols_k[None, :],
-            dk_tk.to(dk_ptr.dtype.element_ty),
-            mask=in_tk,
-        )
-        tl.store(
-            dv_bh + rows_t[:, None] * V + cols_v[None, :],
-            dv_tv.to(dv_ptr.dtype.element_ty),
-            mask=(rows_t < N)[:, None] & (cols_v < V)[None, :],
-        )
-    tl.store(dh0_ptr + bh * K * V + state_kv, ds_kv, mask=in_kv)
