@@ -14,13 +14,14 @@ its PyTorch formulation, bf16, forward and forward+backward:
 | gated | `gated_linear_attention(q, k, v, g)`, a log decay per head | its PyTorch path (`impl="torch"`); flash-linear-attention's `chunk_simple_gla` |
 | gated_key | `gated_linear_attention(q, k, v, g)`, a log decay per key dimension | its PyTorch path (`impl="torch"`); flash-linear-attention's `chunk_gla` |
 | sigmoid | `sigmoid_attention(q, k, v, bias=-log N)` | its PyTorch path (`impl="torch"`, the reference) |
+| delta, delta_gated | `delta_rule(q, k, v, beta[, log_decay])`: no kernel, its chunked PyTorch path | flash-linear-attention's `chunk_delta_rule` / `chunk_gated_delta_rule` |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, timed on each backend that takes the
 shape (FLASH_ATTENTION, CUDNN_ATTENTION, EFFICIENT_ATTENTION; a backend that refuses a shape is
 noted and skipped). flash-linear-attention is timed where the optional `fla-core` is importable
 (`pip install -e ".[fla]"`); elsewhere its rows say why they were skipped. local's window reaches
-min(128, N / 4) keys back (and forward, bidirectional); gated and gated_key are causal only, so
-they are timed at the causal shapes. Shapes: the training shape of nanoGPT's GPU recipe (batch 64, 6 heads, N = 256,
+min(128, N / 4) keys back (and forward, bidirectional); gated, gated_key and the delta parts are
+causal only, so they are timed at the causal shapes. Shapes: the training shape of nanoGPT's GPU recipe (batch 64, 6 heads, N = 256,
 head dim 64, causal) and batch 2, 8 heads, head dim 64 at N = 1024 / 4096 / 8192, causal and
 bidirectional; pool_mix on x of (batch, N, heads x head dim), plus one large x (8 x 8192 x 1024).
 Two numbers per call: device ms (CUDA events, L2 flushed, launches hidden behind a sleep kernel)
@@ -29,8 +30,8 @@ method, the targets and the FLOP and byte model are the package's: `attnzoo.kern
 
 Before timing, and alone under `--dry-run`, under TRITON_INTERPRET=1 or without a GPU, every
 comparison is validated at a tiny fp32 shape: the attnzoo op against each formulation above
-(outputs and gradients of every input; for gated, gated_key and sigmoid every candidate against
-a float64 formula: the recurrence one token at a time, the sigmoid reference), so the
+(outputs and gradients of every input; for gated, gated_key, sigmoid and the delta parts every
+candidate against a float64 formula: the recurrence one token at a time, the sigmoid reference), so the
 formulations the benchmark times are proven to compute the ops. Without a GPU it also prints the FLOP and byte model of each op.
 
     python scripts/bench_kernels.py                                # everything (GPU)

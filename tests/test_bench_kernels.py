@@ -67,17 +67,20 @@ def test_dry_run_proves_every_formulation_equal_to_its_triton_op(script, tmp_pat
         ("gated", "causal", "torch path"),
         ("gated_key", "causal", "attnzoo"),
         ("gated_key", "causal", "torch path"),
+        # the delta rule: its chunked PyTorch path against the recurrence (fla-core: a skip here)
+        ("delta", "causal", "attnzoo"),
+        ("delta_gated", "causal", "attnzoo"),
         ("sigmoid", "bidirectional", "attnzoo"),
         ("sigmoid", "bidirectional", "torch path"),
         ("sigmoid", "causal", "attnzoo"),
         ("sigmoid", "causal", "torch path"),
     }
-    for key, c in checks.items():
-        assert c["impl"] == "triton", key
+    for key, c in checks.items():  # the delta rule has no kernel: its row ran the PyTorch path
+        assert c["impl"] == ("torch" if key[0] in ("delta", "delta_gated") else "triton"), key
         assert c["ok"] and c["err_out"] < 1e-5 and c["err_grad"] < 1e-5, (key, c)
-        truth = {"gated": "float64 recurrence", "gated_key": "float64 recurrence"}.get(
-            key[0], "float64 reference" if key[0] == "sigmoid" else "attnzoo"
-        )
+        recurrences = ("gated", "gated_key", "delta", "delta_gated")
+        truth = "float64 recurrence" if key[0] in recurrences else "attnzoo"
+        truth = "float64 reference" if key[0] == "sigmoid" else truth
         assert c["against"] == truth, key
     assert saved["results"] == [] and saved["verdicts"] == []
     md = (tmp_path / "bench_kernels.md").read_text()
@@ -508,7 +511,16 @@ def test_every_part_has_an_op_a_share_and_a_dispatch_key(bench):
     from attnzoo.kernels.bench import cases
 
     verdicts = importlib.import_module("attnzoo.kernels.bench.verdicts")  # the module
-    assert set(verdicts.OP_NAMES) == set(bench.PARTS) == set(cases.PART_S)
+    assert set(bench.PARTS) == set(cases.PART_S)
+    assert (
+        set(verdicts.OP_NAMES)
+        == set(cases.DISPATCH_PARTS)
+        == set(bench.PARTS)
+        - {
+            "delta",
+            "delta_gated",
+        }
+    )  # the delta rule has no kernel: nothing to dispatch
     assert set(verdicts.OP_NAMES.values()) <= set(dispatch.OPS)
     assert verdicts.OP_NAMES["gated"] == verdicts.OP_NAMES["gated_key"] == "gated_linear_attention"
     assert verdicts.OP_NAMES["sigmoid"] == "sigmoid_attention"

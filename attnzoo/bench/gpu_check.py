@@ -43,6 +43,7 @@ from attnzoo.bench.gpu_report import (
     verdict_table_md,
     write_report,
 )
+from attnzoo.kernels.bench.cases import DISPATCH_PARTS
 from attnzoo.mixers import causal_mixers
 
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
@@ -305,8 +306,8 @@ def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str]) -> None
         # metric and quadratic take scaled_dot's path, slower; linear has the skipped rows
         cmd += ["--only", "scaled_dot", "pool", "linear", "local"]
         cmd += ["--no-train-shape", "--no-pool-large", "--reps", "1"]
-    else:  # N = 1k and 4k (and the training shape)
-        cmd += ["--n", "1024", "4096", "--reps", str(BENCH_REPS)]
+    else:  # N = 1k and 4k (and the training shape); the parts that decide the dispatch table
+        cmd += ["--n", "1024", "4096", "--reps", str(BENCH_REPS), "--only", *DISPATCH_PARTS]
     # the parts share the stage's limit, less the process's start (torch, triton) and its files
     start_s = DRY_BENCH_START_S if check.dry_run else BENCH_START_S
     cmd += ["--budget", f"{max(stage.limit_s - start_s, stage.limit_s / 2):.1f}"]

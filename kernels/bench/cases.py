@@ -14,6 +14,8 @@ write instead:
 | gated | `gated_linear_attention(q, k, v, g)`, g (B, H, N): a log decay per head (RetNet, Mamba-2) | its PyTorch path (`impl="torch"`, chunked); flash-linear-attention's `chunk_simple_gla` where `fla-core` is importable |
 | gated_key | `gated_linear_attention(q, k, v, g)`, g (B, H, N, K): a log decay per key dimension (GLA) | its PyTorch path (`impl="torch"`, chunked); flash-linear-attention's `chunk_gla` where `fla-core` is importable |
 | sigmoid | `sigmoid_attention(q, k, v, bias=-log N)` | its PyTorch path (`impl="torch"`, the reference: σ of the N x N scores, times v) |
+| delta | `delta_rule(q, k, v, beta)` (DeltaNet), attnzoo's chunked PyTorch path: it has no kernel | flash-linear-attention's `chunk_delta_rule` (`impl="fla"`) where `fla-core` is importable |
+| delta_gated | `delta_rule(q, k, v, beta, log_decay)` (Gated DeltaNet), the same path | flash-linear-attention's `chunk_gated_delta_rule` (`impl="fla"`) |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, pinned to one backend at a time
 (`backend_only`). Shapes: the training shape of nanoGPT's GPU recipe (`TRAIN`: batch 64, 6 heads,
@@ -28,7 +30,12 @@ bidirectional): min(128, N / 4). gated and gated_key take q, k, v and the log de
 layout too, g drawn as the mixers' gates give it (`gated.naive.sample_log_decay`: about
 (-2.5, 0)) and kept in fp32, as the op computes it; every candidate runs at the op's default
 scale 1/sqrt(K), fla-core's included. The recurrence is causal, so they are timed at the causal
-shapes only (`CAUSAL_ONLY`). sigmoid's bias is -log N, the sigmoid mixer's default.
+shapes only (`CAUSAL_ONLY`). sigmoid's bias is -log N, the sigmoid mixer's default. delta and
+delta_gated take q, k (L2-normalised, as the deltanet mixer gives them), v in (B, H, N, ·), beta
+= σ(randn) and a log decay drawn as gated's, (B, H, N), both fp32; causal only as well. attnzoo
+has no Triton kernel of the delta rule (`NO_KERNEL`): its "attnzoo" row is the chunked PyTorch
+path whatever `impl` says, timed against fla-core's kernels (through `impl="fla"`, which adds a
+transpose to (B, N, H, ·) and back), and the parts write no dispatch row.
 
 Candidates that are not what `impl="auto"` runs instead of the kernel (`ALTERNATIVES`: the cumsum
 formulation, fla-core) are timed for the verdicts and the results table but never decide the
@@ -37,13 +44,15 @@ bidirectional form) is kept as a row that says why (`Candidate.skip`). gated and
 measure gated_linear_attention, whose dispatch key does not tell the decay forms apart (see
 `verdicts.dispatch_rows`). The validation checks every candidate of gated, gated_key and sigmoid
 against a float64 formula (`truth`: the recurrence one token at a time, the sigmoid reference),
-and those of the other parts against the attnzoo op.
+the delta parts against the recurrence too, and those of the other parts against the attnzoo
+op.
 
 The cost model: FLOPs by `attnzoo.kernels.flops.op_flops` (matmuls only, 2 per multiply-add,
 causal halves the N x N terms, the attention backward 2.5x its forward; sigmoid's are scaled_dot's);
 the byte model counts one read of each input and one write of each output (compulsory traffic)
 plus the key/value tiles streamed once per `BLOCK_M`-query tile. op_flops has no formula for the
-gated recurrence, so gated and gated_key have no cost (`NO_COST`) and their rows no rate.
+gated recurrence or the delta rule, so those parts have no cost (`NO_COST`) and their rows no
+rate.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import ops, reference
+from ..delta import naive as delta_naive
 from ..flops import ATTENTION_OPS, op_flops
 from ..gated import naive as gated_naive
 
@@ -73,8 +83,13 @@ PARTS = (
     "gated",
     "gated_key",
     "sigmoid",
+    "delta",
+    "delta_gated",
 )
-CAUSAL_ONLY = ("gated", "gated_key")  # the recurrence runs forwards in time: causal shapes only
+# the recurrences run forwards in time: causal shapes only
+CAUSAL_ONLY = ("gated", "gated_key", "delta", "delta_gated")
+NO_KERNEL = ("delta", "delta_gated")  # attnzoo's path is PyTorch (chunked) whatever impl says
+DISPATCH_PARTS = tuple(p for p in PARTS if p not in NO_KERNEL)  # what the GPU check times
 BACKENDS = ("flash", "cudnn", "efficient")
 # Each part's share of a budget (`--budget`), in the seconds it is expected to take on an H100 at
 # the GPU check's options (training shape, N = 1k/4k, 10 reps): mostly compiling and autotuning
@@ -90,6 +105,8 @@ PART_S = {
     "gated": 14,
     "gated_key": 14,
     "sigmoid": 14,
+    "delta": 10,
+    "delta_gated": 10,
 }
 VALIDATION_S = 3
 
@@ -104,9 +121,11 @@ LINEAR_EPS = 1e-6  # linear_attention's default
 FLA = "fla chunk_linear_attn"
 FLA_SIMPLE_GLA = "fla chunk_simple_gla"  # a log decay per head (gated)
 FLA_GLA = "fla chunk_gla"  # a log decay per key dimension (gated_key)
+FLA_DELTA = "fla chunk_delta_rule"  # delta
+FLA_GATED_DELTA = "fla chunk_gated_delta_rule"  # delta_gated
 CUMSUM = "cumsum/einsum"
 # timed against, but not what impl="auto" runs instead
-ALTERNATIVES = (CUMSUM, FLA, FLA_SIMPLE_GLA, FLA_GLA)
+ALTERNATIVES = (CUMSUM, FLA, FLA_SIMPLE_GLA, FLA_GLA, FLA_DELTA, FLA_GATED_DELTA)
 TORCH_PATH = "torch path"  # the op's own PyTorch path (impl="torch"): what impl="auto" runs instead
 POOL_LARGE = (8, 8192, 1024)  # (batch, tokens, D): ~134 MB per bf16 tensor, well beyond L2
 
@@ -170,7 +189,8 @@ def part_shapes(part: str, shapes: list[Shape], pools: list[Shape]) -> list[Shap
 
 # ------------------------------------------------------------------------------------ cost model
 
-NO_COST = ("gated", "gated_key")  # attnzoo.kernels.flops has no formula for the gated recurrence
+# attnzoo.kernels.flops has no formula for the gated recurrence or the delta rule
+NO_COST = ("gated", "gated_key", "delta", "delta_gated")
 
 
 def cost(op: str, s: Shape, window: int = 3) -> dict[str, float] | None:
@@ -354,6 +374,28 @@ def sigmoid_truth(q, k, v, causal: bool, bias: float):
     return reference.sigmoid_attention(q, k, v, causal, None, 1.0 / math.sqrt(q.shape[-1]), bias)
 
 
+def delta_op(q, k, v, beta, g=None, impl: str = "torch"):
+    """attnzoo's delta_rule at its default scale 1/sqrt(K): "torch" its chunked PyTorch path
+    (the op's only one), "fla" flash-linear-attention's chunked kernels."""
+    return ops.delta_rule(q, k, v, beta, g, impl=impl)
+
+
+def delta_truth(q, k, v, beta, g=None):
+    """The delta rule one token at a time in float64 (`delta.naive.recurrent`): the validation's
+    truth for the delta parts."""
+    q, k, v, beta = q.double(), k.double(), v.double(), beta.double()
+    g = None if g is None else g.double()
+    return delta_naive.recurrent(q, k, v, beta, g, 1.0 / math.sqrt(q.shape[-1]))[0]
+
+
+def fla_delta(gated: bool) -> tuple[Callable[..., torch.Tensor] | None, str]:
+    """delta_op through impl="fla" where fla-core's delta rule is importable, or None and why."""
+    module, name = ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule") if gated else (
+        "fla.ops.delta_rule", "chunk_delta_rule")  # fmt: skip
+    found, _, why = _fla(module, name)
+    return (None, why) if found is None else (lambda *t: delta_op(*t, impl="fla"), "")
+
+
 def truth(part: str, s: Shape) -> tuple[str, Callable[..., torch.Tensor]] | None:
     """A float64 formula that every candidate of the part is validated against (outputs and
     gradients), with its name; None for the parts validated against the attnzoo op instead."""
@@ -363,6 +405,8 @@ def truth(part: str, s: Shape) -> tuple[str, Callable[..., torch.Tensor]] | None
     if part == "sigmoid":
         c, bias = s.causal, sigmoid_bias(s)
         return "float64 reference", lambda q, k, v: sigmoid_truth(q, k, v, c, bias)
+    if part in ("delta", "delta_gated"):
+        return "float64 recurrence", delta_truth
     return None
 
 
@@ -412,6 +456,18 @@ def make_inputs(
         return randn(b, h, n, d), randn(b, h, n, d), randn(b, h, n, d)
     if part == "sigmoid":
         return randn(b, h, n, d), randn(b, h, n, d), randn(b, h, n, d)
+    if part in ("delta", "delta_gated"):  # (B, H, N, ...); keys of unit norm, as the mixer's
+        k = F.normalize(torch.randn(b, h, n, d, generator=gen), dim=-1)
+        k = k.to(device=device, dtype=dtype).requires_grad_(True)
+        beta = torch.sigmoid(torch.randn(b, h, n, generator=gen)).to(device).requires_grad_(True)
+        g = gated_naive.sample_log_decay(b, h, n, generator=gen).to(device).requires_grad_(True)
+        return (
+            randn(b, h, n, d),
+            k,
+            randn(b, h, n, d),
+            beta,
+            *((g,) if part == "delta_gated" else ()),
+        )
     if part in ("gated", "gated_key"):  # (B, N, H, ...) as a projection leaves them
         size = (b, n, h, d) if part == "gated_key" else (b, n, h)
         g = gated_naive.sample_log_decay(*size, generator=gen)  # fp32, as the op computes it
@@ -516,6 +572,11 @@ def candidates(
         bias = sigmoid_bias(s)
         ours = Candidate("attnzoo", lambda q, k, v: sigmoid_op(q, k, v, c, bias, impl))
         theirs = [Candidate(TORCH_PATH, lambda q, k, v: sigmoid_op(q, k, v, c, bias))]
+    elif part in NO_KERNEL:
+        gated = part == "delta_gated"
+        ours = Candidate("attnzoo", delta_op)
+        fla, why = _fla_here(*fla_delta(gated), device, backends)
+        theirs = [Candidate(FLA_GATED_DELTA if gated else FLA_DELTA, fla or _skipped, skip=why)]
     else:
         raise ValueError(f"unknown part {part!r}; known: {PARTS}")
     return [ours, *theirs]

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .cases import CAUSAL_ONLY, Shape, candidates, make_inputs, truth
+from .cases import CAUSAL_ONLY, NO_KERNEL, Shape, candidates, make_inputs, truth
 
 
 @dataclass
@@ -52,6 +52,7 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
             modes = (False, True)
         for causal in modes:
             s = Shape(**{**asdict(VALIDATION_SHAPE), "causal": causal})
+            ran = "torch" if part in NO_KERNEL else impl  # what the attnzoo row ran
             cands = candidates(part, s, impl, window, device=device)
             runnable = [c for c in cands if not c.reference and not c.skip]
             inputs = make_inputs(part, s, device, torch.float32)
@@ -80,7 +81,7 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
                     part,
                     "causal" if causal else "bidirectional",
                     label,
-                    impl,
+                    ran,
                     err_out,
                     err_grad,
                     err_out <= tol and err_grad <= tol,
@@ -88,9 +89,9 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
                 )
                 checks.append(check)
                 what = (
-                    f"attnzoo (impl={impl}) vs {label}"
+                    f"attnzoo (impl={ran}) vs {label}"
                     if exact is None
-                    else (f"{label}{f' (impl={impl})' if label == 'attnzoo' else ''} vs {against}")
+                    else (f"{label}{f' (impl={ran})' if label == 'attnzoo' else ''} vs {against}")
                 )
                 print(
                     f"validate {part:10s} {check.mode:13s} {what}: "

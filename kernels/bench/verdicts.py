@@ -246,7 +246,7 @@ OP_NAMES = {
     "gated": "gated_linear_attention",  # a log decay per head
     "gated_key": "gated_linear_attention",  # a log decay per key dimension
     "sigmoid": "sigmoid_attention",
-}
+}  # the delta parts (cases.NO_KERNEL) have no kernel to dispatch: no entry, no row
 
 
 def dispatch_rows(results: list[Result], shapes: list[Shape], dtype: torch.dtype) -> list[dict]:
