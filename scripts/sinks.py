@@ -135,7 +135,7 @@ def run_arm(arm: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
 
 
 def layer_rows(arms: list[dict]) -> list[dict]:
-    """Every evaluation of every completed fresh seed, per block: the three statistics."""
+    """Every evaluation of every completed fresh seed, per block: the statistics (STATS)."""
     rows = []
     for a in arms:
         for job in a["jobs"]:
