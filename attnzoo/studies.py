@@ -174,6 +174,23 @@ def add_tuned_options(parser: argparse.ArgumentParser, name: str, margin: str) -
                         help="the whole pipeline at toy size (3 steps), fresh seeds 0,1")  # fmt: skip
 
 
+def tuned_options_problem(args: argparse.Namespace) -> str | None:
+    """Why add_tuned_options' values cannot run a study (None when they can): the grid, the
+    seeds (check_seeds), the margin, the confidence and the extensions, each named with what is
+    allowed."""
+    if len(args.lrs) < 2 or min(args.lrs) <= 0:
+        return f"--lrs {args.lrs}: the study needs ≥ 2 positive learning rates"
+    if problem := check_seeds(args.tune_seeds, args.seeds):
+        return problem
+    if not args.margin > 0:
+        return f"--margin {args.margin}: the equivalence margin must be a positive number"
+    if not 0 < args.confidence < 1:
+        return f"--confidence {args.confidence}: allowed: a level strictly between 0 and 1"
+    if args.max_extensions < 0:
+        return f"--max-extensions {args.max_extensions}: allowed: an int ≥ 0"
+    return None
+
+
 def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note: str = "") -> str:
     """What a study will cost, before it runs: each sweep's jobs and seconds per job (`sweeps`:
     name, jobs, seconds per job), the total, and the wall time at `parallel` jobs at a time

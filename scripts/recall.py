@@ -52,7 +52,6 @@ from attnzoo.studies import (
     SMOKE_SIZE,
     STUDY_REFERENCE,
     add_tuned_options,
-    check_seeds,
     chosen_lrs,
     int_list,
     lr_text,
@@ -61,6 +60,7 @@ from attnzoo.studies import (
     run_overrides,
     sweep,
     tune_lr,
+    tuned_options_problem,
     tuning_lines,
 )
 
@@ -288,9 +288,7 @@ def main() -> None:
             parser.error(f"--{name}: {bad} are not positive; allowed: ints ≥ 1")
     if bad := [w for w in args.widths if w % 4]:
         parser.error(f"--widths: {bad} are not multiples of the model's 4 heads")
-    if len(args.lrs) < 2 or min(args.lrs) <= 0:
-        parser.error(f"--lrs {args.lrs}: the study needs ≥ 2 positive learning rates")
-    if problem := check_seeds(args.tune_seeds, args.seeds):
+    if problem := tuned_options_problem(args):
         parser.error(problem)
     if STUDY_REFERENCE not in args.mixers:
         parser.error(f"--mixers must include the reference, {STUDY_REFERENCE}")

@@ -55,7 +55,6 @@ from attnzoo.analysis.tables import ci_text, fmt, write_csv
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_tuned_options,
-    check_seeds,
     chosen_lrs,
     data_dir_of,
     has_corpus,
@@ -65,6 +64,7 @@ from attnzoo.studies import (
     run_overrides,
     sweep,
     tune_lr,
+    tuned_options_problem,
     tuning_lines,
     write_smoke_data,
 )
@@ -343,9 +343,7 @@ def main() -> None:
     if REFERENCE not in args.arms:
         parser.error(f"--arms must include the reference, {REFERENCE}")
     args.arms = [a for a in ARMS if a in args.arms]  # the reference first
-    if len(args.lrs) < 2 or min(args.lrs) <= 0:
-        parser.error(f"--lrs {args.lrs}: the study needs ≥ 2 positive learning rates")
-    if problem := check_seeds(args.tune_seeds, args.seeds):
+    if problem := tuned_options_problem(args):
         parser.error(problem)
     if args.smoke:
         args.seeds = args.seeds[:2]

@@ -28,6 +28,9 @@ def sinks(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--seeds", "0"], "≥ 2 fresh seeds (--seeds)"),
         (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
         (["--data-dir", "no/such/folder"], "--data-dir no/such/folder: no Tiny Shakespeare"),
+        (["--margin", "0"], "--margin 0.0: the equivalence margin must be a positive number"),
+        (["--confidence", "95"], "--confidence 95.0: allowed: a level strictly between 0 and 1"),
+        (["--max-extensions", "-1"], "--max-extensions -1: allowed: an int ≥ 0"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path):
