@@ -67,11 +67,12 @@ def _gla_bwd_dk_kernel(
     offs_t = tl.arange(0, BT)
     cols_k = tl.arange(0, BK)
     cols_v = tl.program_id(1) * BV + tl.arange(0, BV)  # this program's V tile
+    state_kv = cols_k[:, None] * V + cols_v[None, :]
     in_kv = _state_mask(cols_k, cols_v, K, V)
 
     ds_kv = tl.zeros((BK, BV), dtype=tl.float32)
-    if HAS_DHT:
-        ds_kv = tl.load(dht_ptr + bh * K * V + cols_k[:, None] * V + cols_v[None, :], mask=in_kv)
+    if HAS_DHT:  # zeros past K and V: the padding must not reach dk through v's zero columns
+        ds_kv = tl.load(dht_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
     n_chunks = tl.cdiv(N, BT)
     for i in range(0, n_chunks):
         rows_t = (n_chunks - 1 - i) * BT + offs_t
