@@ -242,6 +242,16 @@ def test_value_tiles_give_the_whole_state(monkeypatch, dtype):
     assert grids == [(4, 3)] * 2  # the forward's and the backward's
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_key_tiles_give_the_whole_sums_over_k(monkeypatch, dtype):
+    """K = 40 (padded to 64) read 16 columns at a time: four key tiles, the third ragged and the
+    fourth wholly past K. The intra-chunk block and the state's products with the chunk's
+    queries and keys are sums over the tiles; the state and dS go through memory between."""
+    monkeypatch.setattr(launch, "key_tile", lambda bk: 16)
+    q, k, v, log_decay, s0 = inputs(2, 2, 37, 40, 24, True, dtype=dtype, state=True)
+    check("triton", q, k, v, log_decay, s0, dtype=dtype)
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 64])
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-token", "per-key"])
 def test_the_chunk_changes_nothing_but_rounding(chunk, per_key):
@@ -429,24 +439,24 @@ def test_bad_arguments_raise_value_errors_naming_them(case, impl):
 
 @pytest.mark.slow
 def test_the_compile_report_compiles_each_kernel_for_sm80_and_sm90(tmp_path):
-    """Each kernel at width 64 in bf16 through scripts/kernel_report.py (no GPU): it compiles,
-    within the register file, with wgmma on sm_90, and without spills (triton 3.9;
-    docs/kernels.md)."""
+    """Every kernel at every width and dtype the launcher can pick, through
+    scripts/kernel_report.py (no GPU): it compiles, within the register file, with wgmma on
+    sm_90 in half precision from width 64 on, and without spills (triton 3.9; docs/kernels.md)."""
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, str(root / "scripts" / "kernel_report.py"), "--only", "bf16 K=V=64 "]
+    cmd = [sys.executable, str(root / "scripts" / "kernel_report.py"), "--only", "gated."]
     done = subprocess.run(
         [*cmd, "--json", str(tmp_path / "rows.json")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900,
+        cwd=root, env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = [
-        r
-        for r in json.loads((tmp_path / "rows.json").read_text())
-        if r["kernel"].startswith("gated.")
-    ]
+    rows = json.loads((tmp_path / "rows.json").read_text())
     names = ("gated.gla_fwd", "gated.gla_bwd_dq", "gated.gla_bwd_dk", "gated.gla_bwd_dv")
-    assert {(r["kernel"], r["cc"]) for r in rows} == {(k, cc) for k in names for cc in (80, 90)}
+    configs = {(r["kernel"], r["config"], r["cc"]) for r in rows}
+    assert {(k, cc) for k, _, cc in configs} == {(k, cc) for k in names for cc in (80, 90)}
+    assert len(configs) == len(rows) == 2 * 4 * 3 * 4  # targets × kernels × dtypes × widths
     assert all(not r["error"] and 0 < r["registers"] <= 255 for r in rows)
-    assert all(r["spills"] == 0 for r in rows)
-    assert all(r["wgmma"] for r in rows if r["cc"] == 90)
+    assert [r for r in rows if r["spills"]] == []
+    wide_half = [r for r in rows if r["cc"] == 90 and not r["config"].startswith("fp32")
+                 and ("K=V=64 " in r["config"] or "K=V=128 " in r["config"])]  # fmt: skip
+    assert len(wide_half) == 16 and all(r["wgmma"] for r in wide_half)

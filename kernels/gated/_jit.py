@@ -43,7 +43,14 @@ dk (fp32 torch ops: a reverse cumulative sum over the sequence). A decay per tok
 The grid is (B·H, NV): program (bh, j) owns the K × BV slice of the state holding V columns
 j·BV … (j+1)·BV − 1 (NV = cdiv(V, BV); launch.py picks BV, below the padded V where a whole state
 would spill). o, the final state, dv and d h0 are per column: each program writes its own. The
-intra-chunk block A, a sum over K, is formed again by every V tile. dq and dk are sums over V:
+intra-chunk block A, a sum over K, is formed again by every V tile.
+
+Sums over K are taken in key tiles of BKA columns: A (each column's decays are its own), and the
+products of the state (or dS) with the chunk's queries (or keys). The state's K × BV slice lives
+in registers, which cannot be sliced, so each chunk the program stores it to memory it owns (its
+final-state or d h0 output, or a scratch buffer) and reads it back a key tile at a time, between
+two barriers. No tile of all K columns is live in those sums: an fp32 dot over K = 128 holds
+every column of both operands in each thread and spilled. dq and dk are sums over V:
 each program writes its tile's part to a (NV, B·H, N, K) buffer at `part` = j·B·H + bh, and the
 launcher sums the parts; with one tile (NV = 1) the part is the whole and the buffer the gradient.
 
@@ -100,6 +107,33 @@ def _to_end(g_tk):
 
 
 @triton.jit
+def _block_part(q_tk, k_tk, g_tk, offs_t, BT: tl.constexpr):
+    """The part of the intra-chunk block A_ts = Σ_k q_tk k_sk exp(rel_k(t, s)) from the key
+    columns of these tiles, (BT, BT) fp32, one key column s at a time: rel runs along the
+    sequence, so each column's decays are its own and A is summed over column tiles."""
+    a_tt = tl.zeros((BT, BT), dtype=tl.float32)
+    for s in range(0, BT):
+        col_t = tl.sum(q_tk * _row(k_tk, s, offs_t)[None, :] * _decay_from(g_tk, s, offs_t), 1)
+        a_tt += tl.where(offs_t[None, :] == s, col_t[:, None], 0.0)
+    return a_tt
+
+
+@triton.jit
+def _key_tile(
+    q_bh, k_bh, g_bh, s_bh, rows_t, cols_a, cols_v, N, K, V, stride_qn, stride_qk, stride_kn,
+    stride_kk, stride_gn, stride_gk,
+):  # fmt: skip
+    """The chunk's q, k and log decay in key columns cols_a (fp32, (BT, BKA)) and those rows of
+    the state's copy at s_bh ((BKA, BV), this program's V columns)."""
+    q_ta = _tile(q_bh, rows_t, cols_a, stride_qn, stride_qk, N, K).to(tl.float32)
+    k_ta = _tile(k_bh, rows_t, cols_a, stride_kn, stride_kk, N, K).to(tl.float32)
+    g_ta = _tile(g_bh, rows_t, cols_a, stride_gn, stride_gk, N, K).to(tl.float32)
+    s_av = tl.load(s_bh + cols_a[:, None] * V + cols_v[None, :],
+                   mask=_state_mask(cols_a, cols_v, K, V), other=0.0)  # fmt: skip
+    return q_ta, k_ta, g_ta, s_av
+
+
+@triton.jit
 def _gla_fwd_kernel(
     q_ptr,
     k_ptr,
@@ -134,6 +168,7 @@ def _gla_fwd_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     BT: tl.constexpr,
+    BKA: tl.constexpr,
 ):
     """out (B, H, N, V) and the final state ht (B·H, K, V) fp32 of one (batch, head), the
     columns of one V tile."""
@@ -155,28 +190,39 @@ def _gla_fwd_kernel(
     s_kv = tl.zeros((BK, BV), dtype=tl.float32)
     if HAS_H0:
         s_kv = tl.load(h0_ptr + bh * K * V + state_kv, mask=in_kv, other=0.0)
+    ht_bh = ht_ptr + bh * K * V  # also where the state's K tiles are read back each chunk
     for c in range(0, tl.cdiv(N, BT)):
         rows_t = c * BT + offs_t
-        q_tk = _tile(q_bh, rows_t, cols_k, stride_qn, stride_qk, N, K).to(tl.float32)
-        k_tk = _tile(k_bh, rows_t, cols_k, stride_kn, stride_kk, N, K).to(tl.float32)
         v_tv = _tile(v_bh, rows_t, cols_v, stride_vn, stride_vd, N, V)
-        g_tk = _tile(g_bh, rows_t, cols_k, stride_gn, stride_gk, N, K).to(tl.float32)
-        b_tk = tl.cumsum(g_tk, 0)
-        o_tv = tl.dot((q_tk * tl.exp(b_tk)).to(dt), s_kv.to(dt), input_precision=DOT_PREC)
+        # the inter-chunk term and the intra-chunk block, summed over K in tiles of BKA columns
+        # (the state's from its copy in memory): no tile of all K columns is live in the sum
+        tl.store(ht_bh + state_kv, s_kv, mask=in_kv)
+        tl.debug_barrier()
+        o_tv = tl.zeros((BT, BV), dtype=tl.float32)
         a_tt = tl.zeros((BT, BT), dtype=tl.float32)
-        for s in range(0, BT):  # the intra-chunk block, one key column at a time
-            col_t = tl.sum(q_tk * _row(k_tk, s, offs_t)[None, :] * _decay_from(g_tk, s, offs_t), 1)
-            a_tt += tl.where(offs_t[None, :] == s, col_t[:, None], 0.0)
+        for kk in range(0, BK, BKA):
+            cols_a = kk + tl.arange(0, BKA)
+            q_ta, k_ta, g_ta, s_av = _key_tile(
+                q_bh, k_bh, g_bh, ht_bh, rows_t, cols_a, cols_v, N, K, V,
+                stride_qn, stride_qk, stride_kn, stride_kk, stride_gn, stride_gk,
+            )  # fmt: skip
+            q_start = (q_ta * tl.exp(tl.cumsum(g_ta, 0))).to(dt)
+            o_tv += tl.dot(q_start, s_av.to(dt), input_precision=DOT_PREC)
+            a_tt += _block_part(q_ta, k_ta, g_ta, offs_t, BT)
+        tl.debug_barrier()  # every read of the state is done before it is stored again
         o_tv += tl.dot(a_tt.to(dt), v_tv, input_precision=DOT_PREC)
         tl.store(
             out_bh + rows_t[:, None] * V + cols_v[None, :],
             (scale * o_tv).to(out_ptr.dtype.element_ty),
             mask=(rows_t < N)[:, None] & (cols_v < V)[None, :],
         )
+        # the state to the chunk's end (a product over the chunk's tokens: all K columns)
+        k_tk = _tile(k_bh, rows_t, cols_k, stride_kn, stride_kk, N, K).to(tl.float32)
+        g_tk = _tile(g_bh, rows_t, cols_k, stride_gn, stride_gk, N, K).to(tl.float32)
         k_end = (k_tk * tl.exp(_to_end(g_tk))).to(dt)
         s_kv = s_kv * tl.exp(tl.sum(g_tk, 0))[:, None]
         s_kv += tl.dot(tl.trans(k_end), v_tv, input_precision=DOT_PREC)
-    tl.store(ht_ptr + bh * K * V + state_kv, s_kv, mask=in_kv)
+    tl.store(ht_bh + state_kv, s_kv, mask=in_kv)
 
 
 @triton.jit

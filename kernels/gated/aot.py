@@ -7,11 +7,11 @@ import torch
 from .._aot import AotSpec
 from ._jit import BT, _gla_bwd_dq_kernel, _gla_fwd_kernel
 from ._jit_dkdv import _gla_bwd_dk_kernel, _gla_bwd_dv_kernel
-from .launch import dot_precision, num_warps, value_tile
+from .launch import dot_precision, key_tile, num_warps, value_tile
 
 _TL_TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 WIDTHS = (16, 32, 64, 128)
-_FP32 = ("g_ptr", "h0_ptr", "ht_ptr", "dht_ptr", "dh0_ptr")  # decays and states
+_FP32 = ("g_ptr", "h0_ptr", "ht_ptr", "dht_ptr", "dh0_ptr", "ds_ptr")  # decays and states
 _KERNELS = (
     ("gla_fwd", _gla_fwd_kernel, "HAS_H0"),
     ("gla_bwd_dq", _gla_bwd_dq_kernel, "HAS_H0"),
@@ -52,6 +52,7 @@ def spec(name: str, fn, switch: str, dtype: torch.dtype, w: int, bv: int) -> Aot
         "BK": w,
         "BV": bv,
         "BT": BT,
+        **({"BKA": key_tile(w)} if "BKA" in names else {}),
     }
     hinted = [
         j for j, n in enumerate(names)
@@ -65,7 +66,9 @@ def spec(name: str, fn, switch: str, dtype: torch.dtype, w: int, bv: int) -> Aot
         constexprs=constexprs,
         num_warps=warps,
         num_stages=1,
-        label=f"{ty} K=V={w} BV={bv} BT={BT} w{warps} s1",
+        label=f"{ty} K=V={w} BV={bv} BT={BT}"
+        + (f" BKA={key_tile(w)}" if "BKA" in names else "")
+        + f" w{warps} s1",
         attrs={(j,): [["tt.divisibility", 16]] for j in hinted},
     )
 

@@ -35,14 +35,24 @@ POISON_OUTPUTS = False
 
 # The V tile (dtype, the wider of the padded K and V) -> BV where the whole state would spill,
 # from the compile report (K = V): the widest power of two with no spills in any kernel on sm_80
-# and sm_90, or, where none has none (width 128), the one with the fewest spilled bytes. Every
-# width not listed keeps the whole state (BV = the padded V).
+# and sm_90 (width 128: BV = 32 spills 216 B in the half-precision dq kernel on sm_90, 64; in
+# fp32, 16 B at 32). Every width not listed keeps the whole state (BV = the padded V).
 V_TILES: dict[tuple[torch.dtype, int], int] = {
-    (torch.float16, 128): 16,
-    (torch.bfloat16, 128): 16,
-    (torch.float32, 64): 16,
+    (torch.float16, 128): 32,
+    (torch.bfloat16, 128): 32,
     (torch.float32, 128): 16,
 }
+
+
+# BKA, the key columns a kernel reads at a time where it sums over K (the intra-chunk block, the
+# state's product with the chunk's queries or keys): an fp32 dot over all 128 columns spilled
+# 0.7-2.7 KB; with 32 no kernel spills at any width and dtype (the compile report).
+KEY_TILE = 32
+
+
+def key_tile(bk: int) -> int:
+    """BKA: the key tile for a padded K of bk."""
+    return min(bk, KEY_TILE)
 
 
 def value_tile(dtype: torch.dtype, bk: int, bv: int) -> int:
@@ -118,7 +128,7 @@ def gated_linear_attention_forward(
         q_bhnk, k_bhnk, v_bhnv, g_bhnk, _state(initial_state, device), out_bhnv, ht_bhkv,
         float(scale), h, n, kd, dv,
         *q_bhnk.stride(), *k_bhnk.stride(), *v_bhnv.stride(), *g_bhnk.stride(),
-        HAS_H0=initial_state is not None, **switches,
+        HAS_H0=initial_state is not None, BKA=key_tile(switches["BK"]), **switches,
     )  # fmt: skip
     return out_bhnv, ht_bhkv
 
@@ -164,15 +174,16 @@ def gated_linear_attention_backward(
             *k_bhnk.stride(), *v_bhnv.stride(), *strides, HAS_H0=initial_state is not None,
             **switches,
         )  # fmt: skip
+        ds_scratch = torch.empty((b, h, kd, dv), dtype=torch.float32, device=device)
         _gla_bwd_dk_kernel[grid](
-            q_bhnk, v_bhnv, g_bhnk, d_out, dht, dk_pbhnk, float(scale), h, n, kd, dv,
+            q_bhnk, v_bhnv, g_bhnk, d_out, dht, dk_pbhnk, ds_scratch, float(scale), h, n, kd, dv,
             *q_bhnk.stride(), *v_bhnv.stride(), *strides, HAS_DHT=d_final is not None,
-            **switches,
+            BKA=key_tile(switches["BK"]), **switches,
         )  # fmt: skip
         _gla_bwd_dv_kernel[grid](
             q_bhnk, k_bhnk, g_bhnk, d_out, dht, dv_bhnv, dh0_bhkv, float(scale), h, n, kd, dv,
             *q_bhnk.stride(), *k_bhnk.stride(), *strides, HAS_DHT=d_final is not None,
-            **switches,
+            BKA=key_tile(switches["BK"]), **switches,
         )  # fmt: skip
         # the parts of the sums over V: the sums themselves when there is one tile
         dq_bhnk, dk_bhnk = (p.sum(dim=0) if nv > 1 else p[0] for p in (dq_pbhnk, dk_pbhnk))
