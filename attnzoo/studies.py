@@ -334,6 +334,36 @@ def tune_lr(
     return selected, extensions, folders
 
 
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a committed CSV table (runs.csv, tune_runs.csv), as strings."""
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def selection_from_rows(
+    rows: list[dict[str, str]], chosen: dict[str, float], mixers: list[str]
+) -> list[dict[str, Any]] | None:
+    """A committed tuning's selection (as tune_lr returns it, for tuning_lines) rebuilt from its
+    runs (a tune_runs.csv): per mixer the mean over the tuning seeds of each learning rate's
+    final metric, maximised. None where a mixer's best mean is not its committed choice."""
+    selected = []
+    for mixer in mixers:
+        by_lr: dict[float, list[float]] = {}
+        for r in rows:
+            if r["mixer"] == mixer and r["status"] == "completed" and r["final_metric"]:
+                lr = next(o for o in r["overrides"].split() if o.startswith("train.lr="))
+                by_lr.setdefault(float(lr.split("=", 1)[1]), []).append(float(r["final_metric"]))
+        means = {lr: sum(v) / len(v) for lr, v in sorted(by_lr.items())}
+        best = max(means, key=means.__getitem__) if means else None
+        if best is None or mixer not in chosen or not abs(best / chosen[mixer] - 1) < 1e-9:
+            return None
+        selected.append({"axes": {"mixer": mixer}, "value": best, "mean": means[best], "note": "",
+                         "candidates": [{"value": lr, "mean": m} for lr, m in means.items()]})  # fmt: skip
+    return selected
+
+
 def tuning_lines(
     result: dict[str, Any], lrs: list[float], tune_seeds: list[int], on: str, cap: int
 ) -> list[str]:
@@ -424,15 +454,13 @@ def reanalyse(
     file's for the same task and mixer (a rerun of some mixers), grouped per task, each mixer
     against the reference (`against_reference`) and every task's rows corrected as one family.
     Returns the merged rows, the corrected family and per task its groups."""
-    import csv
 
     from attnzoo.analysis.compare import correct
     from attnzoo.analysis.groups import groups_from_rows
 
     merged: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in runs_files:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = read_rows(path)
         replaced: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows:  # the study's configuration: its mixer at its learning rate
             lr = next(

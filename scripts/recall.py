@@ -25,8 +25,11 @@ Outputs (in --out): recall.md (the report), recall.json, runs.csv and tune_runs.
 fresh-seed and tuning run, with its width and depth), comparisons.csv (the family, raw and
 adjusted p), recall.png (test accuracy against width, a panel per depth, every seed a dot).
 The run folders are in <out>/dim<W>_depth<L>/; the same command again skips completed sweeps.
+--add-to REPORT adds cells to a committed report of the same protocol, its cells read back from
+its tables (runs.csv; tune_runs.csv, checked against its choices), all comparisons in one family.
 
     python scripts/recall.py --parallel 2                   # the CPU study (docs/results.md)
+    python scripts/recall.py --widths 32 --add-to scripts/results/recall   # one more width
     python scripts/recall.py --smoke                        # the pipeline at toy size, ~1 min
     python scripts/recall.py --preset gpu --parallel 4      # one GPU: widths 64-512, depths 2, 4
 """
@@ -43,7 +46,7 @@ import time
 from pathlib import Path
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
-from attnzoo.analysis.groups import group_jobs, group_row
+from attnzoo.analysis.groups import group_jobs, group_row, groups_from_rows
 from attnzoo.analysis.report import protocol_text, write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt, write_csv
@@ -57,7 +60,9 @@ from attnzoo.studies import (
     lr_text,
     machine,
     price,
+    read_rows,
     run_overrides,
+    selection_from_rows,
     sweep,
     tune_lr,
     tuned_options_problem,
@@ -138,6 +143,63 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
     }
 
 
+# What reports written before these keys were recorded ran with (the script's defaults then).
+PROTOCOL_DEFAULTS = {"confidence": 0.95, "override": [], "smoke": False, "max_extensions": 1}
+
+
+def protocol(args: argparse.Namespace) -> dict:
+    """What a cell's numbers depend on besides its width and depth: cells join one report only
+    where all of it is the same."""
+    return {"preset": args.preset, "mixers": args.mixers, "lrs": args.lrs,
+            "tune_seeds": args.tune_seeds, "seeds": args.seeds, "margin": args.margin,
+            "correction": args.correction, "confidence": args.confidence,
+            "override": args.override, "smoke": args.smoke,
+            "max_extensions": args.max_extensions}  # fmt: skip
+
+
+def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple[list, list] | str:
+    """The cells of a committed report of this study (--add-to), rebuilt from its tables without
+    its run folders: the tuning from tune_runs.csv (each choice checked against recall.json's),
+    the groups from runs.csv, the comparisons recomputed for this report's family; and the
+    commands that ran them, for the report's header. A string says why they cannot join this
+    run's report."""
+    try:
+        study = json.loads((folder / "recall.json").read_text())
+        runs, tunes = read_rows(folder / "runs.csv"), read_rows(folder / "tune_runs.csv")
+    except (OSError, ValueError) as err:
+        return f"--add-to {folder}: not a report of this study ({err})"
+    study.setdefault("mixers", list(study["cells"][0]["chosen_lr"]) if study["cells"] else [])
+    for key, value in protocol(args).items():
+        if (theirs := study.get(key, PROTOCOL_DEFAULTS.get(key))) != value:
+            return (f"--add-to {folder}: its {key} is {theirs!r}, this run's {value!r}; allowed: "
+                    "the protocol of the report it adds to")  # fmt: skip
+    if both := sorted({(c["width"], c["depth"]) for c in study["cells"]} & set(grid)):
+        return (f"--add-to {folder}: (width, depth) {both} already in it; allowed: cells it "
+                "does not have")  # fmt: skip
+    cells = []
+    for c in study["cells"]:
+        where, key = {"width": c["width"], "depth": c["depth"]}, [c["width"], c["depth"]]
+        here = [r for r in runs if [int(r["width"]), int(r["depth"])] == key]
+        tuned = [r for r in tunes if [int(r["width"]), int(r["depth"])] == key]
+        if (selected := selection_from_rows(tuned, c["chosen_lr"], args.mixers)) is None:
+            return (
+                f"--add-to {folder}: its tune_runs.csv does not give its choices {c['chosen_lr']}"
+            )
+        order = {m: i for i, m in enumerate(args.mixers)}
+        groups = sorted(groups_from_rows(here), key=lambda g: order[g.config.get("mixer.name")])
+        compared = comparisons(groups, "mixer.name", ON, args.confidence, args.margin,
+                               STUDY_REFERENCE, "none")  # fmt: skip
+        cells.append({**where, "selected": selected, "extensions": c["extensions"],
+                      "chosen": c["chosen_lr"], "tune_runs": tuned, "groups": groups,
+                      "table": sorted(c["groups"], key=lambda r: order[r["mixer"]]),
+                      "compared": [r | where for r in compared], "runs": here,
+                      "committed": True})  # fmt: skip
+    older = [x for e in study.get("earlier", []) for x in e["cells"]]
+    ran = [x for x in ([c["width"], c["depth"]] for c in study["cells"]) if x not in older]
+    return cells, [*study.get("earlier", []), {"command": study["command"], "cells": ran,
+                   "started": study["started"], "machine": study["machine"]}]  # fmt: skip
+
+
 # ---- the report --------------------------------------------------------------------------------
 
 
@@ -176,8 +238,8 @@ def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list
 
 def figure(cells: list[dict], path: Path) -> None:
     """Per depth, test accuracy against width (a line through each mixer's means, every seed a
-    dot) above the sampled validation accuracy against training step at the widest width (every
-    fresh seed a line)."""
+    dot) above the sampled validation accuracy against training step at the widest width run
+    here (every fresh seed a line; a cell read from a committed report has no curves)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -187,6 +249,7 @@ def figure(cells: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(2, len(depths), figsize=(4.8 * len(depths), 7), squeeze=False)
     for col, depth in enumerate(depths):
         mine = sorted((c for c in cells if c["depth"] == depth), key=lambda c: c["width"])
+        shown = ([c for c in mine if not c.get("committed")] or [None])[-1]
         top, bottom = axes[0][col], axes[1][col]
         for i, mixer in enumerate(dict.fromkeys(m for c in mine for m in c["chosen"])):
             xs, means = [], []
@@ -199,7 +262,7 @@ def figure(cells: list[dict], path: Path) -> None:
                     if values:
                         xs.append(c["width"] * dx)
                         means.append(sum(values) / len(values))
-                    if c is mine[-1]:
+                    if c is shown:
                         done = [j for j, r in g.members if r["status"] == "completed"]
                         for n, job in enumerate(done):
                             curve = [(r["step"], r["val/accuracy"]) for r in job.records
@@ -211,7 +274,8 @@ def figure(cells: list[dict], path: Path) -> None:
         top.set(xlabel="model width (model.dim)", ylabel="MQAR test accuracy (fresh seeds)",
                 ylim=(-0.02, 1.02), title=f"depth {depth}")  # fmt: skip
         bottom.set(xlabel="training step", ylabel="val accuracy (sampled)", ylim=(-0.02, 1.02),
-                   title=f"depth {depth}, width {mine[-1]['width']}: every fresh seed")  # fmt: skip
+                   title=f"depth {depth}, width {shown['width']}: every fresh seed" if shown
+                   else f"depth {depth}: no cell run here, no curves")  # fmt: skip
         for ax in (top, bottom):
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
@@ -232,6 +296,13 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         "",
         f"Command: `{header['command']}`",
         f"Machine: {header['machine']}",
+        *(
+            f"Cells {', '.join(f'width {w}, depth {d}' for w, d in e['cells'])}: run by "
+            f"`{e['command']}` (started {e['started']} UTC; {e['machine']}), read here from its "
+            "tables (`runs.csv`, `tune_runs.csv`, recall.json's choices) with this report's "
+            "protocol; their comparisons are recomputed in this report's family."
+            for e in header.get("earlier", [])
+        ),  # fmt: skip
         f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
         f"runs done before it are kept); runs: {sum(len(c['tune_runs']) for c in cells)} tuning, "
         f"{sum(len(c['runs']) for c in cells)} fresh, "
@@ -241,7 +312,8 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         + (" + the --smoke toy size" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
         + "; widths "
-        f"{', '.join(map(str, args.widths))}, depths {', '.join(map(str, args.depths))}; "
+        f"{', '.join(map(str, sorted({c['width'] for c in cells})))}, depths "
+        f"{', '.join(map(str, sorted({c['depth'] for c in cells})))}; "
         f"mixers {', '.join(args.mixers)}.",
         f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
         f"{', '.join(map(str, args.seeds))} (fresh). Equivalence margin, fixed before the runs: "
@@ -253,7 +325,7 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
     ]
     if args.smoke:
         lines += ["**Smoke run**: toy sizes; the numbers mean nothing.", ""]
-    for cell in cells:
+    for cell in sorted(cells, key=lambda c: (c["depth"], c["width"])):
         lines += cell_lines(cell, family, args)
     path = args.out / "recall.md"
     path.write_text("\n".join(lines) + "\n")
@@ -275,6 +347,10 @@ def main() -> None:
                         help="model.dim values, comma-separated (default: the preset's)")  # fmt: skip
     parser.add_argument("--depths", type=int_list, default=None,
                         help="model.depth values, comma-separated (default: the preset's)")  # fmt: skip
+    parser.add_argument("--add-to", type=Path, default=None, metavar="REPORT",
+                        help="a committed report of this study: its cells join this run's "
+                        "report, every comparison in one family (same protocol; new cells "
+                        "only)")  # fmt: skip
     add_tuned_options(parser, "recall", "test accuracy")
     args = parser.parse_args()
     preset = PRESETS[args.preset]
@@ -293,6 +369,11 @@ def main() -> None:
     if STUDY_REFERENCE not in args.mixers:
         parser.error(f"--mixers must include the reference, {STUDY_REFERENCE}")
     cells = list(itertools.product(args.widths, args.depths))
+    earlier: tuple[list, list] | str = ([], [])
+    if args.add_to is not None and isinstance(
+        earlier := committed_cells(args.add_to, args, cells), str
+    ):
+        parser.error(earlier)
     if args.dry_run:
         n, per = len(args.mixers) * len(cells), preset["seconds"]
         print(price([("tuning", n * len(args.lrs) * len(args.tune_seeds), per),
@@ -305,9 +386,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results = [run_cell(w, d, args, dict(os.environ)) for w, d in cells]
     header = {"command": command, "machine": machine(), "started": started,
-              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
-              "tune_seeds": args.tune_seeds, "seeds": args.seeds, "margin": args.margin,
-              "margin_reason": MARGIN_REASON, "correction": args.correction}  # fmt: skip
+              "wall_s": time.perf_counter() - start, **protocol(args),
+              "margin_reason": MARGIN_REASON}  # fmt: skip
+    if earlier[1]:
+        header["earlier"] = earlier[1]
+    results += earlier[0]
     print(write_report(results, args, header).read_text())
 
 

@@ -2,14 +2,19 @@
 tier, its whole pipeline at toy size."""
 
 import csv
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from attnzoo.studies import read_rows, selection_from_rows, tuning_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "recall.py"
+COMMITTED = ROOT / "scripts" / "results" / "recall"
 MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"]
 
 
@@ -28,12 +33,56 @@ def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--mixers", "linear", "gla"], "--mixers must include the reference, scaled_dot"),
         (["--mixers", "scaled_dot", "nystrom"], "invalid choice: 'nystrom'"),  # not causal
         (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
+        (["--widths", "64", "--add-to", str(COMMITTED)], "(width, depth) [(64, 2)] already in it"),
+        (
+            ["--widths", "32", "--seeds", "0,1,2,3", "--add-to", str(COMMITTED)],
+            "its seeds is [0, 1, 2], this run's [0, 1, 2, 3]; allowed: the protocol",
+        ),
+        (["--widths", "32", "--lrs", "1e-3,1e-2", "--add-to", str(COMMITTED)], "its lrs is"),
+        (["--widths", "32", "--add-to", "no-such-report"], "--add-to no-such-report: not a report"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path):
     out = tmp_path / "out"
     proc = recall(*args, "--out", str(out), timeout=120)
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
+    """The selection rebuilt from the committed tune_runs.csv (what --add-to reads) gives the
+    committed report's learning-rate table line for line: the report was written from the run
+    folders by the selection code, so this is a second path to the same numbers."""
+    study = json.loads((COMMITTED / "recall.json").read_text())
+    (cell,) = study["cells"]
+    selected = selection_from_rows(
+        read_rows(COMMITTED / "tune_runs.csv"), cell["chosen_lr"], MIXERS
+    )
+    result = {"selected": selected, "extensions": cell["extensions"], "chosen": cell["chosen_lr"]}
+    lines = tuning_lines(
+        result, study["lrs"], study["tune_seeds"], "whole-split val accuracy (max)", 1
+    )
+    md = (COMMITTED / "recall.md").read_text().splitlines()
+    assert len([line for line in lines if line.startswith("| ")]) == 1 + len(MIXERS)
+    assert [line for line in lines if line and line not in md] == []
+
+
+def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
+    """A tuning table altered so that another learning rate wins: the committed choice no longer
+    follows from the runs, and the report is not joined."""
+    folder = tmp_path / "committed"
+    shutil.copytree(COMMITTED, folder)
+    rows = read_rows(folder / "tune_runs.csv")
+    for r in rows:
+        if r["mixer"] == "gla" and "train.lr=0.001" in r["overrides"]:
+            r["final_metric"] = "0.9"
+    with open(folder / "tune_runs.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    out = tmp_path / "out"
+    proc = recall("--widths", "32", "--add-to", str(folder), "--out", str(out), timeout=120)
+    assert proc.returncode == 2 and "tune_runs.csv does not give its choices" in proc.stderr
     assert not out.exists()
 
 
@@ -60,3 +109,30 @@ def test_the_smoke_study_tunes_reruns_compares_and_resumes(tmp_path):
     again = recall("--smoke", "--parallel", "2", "--out", str(out))  # every sweep completed
     assert again.returncode == 0 and "$ -m attnzoo.train" not in again.stdout
     assert again.stdout.count("done already") >= 2
+
+
+@pytest.mark.slow  # ~2 min: 2 × 54 toy runs
+def test_a_new_cell_joins_a_committed_report_in_one_family(tmp_path):
+    """A depth-1 cell run with --add-to a depth-2 report: the new report holds both cells, the
+    committed cell's table and per-seed values as committed, every comparison in one Holm family
+    (30 hypotheses), its raw p-values as before; the header names the command that ran it."""
+    first, second = tmp_path / "depth2", tmp_path / "both"
+    assert recall("--smoke", "--parallel", "2", "--out", str(first)).returncode == 0
+    proc = recall("--smoke", "--depths", "1", "--parallel", "2", "--add-to", str(first),
+                  "--out", str(second))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = (second / "recall.md").read_text()
+    assert "## Width 16, depth 1" in md and "## Width 16, depth 2" in md
+    assert "Cells width 16, depth 2: run by `python" in md
+    before, after = (json.loads((f / "recall.json").read_text()) for f in (first, second))
+    assert [c["depth"] for c in after["cells"]] == [1, 2]
+    assert after["cells"][1]["groups"] == before["cells"][0]["groups"]
+    assert after["earlier"][0]["cells"] == [[16, 2]]
+    runs = read_rows(second / "runs.csv")
+    assert {(r["depth"], r["mixer"]) for r in runs} == {(d, m) for d in "12" for m in MIXERS}
+    assert [r for r in runs if r["depth"] == "2"] == read_rows(first / "runs.csv")
+    family = read_rows(second / "comparisons.csv")
+    assert len(family) == 10 and {r["tests"] for r in family} == {"30"}
+    old = {r["config"]: float(r["p"]) for r in read_rows(first / "comparisons.csv")}
+    new = {r["config"]: float(r["p"]) for r in family if r["depth"] == "2"}
+    assert new == pytest.approx(old, rel=1e-6)  # recomputed from the committed per-seed values
