@@ -113,7 +113,7 @@ def check_report(tmp_path: Path, only: tuple[str, ...] | None) -> None:
     args = [str(REPORT), "--json", str(tmp_path / "rows.json")]
     for substring in only or ():
         args += ["--only", substring]
-    # the full report is ~1000 compilations: ~8 minutes on 2 idle cores, more on a busy machine
+    # the full report is ~2100 compilations: ~17 minutes cold on 2 idle cores, more when busy
     out = run(args, timeout=900 if only else 2400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
