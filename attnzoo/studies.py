@@ -345,22 +345,21 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 def selection_from_rows(
     rows: list[dict[str, str]], chosen: dict[str, float], mixers: list[str]
 ) -> list[dict[str, Any]] | None:
-    """A committed tuning's selection (as tune_lr returns it, for tuning_lines) rebuilt from its
-    runs (a tune_runs.csv): per mixer the mean over the tuning seeds of each learning rate's
-    final metric, maximised. None where a mixer's best mean is not its committed choice."""
-    selected = []
-    for mixer in mixers:
-        by_lr: dict[float, list[float]] = {}
-        for r in rows:
-            if r["mixer"] == mixer and r["status"] == "completed" and r["final_metric"]:
-                lr = next(o for o in r["overrides"].split() if o.startswith("train.lr="))
-                by_lr.setdefault(float(lr.split("=", 1)[1]), []).append(float(r["final_metric"]))
-        means = {lr: sum(v) / len(v) for lr, v in sorted(by_lr.items())}
-        best = max(means, key=means.__getitem__) if means else None
-        if best is None or mixer not in chosen or not abs(best / chosen[mixer] - 1) < 1e-9:
-            return None
-        selected.append({"axes": {"mixer": mixer}, "value": best, "mean": means[best], "note": "",
-                         "candidates": [{"value": lr, "mean": m} for lr, m in means.items()]})  # fmt: skip
+    """A committed tuning's selection (as tune_lr returns it, for tuning_lines) remade from its
+    runs (a tune_runs.csv) by the selection the study ran (attnzoo.analysis.selection.select,
+    the final metric maximised over each mixer's learning rates). None where it does not give
+    every mixer its committed choice."""
+    from attnzoo.analysis.groups import groups_from_rows
+    from attnzoo.analysis.selection import select
+
+    def lr(r: dict[str, str]) -> str:
+        return next(o for o in r["overrides"].split() if o.startswith("train.lr=")).split("=")[1]
+
+    labelled = [r | {"group": f"mixer={r['mixer']}, train.lr={lr(r)}"} for r in rows]
+    selected = select(groups_from_rows(labelled), "train.lr", by="metric", maximize=True)
+    got = {mixer_of(s, mixers): s["value"] for s in selected}
+    if any(m not in got or m not in chosen or abs(got[m] / chosen[m] - 1) > 1e-9 for m in mixers):
+        return None
     return selected
 
 

@@ -297,7 +297,7 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         f"Command: `{header['command']}`",
         f"Machine: {header['machine']}",
         *(
-            f"Cells {', '.join(f'width {w}, depth {d}' for w, d in e['cells'])}: run by "
+            f"{'; '.join(f'Width {w}, depth {d}' for w, d in e['cells'])}: run by "
             f"`{e['command']}` (started {e['started']} UTC; {e['machine']}), read here from its "
             "tables (`runs.csv`, `tune_runs.csv`, recall.json's choices) with this report's "
             "protocol; their comparisons are recomputed in this report's family."

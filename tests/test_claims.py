@@ -140,16 +140,39 @@ def test_a_recall_seed_or_verdict_changed_in_its_tables_fails_its_claims(tmp_pat
     root = copy_tree(tmp_path, [runs, comparisons, recall.STUDY])
     ids = ("recall-deltanet", "recall-table-deltanet", "recall-scaled-dot")
     assert all(claims.check(claim(i), root) == [] for i in ids)
-    where = {"mixer": "deltanet", "seed": "2"}
+    where = {"mixer": "deltanet", "seed": "2", "width": "64"}
     alter(root / claims.RESULTS / runs, where, "final_test_metric", "0.95")
     assert any("deltanet: a seed at 0.950, below 0.99" in p
                for p in claims.check(claim("recall-deltanet"), root))  # fmt: skip
     assert claims.check(claim("recall-table-deltanet"), root)
     assert claims.check(claim("recall-scaled-dot"), root) == []
-    where = {"config": "gla (train.lr=0.003)"}
+    where = {"config": "gla (train.lr=0.003)", "width": "64"}
     alter(root / claims.RESULTS / comparisons, where, "verdict", "worse")
     assert any("gla: 'worse', not 'not resolved'" in p
                for p in claims.check(claim("recall-scaled-dot"), root))  # fmt: skip
+
+
+def test_recall_at_width_32_changed_in_its_tables_fails_its_claims(tmp_path: Path) -> None:
+    """A DeltaNet seed at width 32 as good as at 64 breaks "every DeltaNet seed ends below";
+    a scaled-dot seed off the plateau breaks "stays on the plateau"; GLA resolved worse breaks
+    "no mixer is resolved better or worse at either width"."""
+    from attnzoo.claims import recall
+
+    runs, comparisons = recall.RUNS, recall.COMPARISONS
+    root = copy_tree(tmp_path, [runs, comparisons, recall.STUDY])
+    ids = ("recall-narrow", "recall-narrow-page", "recall-narrow-verdicts")
+    assert all(claims.check(claim(i), root) == [] for i in ids)
+    alter(root / claims.RESULTS / runs, {"mixer": "deltanet", "seed": "0", "width": "32"},
+          "final_test_metric", "0.999")  # fmt: skip
+    assert any("deltanet at width 32" in p for p in claims.check(claim("recall-narrow"), root))
+    alter(root / claims.RESULTS / runs, {"mixer": "scaled_dot", "seed": "1", "width": "32"},
+          "final_test_metric", "0.7")  # fmt: skip
+    assert any("scaled_dot: a seed at 0.700, not below 0.2" in p
+               for p in claims.check(claim("recall-narrow-page"), root))  # fmt: skip
+    alter(root / claims.RESULTS / comparisons, {"config": "gla (train.lr=0.003)", "width": "32"},
+          "verdict", "worse")  # fmt: skip
+    assert any("gla at width 32: 'worse'" in p
+               for p in claims.check(claim("recall-narrow-verdicts"), root))  # fmt: skip
 
 
 def test_a_sink_grown_or_a_sink_unused_in_the_sink_tables_fails_its_claims(tmp_path: Path) -> None:

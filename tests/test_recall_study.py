@@ -35,11 +35,14 @@ def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
         (["--widths", "64", "--add-to", str(COMMITTED)], "(width, depth) [(64, 2)] already in it"),
         (
-            ["--widths", "32", "--seeds", "0,1,2,3", "--add-to", str(COMMITTED)],
+            ["--widths", "128", "--seeds", "0,1,2,3", "--add-to", str(COMMITTED)],
             "its seeds is [0, 1, 2], this run's [0, 1, 2, 3]; allowed: the protocol",
         ),
-        (["--widths", "32", "--lrs", "1e-3,1e-2", "--add-to", str(COMMITTED)], "its lrs is"),
-        (["--widths", "32", "--add-to", "no-such-report"], "--add-to no-such-report: not a report"),
+        (["--widths", "128", "--lrs", "1e-3,1e-2", "--add-to", str(COMMITTED)], "its lrs is"),
+        (
+            ["--widths", "128", "--add-to", "no-such-report"],
+            "--add-to no-such-report: not a report",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path):
@@ -51,20 +54,25 @@ def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp
 
 def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
     """The selection rebuilt from the committed tune_runs.csv (what --add-to reads) gives the
-    committed report's learning-rate table line for line: the report was written from the run
-    folders by the selection code, so this is a second path to the same numbers."""
+    committed report's learning-rate table line for line, in every cell: the width-64 cell's
+    report was written from the run folders by the selection code, so this is a second path to
+    the same numbers."""
     study = json.loads((COMMITTED / "recall.json").read_text())
-    (cell,) = study["cells"]
-    selected = selection_from_rows(
-        read_rows(COMMITTED / "tune_runs.csv"), cell["chosen_lr"], MIXERS
-    )
-    result = {"selected": selected, "extensions": cell["extensions"], "chosen": cell["chosen_lr"]}
-    lines = tuning_lines(
-        result, study["lrs"], study["tune_seeds"], "whole-split val accuracy (max)", 1
-    )
     md = (COMMITTED / "recall.md").read_text().splitlines()
-    assert len([line for line in lines if line.startswith("| ")]) == 1 + len(MIXERS)
-    assert [line for line in lines if line and line not in md] == []
+    tune = read_rows(COMMITTED / "tune_runs.csv")
+    assert {(c["width"], c["depth"]) for c in study["cells"]} >= {(64, 2)}
+    for cell in study["cells"]:
+        rows = [r for r in tune if (int(r["width"]), int(r["depth"])) == (cell["width"], 2)]
+        selected = selection_from_rows(rows, cell["chosen_lr"], MIXERS)
+        result = {
+            "selected": selected,
+            "extensions": cell["extensions"],
+            "chosen": cell["chosen_lr"],
+        }
+        on = "whole-split val accuracy (max)"
+        lines = tuning_lines(result, study["lrs"], study["tune_seeds"], on, 1)
+        assert len([line for line in lines if line.startswith("| ")]) == 1 + len(MIXERS)
+        assert [line for line in lines if line and line not in md] == []
 
 
 def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
@@ -81,7 +89,7 @@ def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     out = tmp_path / "out"
-    proc = recall("--widths", "32", "--add-to", str(folder), "--out", str(out), timeout=120)
+    proc = recall("--widths", "128", "--add-to", str(folder), "--out", str(out), timeout=120)
     assert proc.returncode == 2 and "tune_runs.csv does not give its choices" in proc.stderr
     assert not out.exists()
 
@@ -123,7 +131,7 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (second / "recall.md").read_text()
     assert "## Width 16, depth 1" in md and "## Width 16, depth 2" in md
-    assert "Cells width 16, depth 2: run by `python" in md
+    assert "Width 16, depth 2: run by `python" in md
     before, after = (json.loads((f / "recall.json").read_text()) for f in (first, second))
     assert [c["depth"] for c in after["cells"]] == [1, 2]
     assert after["cells"][1]["groups"] == before["cells"][0]["groups"]

@@ -81,11 +81,12 @@ def select(
             (j for j, r in best.members if r["status"] == "completed"), best.members[0][0]
         )
         # the fresh-seed runs are the ones a claim is made on: they read every final split,
-        # whatever the tuning runs were limited to (tuning sees val only)
+        # whatever the tuning runs were limited to (tuning sees val only); a committed row
+        # (groups_from_rows) has no job, and its rerun lists only the tuned value and seeds
         drop = (f"{REPLICATE_KEY}=", f"{tune_key}=", "train.final_splits=", "hydra")
         keep = [
             str(o)
-            for o in member.config.get("_overrides", [])
+            for o in (member.config.get("_overrides", []) if member is not None else [])
             if not str(o).lstrip("+~").startswith(drop)
         ]
         overrides = keep + [

@@ -20,7 +20,8 @@ RUNS = "recall/runs.csv"  # every fresh-seed run: its mixer, width, seed and tes
 COMPARISONS = "recall/comparisons.csv"  # each mixer against scaled-dot, one Holm family
 STUDY = "recall/recall.json"  # per mixer: the chosen learning rate and the test interval
 SEEDS = 3  # fresh seeds per mixer
-FAMILY = 15  # hypotheses: five comparisons, each its two-sided, margin and TOST test
+FAMILY = 30  # hypotheses: five comparisons in each of two cells, each three tests
+WIDTH = 64  # the cell the first claims are about (depth 2 in every cell committed)
 SOLVED = 0.99  # test accuracy a seed needs to count as recalling
 # The plateau: a model that answers a query with one of the sequence's 8 values, chosen without
 # the key, scores 1/8; below PLATEAU a seed has not left it, at LEFT or above it has.
@@ -28,22 +29,27 @@ PLATEAU = 0.2
 LEFT = 0.5
 
 
-def accuracies(t: Tables, mixer: str) -> list[float]:
-    """The fresh seeds' test accuracies of `mixer`."""
-    return [float(r["final_test_metric"]) for r in t.rows(RUNS, mixer=mixer)]
+def accuracies(t: Tables, mixer: str, width: int = WIDTH) -> list[float]:
+    """The fresh seeds' test accuracies of `mixer` at `width` (depth 2)."""
+    rows = t.rows(RUNS, mixer=mixer, width=str(width), depth="2")
+    return [float(r["final_test_metric"]) for r in rows]
 
 
-def replicated(t: Tables, mixers: Sequence[str]) -> Problems:
+def replicated(t: Tables, mixers: Sequence[str], width: int = WIDTH) -> Problems:
     for m in mixers:
-        n = len(accuracies(t, m))
-        yield from expect(n == SEEDS, f"{m}: {n} fresh seeds in {RUNS}, expected {SEEDS}")
+        n = len(accuracies(t, m, width))
+        yield from expect(
+            n == SEEDS, f"{m}: {n} fresh seeds at width {width} in {RUNS}, expected {SEEDS}"
+        )
 
 
-def every_seed(t: Tables, mixers: Sequence[str], bound: float, at_least: bool) -> Problems:
-    """Every fresh seed of each mixer at or above `bound` (`at_least`), or below it."""
-    yield from replicated(t, mixers)
+def every_seed(
+    t: Tables, mixers: Sequence[str], bound: float, at_least: bool, width: int = WIDTH
+) -> Problems:
+    """Every fresh seed of each mixer at `width` at or above `bound` (`at_least`), or below."""
+    yield from replicated(t, mixers, width)
     for m in mixers:
-        if not (values := accuracies(t, m)):
+        if not (values := accuracies(t, m, width)):
             continue  # replicated() said so
         worst = min(values) if at_least else max(values)
         ok = worst >= bound if at_least else worst < bound
@@ -52,29 +58,31 @@ def every_seed(t: Tables, mixers: Sequence[str], bound: float, at_least: bool) -
         )
 
 
-def recall(t: Tables, mixers: Sequence[str]) -> Problems:
-    return every_seed(t, mixers, SOLVED, True)
+def recall(t: Tables, mixers: Sequence[str], width: int = WIDTH) -> Problems:
+    return every_seed(t, mixers, SOLVED, True, width)
 
 
-def off_the_plateau(t: Tables, mixers: Sequence[str]) -> Problems:
-    return every_seed(t, mixers, LEFT, True)
+def off_the_plateau(t: Tables, mixers: Sequence[str], width: int = WIDTH) -> Problems:
+    return every_seed(t, mixers, LEFT, True, width)
 
 
-def on_the_plateau(t: Tables, mixers: Sequence[str]) -> Problems:
-    return every_seed(t, mixers, PLATEAU, False)
+def on_the_plateau(t: Tables, mixers: Sequence[str], width: int = WIDTH) -> Problems:
+    return every_seed(t, mixers, PLATEAU, False, width)
 
 
-def verdict(t: Tables, mixer: str) -> dict[str, str]:
-    rows = [r for r in t.rows(COMPARISONS) if r["config"].split(" ")[0] == mixer]
+def verdict(t: Tables, mixer: str, width: int = WIDTH) -> dict[str, str]:
+    rows = [r for r in t.rows(COMPARISONS, width=str(width), depth="2")
+            if r["config"].split(" ")[0] == mixer]  # fmt: skip
     if len(rows) != 1:
-        raise LookupError(f"{COMPARISONS}: {len(rows)} rows for {mixer}")
+        raise LookupError(f"{COMPARISONS}: {len(rows)} rows for {mixer} at width {width}")
     return rows[0]
 
 
-def verdicts(t: Tables, mixers: Sequence[str], want: str) -> Problems:
-    """Each mixer's verdict against scaled-dot is `want`, from one Holm family over 3 seeds."""
+def verdicts(t: Tables, mixers: Sequence[str], want: str, width: int = WIDTH) -> Problems:
+    """Each mixer's verdict against scaled-dot at `width` is `want`, from one Holm family over
+    both cells, 3 seeds."""
     for m in mixers:
-        r = verdict(t, m)
+        r = verdict(t, m, width)
         yield from expect(r["verdict"] == want, f"{m}: {r['verdict']!r}, not {want!r}")
         yield from expect(
             (r["correction"], int(r["tests"]), int(r["n"])) == ("holm", FAMILY, SEEDS),
@@ -82,8 +90,12 @@ def verdicts(t: Tables, mixers: Sequence[str], want: str) -> Problems:
         )
 
 
-def accuracy_span(t: Tables, mixers: Sequence[str], spec: str = ".2f") -> str:
-    return span((a for m in mixers for a in accuracies(t, m)), spec)
+def accuracy_span(t: Tables, mixers: Sequence[str], spec: str = ".2f", width: int = WIDTH) -> str:
+    return span((a for m in mixers for a in accuracies(t, m, width)), spec)
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 PLATEAU_MIXERS = ("linear", "retention", "gla")
@@ -122,8 +134,8 @@ RECALL = [
     Claim(
         "recall-plateau",
         README,
-        "linear attention, retention and GLA stay on the plateau of guessing among the sequence's "
-        "8 values in every seed ({acc}; 1/8 = 0.125)",
+        "linear attention, retention and GLA stay on the plateau of guessing among the 8 values "
+        "in every seed ({acc}; 1/8 = 0.125)",
         (RUNS,),
         lambda t: on_the_plateau(t, PLATEAU_MIXERS),
         lambda t: {"acc": accuracy_span(t, PLATEAU_MIXERS)},
@@ -140,14 +152,99 @@ RECALL = [
 ]
 
 
-def row_fields(mixer: str) -> Callable[[Tables], dict[str, str]]:
+NARROW = 32  # the second width
+
+
+def falls(t: Tables) -> Problems:
+    """At the narrow width scaled-dot stays on the plateau in every seed, each DeltaNet seed is
+    below each of its seeds at the wide width, Mamba-2's mean is lower and a seed of it is back
+    on the plateau."""
+    yield from on_the_plateau(t, ["scaled_dot"], NARROW)
+    yield from replicated(t, ["deltanet", "mamba2"], NARROW)
+    narrow, wide = accuracies(t, "deltanet", NARROW), accuracies(t, "deltanet")
+    yield from expect(max(narrow, default=1) < min(wide, default=0),
+                      f"deltanet at width {NARROW} {narrow} not all below width {WIDTH} {wide}")  # fmt: skip
+    narrow, wide = accuracies(t, "mamba2", NARROW), accuracies(t, "mamba2")
+    yield from expect(
+        bool(narrow) and bool(wide) and mean(narrow) < mean(wide) and min(narrow) < PLATEAU,
+        f"mamba2 at width {NARROW} {narrow}: mean not below width {WIDTH}'s or no seed on the plateau",
+    )
+
+
+def falls_fields(t: Tables) -> dict[str, str]:
+    return {
+        "scaled": accuracy_span(t, ["scaled_dot"], ".2f", NARROW),
+        "delta": accuracy_span(t, ["deltanet"], ".2f", NARROW),
+        "delta_wide": accuracy_span(t, ["deltanet"], ".3f"),
+        "mamba": accuracy_span(t, ["mamba2"], ".2f", NARROW),
+        "mamba_mean": fmt(mean(accuracies(t, "mamba2", NARROW)), ".2f"),
+        "mamba_wide": fmt(mean(accuracies(t, "mamba2")), ".2f"),
+    }
+
+
+def narrow_verdicts(t: Tables) -> Problems:
+    """No mixer resolved better or worse than scaled-dot at either width; at the narrow one
+    linear attention and GLA within the margin of it, the other three not resolved."""
+    for width in (WIDTH, NARROW):
+        for m in COMPARED:
+            v = verdict(t, m, width)["verdict"]
+            yield from expect(
+                v in ("not resolved", "within margin"), f"{m} at width {width}: {v!r}"
+            )
+    yield from verdicts(t, ["linear", "gla"], "within margin", NARROW)
+    yield from verdicts(t, ["retention", "mamba2", "deltanet"], "not resolved", NARROW)
+    yield from on_the_plateau(t, ["scaled_dot", *PLATEAU_MIXERS], NARROW)
+
+
+RECALL += [
+    Claim(
+        "recall-narrow",
+        README,
+        "at width 32 recall falls: scaled-dot stays on the plateau ({scaled}), DeltaNet's seeds "
+        "all end below width 64's ({delta} against {delta_wide}), Mamba-2's spread over {mamba} "
+        "(mean {mamba_mean}, against {mamba_wide})",
+        (RUNS,),
+        falls,
+        falls_fields,
+    ),
+    Claim(
+        "recall-narrow-page",
+        RESULTS_PAGE,
+        "At width 32 every mixer that recalled at 64 recalls less: scaled-dot stays on the "
+        "plateau in every seed, each DeltaNet seed ({delta}) ends below each of its width-64 "
+        "seeds, and Mamba-2's mean falls from {mamba_wide} to {mamba_mean}, one seed back on the "
+        "plateau ({mamba_low}); retention ends below the plateau ({retention})",
+        (RUNS,),
+        lambda t: [*falls(t), *every_seed(t, ["retention"], 1 / 8, False, NARROW)],
+        lambda t: (
+            falls_fields(t)
+            | {
+                "mamba_low": fmt(min(accuracies(t, "mamba2", NARROW)), ".2f"),
+                "retention": accuracy_span(t, ["retention"], ".2f", NARROW),
+            }
+        ),  # fmt: skip
+    ),
+    Claim(
+        "recall-narrow-verdicts",
+        RESULTS_PAGE,
+        "No mixer is resolved better or worse than scaled-dot at either width (30 hypotheses in "
+        "one Holm family, 3 seeds); at width 32 linear attention and GLA are within ±0.05 of it, "
+        "all three on the plateau ({plateau})",
+        (RUNS, COMPARISONS),
+        narrow_verdicts,
+        lambda t: {"plateau": accuracy_span(t, ["scaled_dot", "linear", "gla"], ".2f", NARROW)},
+    ),
+]
+
+
+def row_fields(mixer: str, width: int) -> Callable[[Tables], dict[str, str]]:
     """One row of the results page's table: the study's interval (recall.json) and every seed's
-    test accuracy in seed order (runs.csv)."""
+    test accuracy in seed order (runs.csv), at `width`."""
 
     def fields(t: Tables) -> dict[str, str]:
-        (cell,) = t.json(STUDY)["cells"]
+        (cell,) = [c for c in t.json(STUDY)["cells"] if (c["width"], c["depth"]) == (width, 2)]
         (g,) = [g for g in cell["groups"] if g["mixer"] == mixer]
-        runs = sorted(t.rows(RUNS, mixer=mixer), key=lambda r: int(r["seed"]))
+        runs = sorted(t.rows(RUNS, mixer=mixer, width=str(width)), key=lambda r: int(r["seed"]))
         return {
             "lr": fmt(g["train.lr"], "g"),
             "interval": " ".join(
@@ -165,12 +262,13 @@ def row_fields(mixer: str) -> Callable[[Tables], dict[str, str]]:
 
 RECALL += [
     Claim(
-        f"recall-table-{mixer}",
+        f"recall-table-{mixer}" + ("" if width == WIDTH else f"-{width}"),
         RESULTS_PAGE,
-        f"| {mixer} | {{lr}} | {{interval}} | {{seeds}} |",
+        f"| {width} | {mixer} | {{lr}} | {{interval}} | {{seeds}} |",
         (RUNS, STUDY),
-        lambda t, m=mixer: replicated(t, [m]),
-        row_fields(mixer),
+        lambda t, m=mixer, w=width: replicated(t, [m], w),
+        row_fields(mixer, width),
     )
+    for width in (NARROW, WIDTH)
     for mixer in ("scaled_dot", *COMPARED)
 ]
