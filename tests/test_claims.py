@@ -140,13 +140,13 @@ def test_a_recall_seed_or_verdict_changed_in_its_tables_fails_its_claims(tmp_pat
     root = copy_tree(tmp_path, [runs, comparisons, recall.STUDY])
     ids = ("recall-deltanet", "recall-table-deltanet", "recall-scaled-dot")
     assert all(claims.check(claim(i), root) == [] for i in ids)
-    where = {"mixer": "deltanet", "seed": "2", "width": "64"}
+    where = {"mixer": "deltanet", "seed": "2", "width": "64", "depth": "2"}
     alter(root / claims.RESULTS / runs, where, "final_test_metric", "0.95")
     assert any("deltanet: a seed at 0.950, below 0.99" in p
                for p in claims.check(claim("recall-deltanet"), root))  # fmt: skip
     assert claims.check(claim("recall-table-deltanet"), root)
     assert claims.check(claim("recall-scaled-dot"), root) == []
-    where = {"config": "gla (train.lr=0.003)", "width": "64"}
+    where = {"config": "gla (train.lr=0.003)", "width": "64", "depth": "2"}
     alter(root / claims.RESULTS / comparisons, where, "verdict", "worse")
     assert any("gla: 'worse', not 'not resolved'" in p
                for p in claims.check(claim("recall-scaled-dot"), root))  # fmt: skip
@@ -173,6 +173,11 @@ def test_recall_at_width_32_changed_in_its_tables_fails_its_claims(tmp_path: Pat
           "verdict", "worse")  # fmt: skip
     assert any("gla at width 32: 'worse'" in p
                for p in claims.check(claim("recall-narrow-verdicts"), root))  # fmt: skip
+    assert claims.check(claim("recall-one-block"), root) == []
+    alter(root / claims.RESULTS / comparisons, {"config": "deltanet (train.lr=0.01)", "depth": "1"},
+          "verdict", "not resolved")  # fmt: skip
+    assert any("deltanet: [('not resolved', 45)]" in p
+               for p in claims.check(claim("recall-one-block"), root))  # fmt: skip
 
 
 def test_a_sink_grown_or_a_sink_unused_in_the_sink_tables_fails_its_claims(tmp_path: Path) -> None:

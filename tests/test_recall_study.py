@@ -62,7 +62,8 @@ def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
     tune = read_rows(COMMITTED / "tune_runs.csv")
     assert {(c["width"], c["depth"]) for c in study["cells"]} >= {(64, 2)}
     for cell in study["cells"]:
-        rows = [r for r in tune if (int(r["width"]), int(r["depth"])) == (cell["width"], 2)]
+        where = (cell["width"], cell["depth"])
+        rows = [r for r in tune if (int(r["width"]), int(r["depth"])) == where]
         selected = selection_from_rows(rows, cell["chosen_lr"], MIXERS)
         result = {
             "selected": selected,

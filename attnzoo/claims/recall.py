@@ -20,7 +20,7 @@ RUNS = "recall/runs.csv"  # every fresh-seed run: its mixer, width, seed and tes
 COMPARISONS = "recall/comparisons.csv"  # each mixer against scaled-dot, one Holm family
 STUDY = "recall/recall.json"  # per mixer: the chosen learning rate and the test interval
 SEEDS = 3  # fresh seeds per mixer
-FAMILY = 30  # hypotheses: five comparisons in each of two cells, each three tests
+FAMILY = 45  # hypotheses: five comparisons in each of three cells, each three tests
 WIDTH = 64  # the cell the first claims are about (depth 2 in every cell committed)
 SOLVED = 0.99  # test accuracy a seed needs to count as recalling
 # The plateau: a model that answers a query with one of the sequence's 8 values, chosen without
@@ -29,9 +29,9 @@ PLATEAU = 0.2
 LEFT = 0.5
 
 
-def accuracies(t: Tables, mixer: str, width: int = WIDTH) -> list[float]:
-    """The fresh seeds' test accuracies of `mixer` at `width` (depth 2)."""
-    rows = t.rows(RUNS, mixer=mixer, width=str(width), depth="2")
+def accuracies(t: Tables, mixer: str, width: int = WIDTH, depth: int = 2) -> list[float]:
+    """The fresh seeds' test accuracies of `mixer` at `width` and `depth`."""
+    rows = t.rows(RUNS, mixer=mixer, width=str(width), depth=str(depth))
     return [float(r["final_test_metric"]) for r in rows]
 
 
@@ -227,14 +227,56 @@ RECALL += [
     Claim(
         "recall-narrow-verdicts",
         RESULTS_PAGE,
-        "No mixer is resolved better or worse than scaled-dot at either width (30 hypotheses in "
-        "one Holm family, 3 seeds); at width 32 linear attention and GLA are within ±0.05 of it, "
-        "all three on the plateau ({plateau})",
+        "At depth 2 no mixer is resolved better or worse than scaled-dot at either width ("
+        f"{FAMILY} hypotheses in one Holm family, 3 seeds); at width 32 linear attention and GLA "
+        "are within ±0.05 of it, all three on the plateau ({plateau})",
         (RUNS, COMPARISONS),
         narrow_verdicts,
         lambda t: {"plateau": accuracy_span(t, ["scaled_dot", "linear", "gla"], ".2f", NARROW)},
     ),
 ]
+
+SHALLOW = ("scaled_dot", "linear", "retention", "gla")  # the mixers on the plateau in one block
+
+
+def one_block(t: Tables) -> Problems:
+    """Depth 1, width 64: DeltaNet recalls in every seed and is resolved better than scaled-dot
+    by more than the margin; scaled-dot, linear, retention and GLA stay on the plateau in every
+    seed; Mamba-2 leaves it in two seeds and not in the third."""
+    for m in ("deltanet", "mamba2", *SHALLOW):
+        n = len(accuracies(t, m, WIDTH, 1))
+        yield from expect(n == SEEDS, f"{m} at depth 1: {n} fresh seeds, expected {SEEDS}")
+    delta = accuracies(t, "deltanet", WIDTH, 1)
+    yield from expect(bool(delta) and min(delta) >= SOLVED, f"deltanet at depth 1: {delta}")
+    high = max((a for m in SHALLOW for a in accuracies(t, m, WIDTH, 1)), default=1)
+    yield from expect(high < PLATEAU, f"a seed of {SHALLOW} at depth 1 at {high:.3f}")
+    mamba = sorted(accuracies(t, "mamba2", WIDTH, 1))
+    yield from expect(len(mamba) == 3 and mamba[0] < PLATEAU and mamba[1] >= LEFT,
+                      f"mamba2 at depth 1: {mamba}, not one seed on the plateau and two off")  # fmt: skip
+    rows = [r for r in t.rows(COMPARISONS, width=str(WIDTH), depth="1")
+            if r["config"].startswith("deltanet ")]  # fmt: skip
+    got = [(r["verdict"], int(r["tests"])) for r in rows]
+    yield from expect(got == [("better by more than the margin", FAMILY)], f"deltanet: {got}")
+
+
+RECALL.append(
+    Claim(
+        "recall-one-block",
+        RESULTS_PAGE,
+        "With one block (width 64) DeltaNet recalls in every seed ({delta}) and is resolved better "
+        "than scaled-dot by more than the margin; scaled-dot, linear attention, retention and GLA "
+        "stay on the plateau in every seed ({plateau}); Mamba-2 leaves it in two of three seeds "
+        "({mamba_off}) and not in the third ({mamba_on})",
+        (RUNS, COMPARISONS),
+        one_block,
+        lambda t: {
+            "delta": span(accuracies(t, "deltanet", WIDTH, 1), ".3f"),
+            "plateau": span((a for m in SHALLOW for a in accuracies(t, m, WIDTH, 1)), ".2f"),
+            "mamba_off": span(sorted(accuracies(t, "mamba2", WIDTH, 1))[1:], ".2f"),
+            "mamba_on": fmt(min(accuracies(t, "mamba2", WIDTH, 1)), ".2f"),
+        },  # fmt: skip
+    )
+)
 
 
 def row_fields(mixer: str, width: int) -> Callable[[Tables], dict[str, str]]:
@@ -244,7 +286,8 @@ def row_fields(mixer: str, width: int) -> Callable[[Tables], dict[str, str]]:
     def fields(t: Tables) -> dict[str, str]:
         (cell,) = [c for c in t.json(STUDY)["cells"] if (c["width"], c["depth"]) == (width, 2)]
         (g,) = [g for g in cell["groups"] if g["mixer"] == mixer]
-        runs = sorted(t.rows(RUNS, mixer=mixer, width=str(width)), key=lambda r: int(r["seed"]))
+        runs = t.rows(RUNS, mixer=mixer, width=str(width), depth="2")
+        runs = sorted(runs, key=lambda r: int(r["seed"]))
         return {
             "lr": fmt(g["train.lr"], "g"),
             "interval": " ".join(
