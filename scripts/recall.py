@@ -158,16 +158,18 @@ def protocol(args: argparse.Namespace) -> dict:
 
 
 def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple[list, list] | str:
-    """The cells of a committed report of this study (--add-to), rebuilt from its tables without
-    its run folders: the tuning from tune_runs.csv (each choice checked against recall.json's),
-    the groups from runs.csv, the comparisons recomputed for this report's family; and the
-    commands that ran them, for the report's header. A string says why they cannot join this
-    run's report."""
+    """The cells of a committed report of this study (--add-to), rebuilt from its tables: the
+    tuning from tune_runs.csv (checked against recall.json's choices), the groups from runs.csv,
+    the comparisons recomputed for this report's family; and the commands that ran them. A
+    string says why they cannot join this run's report."""
     try:
         study = json.loads((folder / "recall.json").read_text())
         runs, tunes = read_rows(folder / "runs.csv"), read_rows(folder / "tune_runs.csv")
     except (OSError, ValueError) as err:
         return f"--add-to {folder}: not a report of this study ({err})"
+    cell_keys = {"width", "depth", "chosen_lr", "extensions", "groups"}
+    if not {"command", "started", "machine", "cells"} <= set(study) or not all(cell_keys <= set(c) for c in study["cells"]):  # fmt: skip
+        return f"--add-to {folder}: not a report of this study (recall.json lacks its fields)"
     study.setdefault("mixers", list(study["cells"][0]["chosen_lr"]) if study["cells"] else [])
     for key, value in protocol(args).items():
         if (theirs := study.get(key, PROTOCOL_DEFAULTS.get(key))) != value:

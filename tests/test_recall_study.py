@@ -76,6 +76,16 @@ def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
         assert [line for line in lines if line and line not in md] == []
 
 
+def test_add_to_refuses_a_recall_json_without_its_fields(tmp_path):
+    folder = tmp_path / "committed"
+    shutil.copytree(COMMITTED, folder)
+    (folder / "recall.json").write_text(json.dumps({"cells": [{"width": 64}]}))
+    out = tmp_path / "out"
+    proc = recall("--widths", "128", "--add-to", str(folder), "--out", str(out), timeout=120)
+    assert proc.returncode == 2 and "recall.json lacks its fields" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
 def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
     """A tuning table altered so that another learning rate wins: the committed choice no longer
     follows from the runs, and the report is not joined."""
