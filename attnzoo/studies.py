@@ -342,6 +342,11 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def row_lr(row: dict[str, str]) -> str:
+    """The `train.lr` a committed per-seed row ran at, as its overrides spell it."""
+    return next(o for o in row["overrides"].split() if o.startswith("train.lr=")).split("=", 1)[1]
+
+
 def selection_from_rows(
     rows: list[dict[str, str]], chosen: dict[str, float], mixers: list[str]
 ) -> list[dict[str, Any]] | None:
@@ -352,10 +357,7 @@ def selection_from_rows(
     from attnzoo.analysis.groups import groups_from_rows
     from attnzoo.analysis.selection import select
 
-    def lr(r: dict[str, str]) -> str:
-        return next(o for o in r["overrides"].split() if o.startswith("train.lr=")).split("=")[1]
-
-    labelled = [r | {"group": f"mixer={r['mixer']}, train.lr={lr(r)}"} for r in rows]
+    labelled = [r | {"group": f"mixer={r['mixer']}, train.lr={row_lr(r)}"} for r in rows]
     selected = select(groups_from_rows(labelled), "train.lr", by="metric", maximize=True)
     got = {mixer_of(s, mixers): s["value"] for s in selected}
     if any(m not in got or m not in chosen or abs(got[m] / chosen[m] - 1) > 1e-9 for m in mixers):
@@ -462,10 +464,7 @@ def reanalyse(
         rows = read_rows(path)
         replaced: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows:  # the study's configuration: its mixer at its learning rate
-            lr = next(
-                o.split("=", 1)[1] for o in r["overrides"].split() if o.startswith("train.lr=")
-            )
-            group = f"mixer={r['mixer']}, train.lr={lr}"
+            group = f"mixer={r['mixer']}, train.lr={row_lr(r)}"
             replaced.setdefault((r["task"], r["mixer"]), []).append(
                 r | {"group": group, "source": str(path)}
             )

@@ -12,7 +12,8 @@ one config: chunks of BT = 16 tokens, one stage, 8 warps (4 for a half-precision
 64 × 64). BV is the padded V except where the compile report (scripts/kernel_report.py) shows
 the whole state spilling (`V_TILES`). dq and dk come from the kernels as fp32 parts, one per
 V tile, in (NV, B, H, N, K) buffers summed here (with one tile, the gradients): two buffers of NV
-times q's size in fp32 and a pass over them. The log decay's gradient is formed here from dq and dk in fp32
+times q's size in fp32 and a pass over them; the dk kernel also gets a state-sized fp32 scratch
+buffer (its dS, read back in key tiles). The log decay's gradient is formed here from dq and dk in fp32
 (`_log_decay_grad`), whatever NV: a few passes over (B, H, N, K) fp32 tensors.
 """
 
@@ -35,8 +36,8 @@ POISON_OUTPUTS = False
 
 # The V tile (dtype, the wider of the padded K and V) -> BV where the whole state would spill,
 # from the compile report (K = V): the widest power of two with no spills in any kernel on sm_80
-# and sm_90 (width 128: BV = 32 spills 216 B in the half-precision dq kernel on sm_90, 64; in
-# fp32, 16 B at 32). Every width not listed keeps the whole state (BV = the padded V).
+# and sm_90 (at width 128 the half-precision dq kernel spills 216 B on sm_90 at BV = 64, the fp32
+# dq kernel 16 B at BV = 32). Every width not listed keeps the whole state (BV = the padded V).
 V_TILES: dict[tuple[torch.dtype, int], int] = {
     (torch.float16, 128): 32,
     (torch.bfloat16, 128): 32,
