@@ -23,10 +23,12 @@ LayerNorm, learned positions, 4 heads).
 
 Outputs (in --out): recall.md (the report), recall.json, runs.csv and tune_runs.csv (every
 fresh-seed and tuning run, with its width and depth), comparisons.csv (the family, raw and
-adjusted p), recall.png (test accuracy against width, a panel per depth, every seed a dot).
+adjusted p), curves.csv (the fresh seeds' sampled validation accuracy), recall.png (test
+accuracy against width, a panel per depth, every seed a dot; validation curves below).
 The run folders are in <out>/dim<W>_depth<L>/; the same command again skips completed sweeps.
 --add-to REPORT adds cells to a committed report of the same protocol, its cells read back from
-its tables (runs.csv; tune_runs.csv, checked against its choices), all comparisons in one family.
+its tables (runs.csv, curves.csv; tune_runs.csv, checked against its choices), all comparisons
+in one family.
 
     python scripts/recall.py --parallel 2                   # the CPU study (docs/results.md)
     python scripts/recall.py --widths 32 --add-to scripts/results/recall   # one more width
@@ -46,6 +48,7 @@ import time
 from pathlib import Path
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
+from attnzoo.analysis.figures import recall_figure
 from attnzoo.analysis.groups import group_jobs, group_row, groups_from_rows
 from attnzoo.analysis.report import protocol_text, write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, row
@@ -94,6 +97,7 @@ PRESETS = {
 }  # fmt: skip
 SMOKE = [*(o for o in SMOKE_SIZE if not o.startswith("model.dim=")),  # the cell sets the width
          "task.num_kv_pairs=2", "task.vocab_size=16", "task.val_size=8", "task.test_size=8"]  # fmt: skip
+CURVE_COLUMNS = ["width", "depth", "mixer", "seed", "step", "val_accuracy"]
 ON = "test_metric"  # test accuracy: the quantity the study is about
 MARGIN_REASON = "5 points of accuracy: a difference in recall a reader of the figure acts on"
 
@@ -128,6 +132,10 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
     runs = [row(j) for j in jobs]
     groups, _ = group_jobs(jobs, runs)
     groups.sort(key=lambda g: args.mixers.index(g.config.get("mixer.name")))
+    curves = [{**where, "mixer": g.config.get("mixer.name"), "seed": r["seed"], "step": x["step"],
+               "val_accuracy": x["val/accuracy"]} for g in groups for job, r in g.members
+              if r["status"] == "completed" for x in job.records
+              if "val/accuracy" in x and "step" in x]  # fmt: skip
     compared = comparisons(groups, "mixer.name", ON, args.confidence, args.margin,
                            STUDY_REFERENCE, "none")  # fmt: skip
     return {
@@ -140,6 +148,7 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
         "table": [group_row(g, args.confidence) for g in groups],
         "compared": [c | where for c in compared],
         "runs": [r | where | {"job": f"{root.name}/{r['job']}"} for r in runs],
+        "curves": curves,
     }
 
 
@@ -165,6 +174,7 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
     try:
         study = json.loads((folder / "recall.json").read_text())
         runs, tunes = read_rows(folder / "runs.csv"), read_rows(folder / "tune_runs.csv")
+        curves = read_rows(folder / "curves.csv") if (folder / "curves.csv").exists() else []
     except (OSError, ValueError) as err:
         return f"--add-to {folder}: not a report of this study ({err})"
     cell_keys = {"width", "depth", "chosen_lr", "extensions", "groups"}
@@ -195,6 +205,7 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
                       "chosen": c["chosen_lr"], "tune_runs": tuned, "groups": groups,
                       "table": sorted(c["groups"], key=lambda r: order[r["mixer"]]),
                       "compared": [r | where for r in compared], "runs": here,
+                      "curves": [r for r in curves if [int(r["width"]), int(r["depth"])] == key],
                       "committed": True})  # fmt: skip
     older = [x for e in study.get("earlier", []) for x in e["cells"]]
     ran = [x for x in ([c["width"], c["depth"]] for c in study["cells"]) if x not in older]
@@ -238,60 +249,13 @@ def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list
     return lines + [""]
 
 
-def figure(cells: list[dict], path: Path) -> None:
-    """Per depth, test accuracy against width (a line through each mixer's means, every seed a
-    dot) above the sampled validation accuracy against training step at the widest width run
-    here (every fresh seed a line; a cell read from a committed report has no curves)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    depths = sorted({c["depth"] for c in cells})
-    fig, axes = plt.subplots(2, len(depths), figsize=(4.8 * len(depths), 7), squeeze=False)
-    for col, depth in enumerate(depths):
-        mine = sorted((c for c in cells if c["depth"] == depth), key=lambda c: c["width"])
-        shown = ([c for c in mine if not c.get("committed")] or [None])[-1]
-        top, bottom = axes[0][col], axes[1][col]
-        for i, mixer in enumerate(dict.fromkeys(m for c in mine for m in c["chosen"])):
-            xs, means = [], []
-            for c in mine:
-                for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
-                    values = list(g.values(ON).values())
-                    dx = 1 + 0.03 * (i - 2.5)  # spread the mixers' dots apart on the log axis
-                    top.scatter([c["width"] * dx] * len(values), values, s=12, color=f"C{i}",
-                                alpha=0.6)  # fmt: skip
-                    if values:
-                        xs.append(c["width"] * dx)
-                        means.append(sum(values) / len(values))
-                    if c is shown:
-                        done = [j for j, r in g.members if r["status"] == "completed"]
-                        for n, job in enumerate(done):
-                            curve = [(r["step"], r["val/accuracy"]) for r in job.records
-                                     if "val/accuracy" in r and "step" in r]  # fmt: skip
-                            bottom.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1,
-                                        alpha=0.7, label=mixer if n == 0 else None)  # fmt: skip
-            top.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
-        top.set_xscale("log", base=2)
-        top.set(xlabel="model width (model.dim)", ylabel="MQAR test accuracy (fresh seeds)",
-                ylim=(-0.02, 1.02), title=f"depth {depth}")  # fmt: skip
-        bottom.set(xlabel="training step", ylabel="val accuracy (sampled)", ylim=(-0.02, 1.02),
-                   title=f"depth {depth}, width {shown['width']}: every fresh seed" if shown
-                   else f"depth {depth}: no cell run here, no curves")  # fmt: skip
-        for ax in (top, bottom):
-            ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> Path:
     family = correct([c for cell in cells for c in cell["compared"]], args.correction)
     write_runs([r for c in cells for r in c["runs"]], args.out / "runs.csv", ("width",))
     write_runs([r for c in cells for r in c["tune_runs"]], args.out / "tune_runs.csv", ("width",))
     write_csv(args.out / "comparisons.csv", ["width", "depth", *COMPARISON_COLUMNS], family)
-    figure(cells, args.out / "recall.png")
+    write_csv(args.out / "curves.csv", CURVE_COLUMNS, [r for c in cells for r in c["curves"]])
+    recall_figure(cells, ON, args.out / "recall.png")
     preset = PRESETS[args.preset]["overrides"]
     lines = [
         "# Recall: MQAR accuracy against width and depth",
@@ -322,7 +286,8 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         f"±{args.margin:g} accuracy ({MARGIN_REASON}). "
         + protocol_text(family, args.confidence, args.margin, args.correction)
         + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`; every comparison "
-        "with raw and adjusted p: `comparisons.csv`; the figure: `recall.png`.",
+        "with raw and adjusted p: `comparisons.csv`; validation curves of the fresh seeds: "
+        "`curves.csv`; the figure: `recall.png`.",
         "",
     ]
     if args.smoke:

@@ -125,6 +125,12 @@ def test_the_smoke_study_tunes_reruns_compares_and_resumes(tmp_path):
     assert sorted(r["config"].split(" ")[0] for r in family) == sorted(MIXERS[1:])
     assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"15"}
     assert (out / "recall.png").stat().st_size > 10_000
+    curves = read_rows(out / "curves.csv")  # every fresh run's sampled validation accuracy
+    assert {(r["mixer"], r["seed"]) for r in curves} == {(r["mixer"], r["seed"]) for r in runs}
+    for mixer, seed in {(r["mixer"], r["seed"]) for r in runs}:
+        steps = [int(r["step"]) for r in curves if (r["mixer"], r["seed"]) == (mixer, seed)]
+        assert len(steps) >= 2 and steps == sorted(set(steps))
+    assert all(0.0 <= float(r["val_accuracy"]) <= 1.0 for r in curves)
     again = recall("--smoke", "--parallel", "2", "--out", str(out))  # every sweep completed
     assert again.returncode == 0 and "$ -m attnzoo.train" not in again.stdout
     assert again.stdout.count("done already") >= 2
@@ -150,6 +156,9 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(tmp_path):
     runs = read_rows(second / "runs.csv")
     assert {(r["depth"], r["mixer"]) for r in runs} == {(d, m) for d in "12" for m in MIXERS}
     assert [r for r in runs if r["depth"] == "2"] == read_rows(first / "runs.csv")
+    curves = read_rows(second / "curves.csv")  # the committed cell's curves carried over
+    assert [r for r in curves if r["depth"] == "2"] == read_rows(first / "curves.csv")
+    assert {(r["depth"], r["mixer"]) for r in curves} == {(d, m) for d in "12" for m in MIXERS}
     family = read_rows(second / "comparisons.csv")
     assert len(family) == 10 and {r["tests"] for r in family} == {"30"}
     old = {r["config"]: float(r["p"]) for r in read_rows(first / "comparisons.csv")}

@@ -1,8 +1,8 @@
 """The figures of the analysis. Each draws what the other modules computed (jobs, rows, groups,
 intervals, fits) and computes nothing of its own: the summary's (the relative residual against
 depth and the validation curves per job, intervals and validation bands per configuration), the
-rank-collapse study's (every measure through depth, the rate of collapse beside the cubic rate)
-and the rank ablation's (each measure through depth per residual variant)."""
+rank-collapse study's (every measure through depth, the rate of collapse beside the cubic rate),
+the rank ablation's (each measure through depth per residual variant) and the recall study's."""
 
 from __future__ import annotations
 
@@ -512,3 +512,48 @@ def lambda_figure(sweep: list[Any], title: str) -> plt.Figure:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# ---- the recall study -------------------------------------------------------------------------
+
+
+def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
+    """The recall study's figure (scripts/recall.py): per depth, the measure `on` against width (a
+    line through each mixer's means, every seed a dot) above the sampled validation accuracy
+    against training step at the widest width with curves (every fresh seed a line). A cell is
+    a dict with width, depth, chosen (mixer: lr), groups and curves (rows of mixer, seed, step,
+    val_accuracy)."""
+    depths = sorted({c["depth"] for c in cells})
+    fig, axes = plt.subplots(2, len(depths), figsize=(4.8 * len(depths), 7), squeeze=False)
+    for col, depth in enumerate(depths):
+        mine = sorted((c for c in cells if c["depth"] == depth), key=lambda c: c["width"])
+        shown = ([c for c in mine if c["curves"]] or [None])[-1]
+        top, bottom = axes[0][col], axes[1][col]
+        for i, mixer in enumerate(dict.fromkeys(m for c in mine for m in c["chosen"])):
+            xs, means = [], []
+            for c in mine:
+                for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
+                    values = list(g.values(on).values())
+                    dx = 1 + 0.03 * (i - 2.5)  # spread the mixers' dots apart on the log axis
+                    top.scatter([c["width"] * dx] * len(values), values, s=12, color=f"C{i}",
+                                alpha=0.6)  # fmt: skip
+                    if values:
+                        xs.append(c["width"] * dx)
+                        means.append(sum(values) / len(values))
+            top.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
+            for seed in dict.fromkeys(r["seed"] for r in (shown or {}).get("curves", [])):
+                curve = [(float(r["step"]), float(r["val_accuracy"])) for r in shown["curves"]
+                         if r["mixer"] == mixer and r["seed"] == seed]  # fmt: skip
+                bottom.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1, alpha=0.7)
+        top.set_xscale("log", base=2)
+        top.set(xlabel="model width (model.dim)", ylabel="MQAR test accuracy (fresh seeds)",
+                ylim=(-0.02, 1.02), title=f"depth {depth}")  # fmt: skip
+        bottom.set(xlabel="training step", ylabel="val accuracy (sampled)", ylim=(-0.02, 1.02),
+                   title=f"depth {depth}, width {shown['width']}: every fresh seed" if shown
+                   else f"depth {depth}: no curves recorded")  # fmt: skip
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
