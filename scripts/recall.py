@@ -84,7 +84,7 @@ PRESETS = {
                       "task.test_size=1024",
                       "train.rank_measures=[relative_residual]"],
         "widths": [64], "depths": [2], "lrs": [1e-3, 3e-3, 1e-2],
-        "seconds": 176.0, "basis": "the committed run's mean, 2 CPU cores",
+        "seconds": 176.0, "basis": "the committed runs' means per cell, 2 CPU cores",
     },
     "gpu": {
         "overrides": ["task=mqar", "task.vocab_size=8192", "task.seq_len=128",
@@ -98,6 +98,7 @@ PRESETS = {
 SMOKE = [*(o for o in SMOKE_SIZE if not o.startswith("model.dim=")),  # the cell sets the width
          "task.num_kv_pairs=2", "task.vocab_size=16", "task.val_size=8", "task.test_size=8"]  # fmt: skip
 CURVE_COLUMNS = ["width", "depth", "mixer", "seed", "step", "val_accuracy"]
+COMMITTED = Path(__file__).resolve().parent / "results" / "recall"  # the CPU preset's report
 ON = "test_metric"  # test accuracy: the quantity the study is about
 MARGIN_REASON = "5 points of accuracy: a difference in recall a reader of the figure acts on"
 
@@ -154,6 +155,21 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
 
 # What reports written before these keys were recorded ran with (the script's defaults then).
 PROTOCOL_DEFAULTS = {"confidence": 0.95, "override": [], "smoke": False, "max_extensions": 1}
+
+
+def cell_seconds(width: int, depth: int, preset: str) -> tuple[float, str]:
+    """Seconds per run of a cell, and how they were had. CPU preset: the committed report's mean
+    over the cell's runs where it has the cell, else its width-64, depth-2 figure scaled by
+    width × depth (a rough guide: depth 1 ran 0.65× depth 2, width 32 0.49× width 64). GPU
+    preset: one estimate for every cell (small models leave a GPU mostly idle)."""
+    if preset != "cpu":
+        return PRESETS[preset]["seconds"], "estimated"
+    if (COMMITTED / "runs.csv").exists():
+        rows = [r for name in ("runs.csv", "tune_runs.csv") for r in read_rows(COMMITTED / name)
+                if (r["width"], r["depth"]) == (str(width), str(depth)) and r.get("wall_s")]  # fmt: skip
+        if rows:
+            return sum(float(r["wall_s"]) for r in rows) / len(rows), "measured"
+    return PRESETS[preset]["seconds"] * width / 64 * depth / 2, "scaled"
 
 
 def protocol(args: argparse.Namespace) -> dict:
@@ -342,11 +358,13 @@ def main() -> None:
     ):
         parser.error(earlier)
     if args.dry_run:
-        n, per = len(args.mixers) * len(cells), preset["seconds"]
-        print(price([("tuning", n * len(args.lrs) * len(args.tune_seeds), per),
-                     ("fresh seeds", n * len(args.seeds), per)], args.parallel,
-                    preset["basis"], f"; grid extensions add up to "
-                    f"{args.max_extensions * len(args.tune_seeds) * n} runs more"))  # fmt: skip
+        n, plan = len(args.mixers), []
+        for w, d in cells:
+            per, how = cell_seconds(w, d, args.preset)
+            plan += [(f"width {w}, depth {d} tuning ({how})", n * len(args.lrs) * len(args.tune_seeds), per),
+                     (f"width {w}, depth {d} fresh seeds", n * len(args.seeds), per)]  # fmt: skip
+        print(price(plan, args.parallel, preset["basis"], f"; grid extensions add up to "
+                    f"{args.max_extensions * len(args.tune_seeds) * n * len(cells)} runs more"))  # fmt: skip
         return
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()

@@ -52,6 +52,21 @@ def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp
     assert not out.exists()
 
 
+def test_the_price_reads_each_committed_cells_seconds_and_scales_the_others():
+    """--dry-run: a committed cell costs its runs' mean wall time (from its tables), a cell not
+    measured the width-64, depth-2 figure scaled by width × depth; nothing runs or is written."""
+    rows = [*read_rows(COMMITTED / "runs.csv"), *read_rows(COMMITTED / "tune_runs.csv")]
+    cell = [float(r["wall_s"]) for r in rows if (r["width"], r["depth"]) == ("32", "2")]
+    proc = recall("--dry-run", "--widths", "32,1024", "--depths", "2", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"width 32, depth 2 tuning (measured): 36 jobs × ~{sum(cell) / len(cell):.0f} s"
+        in proc.stdout
+    )
+    assert "width 1024, depth 2 tuning (scaled): 36 jobs × ~2816 s" in proc.stdout  # 176 × 16
+    assert "grid extensions add up to 24 runs more" in proc.stdout
+
+
 def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
     """The selection rebuilt from the committed tune_runs.csv (what --add-to reads) gives the
     committed report's learning-rate table line for line, in every cell: the width-64 cell's
