@@ -35,12 +35,12 @@ def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
         (["--widths", "64", "--add-to", str(COMMITTED)], "(width, depth) [(64, 2)] already in it"),
         (
-            ["--widths", "128", "--seeds", "0,1,2,3", "--add-to", str(COMMITTED)],
+            ["--widths", "256", "--seeds", "0,1,2,3", "--add-to", str(COMMITTED)],
             "its seeds is [0, 1, 2], this run's [0, 1, 2, 3]; allowed: the protocol",
         ),
-        (["--widths", "128", "--lrs", "1e-3,1e-2", "--add-to", str(COMMITTED)], "its lrs is"),
+        (["--widths", "256", "--lrs", "1e-3,1e-2", "--add-to", str(COMMITTED)], "its lrs is"),
         (
-            ["--widths", "128", "--add-to", "no-such-report"],
+            ["--widths", "256", "--add-to", "no-such-report"],
             "--add-to no-such-report: not a report",
         ),
     ],
@@ -96,7 +96,7 @@ def test_add_to_refuses_a_recall_json_without_its_fields(tmp_path):
     shutil.copytree(COMMITTED, folder)
     (folder / "recall.json").write_text(json.dumps({"cells": [{"width": 64}]}))
     out = tmp_path / "out"
-    proc = recall("--widths", "128", "--add-to", str(folder), "--out", str(out), timeout=120)
+    proc = recall("--widths", "256", "--add-to", str(folder), "--out", str(out), timeout=120)
     assert proc.returncode == 2 and "recall.json lacks its fields" in proc.stderr, proc.stderr
     assert not out.exists()
 
@@ -115,7 +115,7 @@ def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     out = tmp_path / "out"
-    proc = recall("--widths", "128", "--add-to", str(folder), "--out", str(out), timeout=120)
+    proc = recall("--widths", "256", "--add-to", str(folder), "--out", str(out), timeout=120)
     assert proc.returncode == 2 and "tune_runs.csv does not give its choices" in proc.stderr
     assert not out.exists()
 
