@@ -548,11 +548,15 @@ def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
         top.set_xscale("log", base=2)
         top.set(xlabel="model width (model.dim)", ylabel="MQAR test accuracy (fresh seeds)",
                 ylim=(-0.02, 1.02), title=f"depth {depth}")  # fmt: skip
+        top.grid(alpha=0.3)
+        if shown is None:  # cells read from a report written before curves were kept
+            bottom.set_axis_off()
+            bottom.text(0.5, 0.5, f"depth {depth}: no validation curves recorded",
+                        ha="center", va="center", transform=bottom.transAxes)  # fmt: skip
+            continue
         bottom.set(xlabel="training step", ylabel="val accuracy (sampled)", ylim=(-0.02, 1.02),
-                   title=f"depth {depth}, width {shown['width']}: every fresh seed" if shown
-                   else f"depth {depth}: no curves recorded")  # fmt: skip
-        for ax in (top, bottom):
-            ax.grid(alpha=0.3)
+                   title=f"depth {depth}, width {shown['width']}: every fresh seed")  # fmt: skip
+        bottom.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -18,9 +18,10 @@ from attnzoo.claims.base import (
 
 RUNS = "recall/runs.csv"  # every fresh-seed run: its mixer, width, seed and test accuracy
 COMPARISONS = "recall/comparisons.csv"  # each mixer against scaled-dot, one Holm family
-STUDY = "recall/recall.json"  # per mixer: the chosen learning rate and the test interval
+STUDY = "recall/recall.json"
+CURVES = "recall/curves.csv"  # the fresh seeds' sampled val accuracy at every evaluation  # per mixer: the chosen learning rate and the test interval
 SEEDS = 3  # fresh seeds per mixer
-FAMILY = 45  # hypotheses: five comparisons in each of three cells, each three tests
+FAMILY = 60  # hypotheses: five comparisons in each of four cells, each three tests
 WIDTH = 64  # the cell the first claims are about (depth 2 in every cell committed)
 SOLVED = 0.99  # test accuracy a seed needs to count as recalling
 # The plateau: a model that answers a query with one of the sequence's 8 values, chosen without
@@ -153,6 +154,7 @@ RECALL = [
 
 
 NARROW = 32  # the second width
+WIDE = 128  # the third
 
 
 def falls(t: Tables) -> Problems:
@@ -183,9 +185,9 @@ def falls_fields(t: Tables) -> dict[str, str]:
 
 
 def narrow_verdicts(t: Tables) -> Problems:
-    """No mixer resolved better or worse than scaled-dot at either width; at the narrow one
-    linear attention and GLA within the margin of it, the other three not resolved."""
-    for width in (WIDTH, NARROW):
+    """No mixer resolved better or worse than scaled-dot at any width at depth 2; at the narrow
+    one linear attention and GLA within the margin of it, the other three not resolved."""
+    for width in (NARROW, WIDTH, WIDE):
         for m in COMPARED:
             v = verdict(t, m, width)["verdict"]
             yield from expect(
@@ -197,16 +199,6 @@ def narrow_verdicts(t: Tables) -> Problems:
 
 
 RECALL += [
-    Claim(
-        "recall-narrow",
-        README,
-        "at width 32 recall falls: scaled-dot stays on the plateau ({scaled}), DeltaNet's seeds "
-        "all end below width 64's ({delta} against {delta_wide}), Mamba-2's spread over {mamba} "
-        "(mean {mamba_mean}, against {mamba_wide})",
-        (RUNS,),
-        falls,
-        falls_fields,
-    ),
     Claim(
         "recall-narrow-page",
         RESULTS_PAGE,
@@ -227,7 +219,7 @@ RECALL += [
     Claim(
         "recall-narrow-verdicts",
         RESULTS_PAGE,
-        "At depth 2 no mixer is resolved better or worse than scaled-dot at either width ("
+        "At depth 2 no mixer is resolved better or worse than scaled-dot at any width ("
         f"{FAMILY} hypotheses in one Holm family, 3 seeds); at width 32 linear attention and GLA "
         "are within ±0.05 of it, all three on the plateau ({plateau})",
         (RUNS, COMPARISONS),
@@ -235,6 +227,91 @@ RECALL += [
         lambda t: {"plateau": accuracy_span(t, ["scaled_dot", "linear", "gla"], ".2f", NARROW)},
     ),
 ]
+
+
+def wide(t: Tables) -> Problems:
+    """Width 128, depth 2: DeltaNet recalls in every seed; scaled-dot leaves the plateau in every
+    seed; Mamba-2's mean below its mean at width 64; linear attention, retention and GLA on the
+    plateau in every seed at every width; against scaled-dot nothing resolved."""
+    yield from recall(t, ["deltanet"], WIDE)
+    yield from off_the_plateau(t, ["scaled_dot"], WIDE)
+    yield from replicated(t, ["mamba2"], WIDE)
+    here, before = accuracies(t, "mamba2", WIDE), accuracies(t, "mamba2")
+    yield from expect(bool(here) and bool(before) and mean(here) < mean(before),
+                      f"mamba2's mean at width {WIDE} {here} not below width {WIDTH}'s {before}")  # fmt: skip
+    for width in (NARROW, WIDTH, WIDE):
+        yield from on_the_plateau(t, PLATEAU_MIXERS, width)
+    yield from verdicts(t, COMPARED, "not resolved", WIDE)
+
+
+def wide_fields(t: Tables) -> dict[str, str]:
+    means = [fmt(mean(accuracies(t, "mamba2", w)), ".2f") for w in (NARROW, WIDTH, WIDE)]
+    return {
+        "delta": accuracy_span(t, ["deltanet"], ".3f", WIDE),
+        "scaled": accuracy_span(t, ["scaled_dot"], ".2f", WIDE),
+        "mamba": accuracy_span(t, ["mamba2"], ".2f", WIDE),
+        "means": ", ".join(means),
+        "mamba_mean": means[-1],
+        "before": " and ".join(means[:-1]),
+        "plateau": span((a for w in (NARROW, WIDTH, WIDE) for a in
+                         (x for m in PLATEAU_MIXERS for x in accuracies(t, m, w))), ".2f"),
+    }  # fmt: skip
+
+
+RECALL += [
+    Claim(
+        "recall-wide",
+        README,
+        "at width 128 DeltaNet recalls in every seed ({delta}), scaled-dot leaves the plateau in "
+        "every seed ({scaled}), Mamba-2's mean is {mamba_mean} (against {before} at widths 32 and "
+        "64), and linear attention, retention and GLA stay on the plateau at all three widths "
+        "({plateau})",
+        (RUNS, COMPARISONS),
+        wide,
+        wide_fields,
+    ),
+    Claim(
+        "recall-wide-page",
+        RESULTS_PAGE,
+        "At width 128 DeltaNet recalls in every seed ({delta}) and scaled-dot leaves the plateau "
+        "in every seed ({scaled}); Mamba-2 does not grow with width: its seeds spread over "
+        "{mamba}, its means are {means} at widths 32, 64 and 128; linear attention, retention and "
+        "GLA stay on the plateau in every seed at every width ({plateau})",
+        (RUNS, COMPARISONS),
+        wide,
+        wide_fields,
+    ),
+]
+
+
+def last_evaluations(t: Tables, mixer: str, seed: str, n: int = 3) -> list[float]:
+    """The last `n` sampled val accuracies of a fresh seed at width 128, depth 2 (curves.csv)."""
+    rows = t.rows(CURVES, mixer=mixer, seed=seed, width=str(WIDE), depth="2")
+    return [float(r["val_accuracy"]) for r in sorted(rows, key=lambda r: float(r["step"]))][-n:]
+
+
+def still_rising(t: Tables) -> Problems:
+    """Every Mamba-2 seed at width 128, and scaled-dot's seed that had not recalled, higher at
+    each of the last two evaluations than at the one before."""
+    low = min(t.rows(RUNS, mixer="scaled_dot", width=str(WIDE), depth="2"),
+              key=lambda r: float(r["final_test_metric"]))  # fmt: skip
+    for mixer, seed in [*(("mamba2", s) for s in "012"), ("scaled_dot", low["seed"])]:
+        last = last_evaluations(t, mixer, seed)
+        yield from expect(len(last) == 3 and last[0] < last[1] < last[2],
+                          f"{mixer} seed {seed}: last evaluations {last}, not rising")  # fmt: skip
+
+
+RECALL.append(
+    Claim(
+        "recall-wide-rising",
+        RESULTS_PAGE,
+        "at step 1000 the validation accuracy of every Mamba-2 seed and of scaled-dot's third "
+        "seed was still rising (higher at each of the last two evaluations; `curves.csv`)",
+        (RUNS, CURVES),
+        still_rising,
+        lambda t: {},
+    )
+)
 
 SHALLOW = ("scaled_dot", "linear", "retention", "gla")  # the mixers on the plateau in one block
 
@@ -312,6 +389,6 @@ RECALL += [
         lambda t, m=mixer, w=width: replicated(t, [m], w),
         row_fields(mixer, width),
     )
-    for width in (NARROW, WIDTH)
+    for width in (NARROW, WIDTH, WIDE)
     for mixer in ("scaled_dot", *COMPARED)
 ]
