@@ -221,8 +221,7 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
                       "chosen": c["chosen_lr"], "tune_runs": tuned, "groups": groups,
                       "table": sorted(c["groups"], key=lambda r: order[r["mixer"]]),
                       "compared": [r | where for r in compared], "runs": here,
-                      "curves": [r for r in curves if [int(r["width"]), int(r["depth"])] == key],
-                      "committed": True})  # fmt: skip
+                      "curves": [r for r in curves if [int(r["width"]), int(r["depth"])] == key]})  # fmt: skip
     older = [x for e in study.get("earlier", []) for x in e["cells"]]
     ran = [x for x in ([c["width"], c["depth"]] for c in study["cells"]) if x not in older]
     return cells, [*study.get("earlier", []), {"command": study["command"], "cells": ran,
