@@ -18,8 +18,8 @@ from attnzoo.claims.base import (
 
 RUNS = "recall/runs.csv"  # every fresh-seed run: its mixer, width, seed and test accuracy
 COMPARISONS = "recall/comparisons.csv"  # each mixer against scaled-dot, one Holm family
-STUDY = "recall/recall.json"
-CURVES = "recall/curves.csv"  # the fresh seeds' sampled val accuracy at every evaluation  # per mixer: the chosen learning rate and the test interval
+STUDY = "recall/recall.json"  # per mixer: the chosen learning rate and the test interval
+CURVES = "recall/curves.csv"  # the fresh seeds' sampled val accuracy at every evaluation
 SEEDS = 3  # fresh seeds per mixer
 FAMILY = 60  # hypotheses: five comparisons in each of four cells, each three tests
 WIDTH = 64  # the cell the first claims are about (depth 2 in every cell committed)
