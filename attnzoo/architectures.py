@@ -70,7 +70,7 @@ MODELS: dict[str, Spec] = {
             intermediate_size=3072,
         ),
         tiny=dict(embedding_size=32, hidden_size=64, intermediate_size=128, **TINY_TEXT),
-    ),  # fmt: skip
+    ),
     "xlnet": Spec(
         "xlnet",
         "xlnet/xlnet-base-cased",  # XLNetConfig() defaults to large
@@ -94,7 +94,7 @@ MODELS: dict[str, Spec] = {
             patch_size=8,
         ),
         image=True,
-    ),  # fmt: skip
+    ),
 }
 VARIANTS = {  # label -> (attnzoo.hf_probe variant, norms kept)
     "full": ("full", True),
@@ -329,11 +329,14 @@ def probe(names: list[str], sources: dict[str, str], opts: Options) -> Study:
                 spread = [profile.measures_std[m] for m in MEASURES]
                 study.rows += [
                     [name, label, layer]
-                    + [x for mean, std in zip(stats, spread, strict=True)
-                       for x in (mean[layer], std[layer])]
+                    + [
+                        x
+                        for mean, std in zip(stats, spread, strict=True)
+                        for x in (mean[layer], std[layer])
+                    ]
                     + [norms, kind if kind == INIT else f"{kind} ({source})", opts.dtype, described]
                     for layer in range(len(profile.mean))
-                ]  # fmt: skip
+                ]
         depth = len(study.results[name, INIT]["full"].mean) - 1
         study.shapes[name] = (depth, config.num_attention_heads, described)
         print(f"{name}: {depth} layers, {time.perf_counter() - start:.1f}s, input: {described}")
@@ -455,8 +458,13 @@ def figure(study: Study, opts: Options) -> plt.Figure:
     rows = len(measures) + 1
     legend = 3.4 if any(k == TRAINED for _, k in results) else 2.4  # inches for the legend
     width = 3.2 * max(len(names), 2) + legend
-    fig, axes = plt.subplots(rows, len(names), figsize=(width, 2.2 * rows), squeeze=False,
-                             gridspec_kw={"height_ratios": [2] * (rows - 1) + [1]})  # fmt: skip
+    fig, axes = plt.subplots(
+        rows,
+        len(names),
+        figsize=(width, 2.2 * rows),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [2] * (rows - 1) + [1]},
+    )
     floor = 1e-17 if opts.dtype == "float64" else 1e-9
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for col, name in enumerate(names):
@@ -469,11 +477,15 @@ def figure(study: Study, opts: Options) -> plt.Figure:
                     values = profile.measures[m]
                     if m == "relative_residual":
                         values = [max(v, floor) for v in values]
-                    ax.plot(range(len(values)), values, marker="o", markersize=2.5,
-                            color=colours[i % len(colours)],
-                            linestyle="--" if dashed else (":" if label.endswith("no_norm")
-                                                           else "-"),
-                            label=f"{label} ({kind})" if len(kinds) > 1 else label)  # fmt: skip
+                    ax.plot(
+                        range(len(values)),
+                        values,
+                        marker="o",
+                        markersize=2.5,
+                        color=colours[i % len(colours)],
+                        linestyle="--" if dashed else (":" if label.endswith("no_norm") else "-"),
+                        label=f"{label} ({kind})" if len(kinds) > 1 else label,
+                    )
             if m == "relative_residual":
                 ax.set_yscale("log")
             else:

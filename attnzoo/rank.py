@@ -351,10 +351,12 @@ class RankProfile:
         if any(a is not None for a in attentions):
             unwrap = lambda a: a.weights if isinstance(a, HiddenWeights) else a
             weights = {
-                name: [NA if a is None else _nanmean(stat(unwrap(a), key_padding_mask))
-                       for a in attentions]
+                name: [
+                    NA if a is None else _nanmean(stat(unwrap(a), key_padding_mask))
+                    for a in attentions
+                ]
                 for name, stat in WEIGHT_STATS.items()
-            }  # fmt: skip
+            }
         return cls(
             mean=measures["relative_residual"],
             std=stds["relative_residual"],

@@ -100,8 +100,19 @@ def float_list(text: str) -> list[float]:
 
 # The mixers the committed studies ran, their default: the commands in docs/results.md reproduce
 # their tables; a mixer added to the zoo since joins a study with --mixers.
-STUDY_MIXERS = ("scaled_dot", "quadratic", "metric", "pooling", "identity", "linear", "favor",
-                "nystrom", "fourier", "local", "token_mlp")  # fmt: skip
+STUDY_MIXERS = (
+    "scaled_dot",
+    "quadratic",
+    "metric",
+    "pooling",
+    "identity",
+    "linear",
+    "favor",
+    "nystrom",
+    "fourier",
+    "local",
+    "token_mlp",
+)
 
 
 def study_mixers(causal: bool = False) -> list[str]:
@@ -140,17 +151,31 @@ def default_out(name: str) -> Path:
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """--parallel, --device, --preset, --data-dir and --override, as every study driver takes
     them."""
-    parser.add_argument("--parallel", type=int, default=0, metavar="N",
-                        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time")  # fmt: skip
-    parser.add_argument("--device", default=None,
-                        help="train.device (auto picks a GPU); default cpu, cuda with --preset gpu")  # fmt: skip
-    parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu",
-                        help="the study's sizes: cpu (default) or gpu (one H100, docs/sweeps.md)")  # fmt: skip
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N jobs at a time (hydra/launcher=parallel); 0: one at a time",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="train.device (auto picks a GPU); default cpu, cuda with --preset gpu",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="the study's sizes: cpu (default) or gpu (one H100, docs/sweeps.md)",
+    )
     parser.add_argument("--data-dir", default=None, help="corpora folder (trainer's data_dir)")
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the sweeps, their jobs and an estimate of the time; run and "
-                             "write nothing")  # fmt: skip
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the sweeps, their jobs and an estimate of the time; run and write nothing",
+    )
 
 
 def add_tuned_options(parser: argparse.ArgumentParser, name: str, margin: str) -> None:
@@ -158,20 +183,29 @@ def add_tuned_options(parser: argparse.ArgumentParser, name: str, margin: str) -
     the learning-rate grid, tuning and fresh seeds, grid extensions, the equivalence margin
     (`margin`: what it is on, for --help; default 0.05), the interval's confidence and the
     family's correction, then add_run_options, --out (default results/`name`/) and --smoke."""
-    parser.add_argument("--lrs", type=float_list, default=None,
-                        help="the train.lr grid (default: the preset's)")  # fmt: skip
+    parser.add_argument(
+        "--lrs", type=float_list, default=None, help="the train.lr grid (default: the preset's)"
+    )
     parser.add_argument("--tune-seeds", type=int_list, default=[100, 101])
     parser.add_argument("--seeds", type=int_list, default=[0, 1, 2])
     parser.add_argument("--max-extensions", type=int, default=1)
-    parser.add_argument("--margin", type=float, default=0.05,
-                        help=f"equivalence margin on {margin} (default 0.05)")  # fmt: skip
+    parser.add_argument(
+        "--margin", type=float, default=0.05, help=f"equivalence margin on {margin} (default 0.05)"
+    )
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
     add_run_options(parser)
-    parser.add_argument("--out", type=Path, default=default_out(name),
-                        help=f"report folder (default results/{name}/)")  # fmt: skip
-    parser.add_argument("--smoke", action="store_true",
-                        help="the whole pipeline at toy size (3 steps), fresh seeds 0,1")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out(name),
+        help=f"report folder (default results/{name}/)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the whole pipeline at toy size (3 steps), fresh seeds 0,1",
+    )
 
 
 def tuned_options_problem(args: argparse.Namespace) -> str | None:
@@ -279,8 +313,11 @@ def chosen_lrs(
 ) -> tuple[dict[str, float], dict[float, list[str]]]:
     """The learning rate each mixer chose, and the mixers per chosen value (in `mixers` order):
     one fresh-seed sweep per value."""
-    chosen = {mixer_of(s, mixers): float(s["value"]) for s in selected
-              if mixer_of(s, mixers) in mixers and s["value"] is not None}  # fmt: skip
+    chosen = {
+        mixer_of(s, mixers): float(s["value"])
+        for s in selected
+        if mixer_of(s, mixers) in mixers and s["value"] is not None
+    }
     by_lr: dict[float, list[str]] = {}
     for mixer in (m for m in mixers if m in chosen):
         by_lr.setdefault(chosen[mixer], []).append(mixer)
@@ -309,8 +346,13 @@ def tune_lr(
     seeds = ",".join(map(str, tune_seeds))
     base = [*base, "train.final_splits=[val]"]  # the choice sees val only: test is never read
     tune = [*base, f"mixer={','.join(mixers)}", f"train.lr={','.join(map(lr_text, lrs))}"]
-    sweep([*tune, f"train.seed={seeds}"], root / "tune", len(mixers) * len(lrs) * len(tune_seeds),
-          env, root / "tune.log")  # fmt: skip
+    sweep(
+        [*tune, f"train.seed={seeds}"],
+        root / "tune",
+        len(mixers) * len(lrs) * len(tune_seeds),
+        env,
+        root / "tune.log",
+    )
     folders = [root / "tune"]
     extensions: list[dict[str, Any]] = []
     for k in range(max_extensions + 1):
@@ -327,8 +369,13 @@ def tune_lr(
             print(f"  extension {k + 1}: train.lr={lr_text(lr)} for {', '.join(group)} ({edge})")
             folder = root / f"tune-ext{k + 1}" / f"lr_{lr_text(lr)}"
             over = [*base, f"mixer={','.join(group)}", f"train.lr={lr_text(lr)}"]
-            sweep([*over, f"train.seed={seeds}"], folder, len(group) * len(tune_seeds), env,
-                  root / "tune.log")  # fmt: skip
+            sweep(
+                [*over, f"train.seed={seeds}"],
+                folder,
+                len(group) * len(tune_seeds),
+                env,
+                root / "tune.log",
+            )
             folders.append(folder)
             extensions.append({"round": k + 1, "lr": lr, "mixers": group, "edge": edge})
     return selected, extensions, folders
@@ -471,8 +518,9 @@ def reanalyse(
         merged |= replaced
     runs = [r for rows in merged.values() for r in rows]
     tasks = list(dict.fromkeys(r["task"] for r in runs))
-    by_task = {t: groups_from_rows([r for r in runs if r["task"] == t], by=("task",))
-               for t in tasks}  # fmt: skip
+    by_task = {
+        t: groups_from_rows([r for r in runs if r["task"] == t], by=("task",)) for t in tasks
+    }
     family = [
         row
         for t in tasks
@@ -510,31 +558,52 @@ def write_reanalysis(result: dict[str, Any], out: Path, header: dict[str, Any]) 
     ]
     tables = {}
     for task, groups in result["groups"].items():
-        lines += [f"## {task}", "", f"Mean over the seeds [{confidence:.0%} Student-t interval, "
-                  "ddof = 1], held-out test split.", "",  # fmt: skip
-                  "| mixer | train.lr | seeds | test loss | test metric | val loss |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"## {task}",
+            "",
+            f"Mean over the seeds [{confidence:.0%} Student-t interval, "
+            "ddof = 1], held-out test split.",
+            "",
+            "| mixer | train.lr | seeds | test loss | test metric | val loss |",
+            "|---|---|---|---|---|---|",
+        ]
         tables[task] = []
         for g in groups:
-            row = {"mixer": g.config["mixer.name"], "train.lr": g.config.get("train.lr"),
-                   "n_seeds": len(g.values("test_loss"))}  # fmt: skip
+            row = {
+                "mixer": g.config["mixer.name"],
+                "train.lr": g.config.get("train.lr"),
+                "n_seeds": len(g.values("test_loss")),
+            }
             for which in ("test_loss", "test_metric", "val_loss"):
                 ci = g.interval(which, confidence)
-                row |= {f"{which}_mean": ci.mean, f"{which}_ci_low": ci.low,
-                        f"{which}_ci_high": ci.high}  # fmt: skip
+                row |= {
+                    f"{which}_mean": ci.mean,
+                    f"{which}_ci_low": ci.low,
+                    f"{which}_ci_high": ci.high,
+                }
             tables[task].append(row)
-            cells = [ci_text(row[f"{w}_mean"], row[f"{w}_ci_low"], row[f"{w}_ci_high"])
-                     for w in ("test_loss", "test_metric", "val_loss")]  # fmt: skip
-            lines.append(f"| {row['mixer']} | {row['train.lr']:g} | {row['n_seeds']} | "
-                         + " | ".join(cells) + " |")  # fmt: skip
+            cells = [
+                ci_text(row[f"{w}_mean"], row[f"{w}_ci_low"], row[f"{w}_ci_high"])
+                for w in ("test_loss", "test_metric", "val_loss")
+            ]
+            lines.append(
+                f"| {row['mixer']} | {row['train.lr']:g} | {row['n_seeds']} | "
+                + " | ".join(cells)
+                + " |"
+            )
         lines += ["", f"### Against {STUDY_REFERENCE} (held-out test)", ""]
         for on in compared_measures(task):
             lines.append(f"On {on.replace('_', ' ')} (margin ±{margins[MARGIN_KIND[on]]:g}):")
             lines += [f"- {r['sentence']}" for r in family if r["task"] == task and r["on"] == on]
             lines.append("")
-    (out / "reanalysis.json").write_text(json.dumps(
-        {**header, "tasks": [{"task": t, "groups": g} for t, g in tables.items()]},
-        indent=2, default=str) + "\n")  # fmt: skip
+    (out / "reanalysis.json").write_text(
+        json.dumps(
+            {**header, "tasks": [{"task": t, "groups": g} for t, g in tables.items()]},
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     path = out / "reanalysis.md"
     path.write_text("\n".join(lines) + "\n")
     return path

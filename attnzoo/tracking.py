@@ -102,8 +102,14 @@ def rank_figure(history: Sequence[tuple[int, Sequence[float]]], title: str = "")
     cmap = plt.get_cmap("viridis")
     for i, (step, ranks) in enumerate(history):
         colour = cmap(i / max(1, len(history) - 1))
-        ax.plot(range(len(ranks)), [max(r, 1e-16) for r in ranks], marker="o", ms=3,
-                color=colour, label=f"step {step}")  # fmt: skip
+        ax.plot(
+            range(len(ranks)),
+            [max(r, 1e-16) for r in ranks],
+            marker="o",
+            ms=3,
+            color=colour,
+            label=f"step {step}",
+        )
     ax.set_yscale("log")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("depth (0 = embedding, l = output of block l)")
@@ -150,8 +156,14 @@ def measures_figure(
             ys = [float(x) if _finite(x) else math.nan for x in values.get(name, [])]
             if log:
                 ys = [max(y, 1e-16) if not math.isnan(y) else y for y in ys]
-            ax.plot(range(len(ys)), ys, marker="o", ms=3,
-                    color=cmap(i / max(1, len(history) - 1)), label=f"step {step}")  # fmt: skip
+            ax.plot(
+                range(len(ys)),
+                ys,
+                marker="o",
+                ms=3,
+                color=cmap(i / max(1, len(history) - 1)),
+                label=f"step {step}",
+            )
         if log:
             ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

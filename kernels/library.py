@@ -220,8 +220,21 @@ def scaled_dot_attention_backward(
 
 
 @scaled_dot_attention_backward.register_fake
-def _(d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window=None,
-      sink=None):  # fmt: skip
+def _(
+    d_out,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    key_padding_mask,
+    causal,
+    scale,
+    dropout_p,
+    seed,
+    window=None,
+    sink=None,
+):
     return [_contiguous_like(q), _contiguous_like(k), _contiguous_like(v)] + _sink_grad_like(sink)
 
 
@@ -260,9 +273,20 @@ def _scaled_dot_backward(ctx, d_out, d_lse):
     grads = _backward(
         ctx,
         "scaled_dot_attention_backward",
-        d_out, q, k, v, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed, ctx.window,
+        d_out,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        mask,
+        ctx.causal,
+        ctx.scale,
+        ctx.dropout_p,
+        seed,
+        ctx.window,
         sink,
-    )  # fmt: skip
+    )
     return _with_sink_gradient(grads, ctx.n_inputs, 3)
 
 
@@ -336,8 +360,18 @@ def _metric_backward(ctx, d_out, d_lse):
     grads = _backward(
         ctx,
         "metric_attention_backward",
-        d_out, p, m, out, lse, mask, ctx.causal, ctx.scale, ctx.dropout_p, seed, sink,
-    )  # fmt: skip
+        d_out,
+        p,
+        m,
+        out,
+        lse,
+        mask,
+        ctx.causal,
+        ctx.scale,
+        ctx.dropout_p,
+        seed,
+        sink,
+    )
     return _with_sink_gradient(grads, ctx.n_inputs, 2)
 
 
@@ -370,8 +404,18 @@ def _quadratic(
     h = u.shape[0]
     q_bhnd = torch.einsum("bnd,hde->bhne", x, u)
     k_bhnd = x[:, None].expand(b, h, n, d)  # zero head stride: one x for every head, no copy
-    out, _ = call("scaled_dot_attention", q_bhnd, k_bhnd, v, key_padding_mask, causal, scale,
-                  dropout_p, seed, *(() if sink is None else (None, sink)))  # fmt: skip
+    out, _ = call(
+        "scaled_dot_attention",
+        q_bhnd,
+        k_bhnd,
+        v,
+        key_padding_mask,
+        causal,
+        scale,
+        dropout_p,
+        seed,
+        *(() if sink is None else (None, sink)),
+    )
     return out
 
 
@@ -810,9 +854,18 @@ def _gated_backward(ctx, d_out, d_final):
     if d_out is None:  # only the final state was used
         d_out = q.new_zeros((*q.shape[:3], v.shape[-1]))
     dq, dk, dv, dg, dh0 = _backward(
-        ctx, "gated_linear_attention_backward",
-        d_out, d_final, q, k, v, log_decay, ctx.scale, initial_state, final_state,
-    )  # fmt: skip
+        ctx,
+        "gated_linear_attention_backward",
+        d_out,
+        d_final,
+        q,
+        k,
+        v,
+        log_decay,
+        ctx.scale,
+        initial_state,
+        final_state,
+    )
     dh0 = None if initial_state is None else dh0.to(initial_state.dtype)
     return dq, dk, dv, dg, None, dh0
 

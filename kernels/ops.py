@@ -263,14 +263,30 @@ def scaled_dot_attention(
         b, h, n, dk = q.shape
         shape = lambda: (dispatch.n_bucket(b), h, dispatch.n_bucket(n), dk, v.shape[-1])
         if _use_triton(
-            impl, "scaled_dot_attention", "q", (q, k, v, *sink_args), causal, dk, n, shape,
+            impl,
+            "scaled_dot_attention",
+            "q",
+            (q, k, v, *sink_args),
+            causal,
+            dk,
+            n,
+            shape,
             windowed=window is not None,
-        ):  # fmt: skip
+        ):
             seed = _dropout_seed(q, dropout_p)
             out, _ = library.run(
                 "scaled_dot_attention",
-                q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, *sink_args,
-            )  # fmt: skip
+                q,
+                k,
+                v,
+                key_padding_mask,
+                causal,
+                scale,
+                dropout_p,
+                seed,
+                window,
+                *sink_args,
+            )
             return out
         if _use_sdpa(impl, q) and sink is None:
             return _sdpa(q, k, v, causal, key_padding_mask, scale, dropout_p, window)
@@ -310,8 +326,16 @@ def quadratic_attention(
             seed = _dropout_seed(x, dropout_p)
             return library.run(
                 "quadratic_attention",
-                x, u, v, key_padding_mask, causal, scale, dropout_p, seed, *sink_args,
-            )  # fmt: skip
+                x,
+                u,
+                v,
+                key_padding_mask,
+                causal,
+                scale,
+                dropout_p,
+                seed,
+                *sink_args,
+            )
         if _use_sdpa(impl, x) and sink is None:
             return _sdpa_quadratic(x, u, v, causal, key_padding_mask, scale, dropout_p)
         return reference.quadratic_attention(
@@ -347,8 +371,15 @@ def metric_attention(
             seed = _dropout_seed(p, dropout_p)
             out, _ = library.run(
                 "metric_attention",
-                p, m, key_padding_mask, causal, scale, dropout_p, seed, *sink_args,
-            )  # fmt: skip
+                p,
+                m,
+                key_padding_mask,
+                causal,
+                scale,
+                dropout_p,
+                seed,
+                *sink_args,
+            )
             return out
         if _use_sdpa(impl, p) and sink is None:
             return _sdpa(p @ m[None], p, p, causal, key_padding_mask, scale, dropout_p)
@@ -648,8 +679,9 @@ def _fla_delta_rule(q, k, v, beta, log_decay, scale) -> torch.Tensor:
         keywords["head_first"] = False  # older releases: (B, H, N, K) unless told otherwise
     tokens_first = lambda t: t.transpose(1, 2).contiguous()
     gate = () if log_decay is None else (tokens_first(log_decay),)
-    out = run(tokens_first(q), tokens_first(k), tokens_first(v), *gate, tokens_first(beta),
-              **keywords)[0]  # fmt: skip
+    out = run(
+        tokens_first(q), tokens_first(k), tokens_first(v), *gate, tokens_first(beta), **keywords
+    )[0]
     return out.transpose(1, 2).to(q.dtype)
 
 

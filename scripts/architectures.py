@@ -63,14 +63,23 @@ def parse_models(value: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=parse_models, default=None,
-                        help=f"comma-separated, from {','.join(MODELS)} (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--models",
+        type=parse_models,
+        default=None,
+        help=f"comma-separated, from {','.join(MODELS)} (default: all)",
+    )
     parser.add_argument("--tiny", action="store_true", help="6-layer, 64-wide configs (tests)")
-    parser.add_argument("--pretrained", nargs="?", const=HUB, default=None,
-                        metavar="FOLDER_OR_HUB_ID",
-                        help="probe trained weights beside random init: a folder written by "
-                        "save_pretrained (offline), a Hub id, name=SOURCE,... per model, or no "
-                        "value for each model's Hub weights")  # fmt: skip
+    parser.add_argument(
+        "--pretrained",
+        nargs="?",
+        const=HUB,
+        default=None,
+        metavar="FOLDER_OR_HUB_ID",
+        help="probe trained weights beside random init: a folder written by "
+        "save_pretrained (offline), a Hub id, name=SOURCE,... per model, or no "
+        "value for each model's Hub weights",
+    )
     parser.add_argument("--batch", type=int, default=None, help="sequences (default 8; tiny 4)")
     parser.add_argument("--tokens", type=int, default=None, help="per sequence (128; tiny 32)")
     parser.add_argument("--dtype", choices=["float64", "float32"], default="float64")
@@ -78,8 +87,12 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="holds tinyshakespeare/input.txt")
     parser.add_argument("--wandb", choices=["disabled", "offline", "online"], default="disabled")
     parser.add_argument("--wandb-project", default="attnzoo")
-    parser.add_argument("--out", type=Path, default=default_out("architectures"),
-                        help="report folder (default results/architectures/)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out("architectures"),
+        help="report folder (default results/architectures/)",
+    )
     args = parser.parse_args()
     args.batch = args.batch or (4 if args.tiny else 8)
     args.tokens = args.tokens or (32 if args.tiny else 128)

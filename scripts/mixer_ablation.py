@@ -92,8 +92,10 @@ TASKS = {
     "imdb": ["experiment=imdb", "model.depth=1"],  # NLP-MetaFormer's IMDB claim is for one block
 }
 # --preset gpu: about 1.5 hours of one H100, a task at a time (docs/sweeps.md, "GPU presets")
-GPU_TASKS = {"shakespeare_char": ["experiment=shakespeare_char_study_gpu"],
-             "imdb": ["experiment=imdb_gpu"]}  # fmt: skip
+GPU_TASKS = {
+    "shakespeare_char": ["experiment=shakespeare_char_study_gpu"],
+    "imdb": ["experiment=imdb_gpu"],
+}
 # What the learning rate is selected on, per task: the quantity its claim is about, on the
 # whole validation split (summary key, maximize, as the report states it).
 SELECT_BY = {
@@ -107,16 +109,29 @@ RUN_S = {
 }
 # The published claims: (task, sentence, mixers compared with the reference, reference, on).
 CLAIMS = [
-    ("imdb", "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
-     "accuracy (NLP-MetaFormer, IMDB, one block)", ["quadratic", "pooling", "identity"],
-     "scaled_dot", "test_metric"),
-    ("shakespeare_char", "metric trains with not much difference from a transformer "
-     "(NLP-MetaFormer, character-level language model)", ["metric"], "scaled_dot", "test_loss"),
-]  # fmt: skip
+    (
+        "imdb",
+        "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
+        "accuracy (NLP-MetaFormer, IMDB, one block)",
+        ["quadratic", "pooling", "identity"],
+        "scaled_dot",
+        "test_metric",
+    ),
+    (
+        "shakespeare_char",
+        "metric trains with not much difference from a transformer "
+        "(NLP-MetaFormer, character-level language model)",
+        ["metric"],
+        "scaled_dot",
+        "test_loss",
+    ),
+]
 ON_TEXT = {"test_loss": "test loss", "test_metric": "test accuracy"}
 # Why the default margins are what they are: differences a practitioner choosing a mixer acts on.
-MARGIN_REASON = ("the defaults: 0.05 nats is a 5% change of perplexity, 2 points of accuracy the "
-                 "smallest drop read as a sign of decreasing accuracy")  # fmt: skip
+MARGIN_REASON = (
+    "the defaults: 0.05 nats is a 5% change of perplexity, 2 points of accuracy the "
+    "smallest drop read as a sign of decreasing accuracy"
+)
 # The toy size of --smoke: the whole pipeline in seconds.
 SMOKE = [*SMOKE_SIZE, "model.depth=1", "train.rank_measures=[relative_residual]"]
 SMOKE_TASK = {"imdb": ["task.tokenizer=bpe", "task.bpe_vocab_size=300"]}
@@ -136,16 +151,25 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
     mixers, left_out = mixers_for_task(task, args.mixers)
     if left_out:
         print(f"{task}: {', '.join(left_out)} cannot run a causal task, left out")
-    print(f"{task}: tuning train.lr over {', '.join(map(lr_text, args.lrs))} on seeds "
-          f"{', '.join(map(str, args.tune_seeds))}")  # fmt: skip
-    select = {"by": by, "maximize": maximize, "fresh_seeds": ",".join(map(str, args.seeds)),
-              "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
+    print(
+        f"{task}: tuning train.lr over {', '.join(map(lr_text, args.lrs))} on seeds "
+        f"{', '.join(map(str, args.tune_seeds))}"
+    )
+    select = {
+        "by": by,
+        "maximize": maximize,
+        "fresh_seeds": ",".join(map(str, args.seeds)),
+        "final_dir": str(root / "final"),
+        "script": SUMMARIZE,
+    }
     selected, extensions, tune_folders = tune_lr(
         base, mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
     )
     chosen, by_lr = chosen_lrs(selected, mixers)
-    tune_runs = [row(j) | {"job": f"{task}/{j.folder.relative_to(root) if j.folder else j.name}"}
-                 for j in find_sweep_jobs(tune_folders)]  # fmt: skip
+    tune_runs = [
+        row(j) | {"job": f"{task}/{j.folder.relative_to(root) if j.folder else j.name}"}
+        for j in find_sweep_jobs(tune_folders)
+    ]
     seeds = ",".join(map(str, args.seeds))
     finals = []
     for lr, group in sorted(by_lr.items()):
@@ -160,8 +184,14 @@ def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str,
         sweep(final, folder, len(group) * len(args.seeds), env, root / "final.log")
         finals.append(folder)
     if not finals:
-        return {"task": task, "selected": selected, "extensions": extensions, "groups": [],
-                "tune_runs": tune_runs, "error": "no LR was selected"}  # fmt: skip
+        return {
+            "task": task,
+            "selected": selected,
+            "extensions": extensions,
+            "groups": [],
+            "tune_runs": tune_runs,
+            "error": "no LR was selected",
+        }
     summarize(
         finals,
         root / "report",
@@ -231,7 +261,7 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
             f" Left out (cannot run a causal task): {', '.join(result['left_out'])}."
             if result.get("left_out")
             else ""
-        ),  # fmt: skip
+        ),
         "",
     ]
     on, cap = SELECT_BY[task][2], args.max_extensions
@@ -273,8 +303,10 @@ def task_section(result: dict, args: argparse.Namespace) -> list[str]:
 
 
 def write_report(results: list[dict], args: argparse.Namespace, header: dict) -> Path:
-    family = correct([r for t in results for rows in t.get("vs_reference", {}).values()
-                      for r in rows], args.correction)  # fmt: skip
+    family = correct(
+        [r for t in results for rows in t.get("vs_reference", {}).values() for r in rows],
+        args.correction,
+    )
     write_runs([r for t in results for r in t.get("runs", [])], args.out / "runs.csv")
     write_runs([r for t in results for r in t.get("tune_runs", [])], args.out / "tune_runs.csv")
     write_csv(args.out / "comparisons.csv", ["task", *COMPARISON_COLUMNS], family)
@@ -305,10 +337,17 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
         lines += task_section(result, args)
     path = args.out / "mixer_ablation.md"
     path.write_text("\n".join(lines) + "\n")
-    plain = [{"task": r["task"], **({"skipped": r["skipped"]} if "skipped" in r else {}),
-              "chosen_lr": r.get("chosen", {}), "selected_on": SELECT_BY[r["task"]][2],
-              "extensions": r.get("extensions", []), "groups": r.get("table", [])}
-             for r in results]  # fmt: skip
+    plain = [
+        {
+            "task": r["task"],
+            **({"skipped": r["skipped"]} if "skipped" in r else {}),
+            "chosen_lr": r.get("chosen", {}),
+            "selected_on": SELECT_BY[r["task"]][2],
+            "extensions": r.get("extensions", []),
+            "groups": r.get("table", []),
+        }
+        for r in results
+    ]
     (args.out / "mixer_ablation.json").write_text(
         json.dumps({**header, "tasks": plain}, indent=2, default=str) + "\n"
     )
@@ -321,38 +360,78 @@ def main() -> None:
     )
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--mixers", nargs="+", default=study_mixers(), choices=list(MIXERS))
-    parser.add_argument("--lrs", type=float_list, default=[5e-4, 1e-3, 2e-3, 4e-3],
-                        help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)")  # fmt: skip
-    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101],
-                        help="≥ 2, disjoint from --seeds (default 100,101)")  # fmt: skip
-    parser.add_argument("--max-extensions", type=int, default=2,
-                        help="times the grid grows one step past an edge choice (default 2)")  # fmt: skip
-    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2, 3, 4],
-                        help="fresh seeds at the chosen LR (default 0,1,2,3,4)")  # fmt: skip
-    parser.add_argument("--margin-loss", type=float, default=0.05,
-                        help="equivalence margin on the validation loss, nats (default 0.05)")  # fmt: skip
-    parser.add_argument("--margin-accuracy", type=float, default=0.02,
-                        help="equivalence margin on accuracy (default 0.02: 2 points)")  # fmt: skip
+    parser.add_argument(
+        "--lrs",
+        type=float_list,
+        default=[5e-4, 1e-3, 2e-3, 4e-3],
+        help="the train.lr grid (comma-separated; default 5e-4,1e-3,2e-3,4e-3)",
+    )
+    parser.add_argument(
+        "--tune-seeds",
+        type=int_list,
+        default=[100, 101],
+        help="≥ 2, disjoint from --seeds (default 100,101)",
+    )
+    parser.add_argument(
+        "--max-extensions",
+        type=int,
+        default=2,
+        help="times the grid grows one step past an edge choice (default 2)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int_list,
+        default=[0, 1, 2, 3, 4],
+        help="fresh seeds at the chosen LR (default 0,1,2,3,4)",
+    )
+    parser.add_argument(
+        "--margin-loss",
+        type=float,
+        default=0.05,
+        help="equivalence margin on the validation loss, nats (default 0.05)",
+    )
+    parser.add_argument(
+        "--margin-accuracy",
+        type=float,
+        default=0.02,
+        help="equivalence margin on accuracy (default 0.02: 2 points)",
+    )
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
     add_run_options(parser)
-    parser.add_argument("--out", type=Path, default=default_out("mixer_ablation"),
-                        help="report folder (default results/mixer_ablation/)")  # fmt: skip
-    parser.add_argument("--smoke", action="store_true",
-                        help="the whole pipeline at toy size: 3 steps, 2 LRs, tuning seeds "
-                             "100,101, fresh seeds 0,1, synthetic data unless --data-dir")  # fmt: skip
-    parser.add_argument("--reanalyse", type=Path, nargs="+", metavar="RUNS_CSV",
-                        help="no runs: recompute the comparisons from committed per-seed values "
-                             "(runs.csv files; a later file's mixers replace an earlier's) "
-                             "into --out")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out("mixer_ablation"),
+        help="report folder (default results/mixer_ablation/)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the whole pipeline at toy size: 3 steps, 2 LRs, tuning seeds "
+        "100,101, fresh seeds 0,1, synthetic data unless --data-dir",
+    )
+    parser.add_argument(
+        "--reanalyse",
+        type=Path,
+        nargs="+",
+        metavar="RUNS_CSV",
+        help="no runs: recompute the comparisons from committed per-seed values "
+        "(runs.csv files; a later file's mixers replace an earlier's) "
+        "into --out",
+    )
     args = parser.parse_args()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     if missing := [str(p) for p in args.reanalyse or [] if not p.is_file()]:
         parser.error(f"--reanalyse: no such file: {', '.join(missing)} (a study's runs.csv)")
     if args.reanalyse:
-        header = {"command": command,
-                  "margins": margins(args), "margin_reason": MARGIN_REASON,
-                  "confidence": args.confidence, "correction": args.correction}  # fmt: skip
+        header = {
+            "command": command,
+            "margins": margins(args),
+            "margin_reason": MARGIN_REASON,
+            "confidence": args.confidence,
+            "correction": args.correction,
+        }
         result = reanalyse(args.reanalyse, margins(args), args.confidence, args.correction)
         print(write_reanalysis(result, args.out, header).read_text())
         return
@@ -388,10 +467,18 @@ def main() -> None:
             results.append({"task": task, "skipped": msg})
             continue
         results.append(run_task(task, args, data_dir, env))
-    header = {"command": command, "machine": machine(), "started": started,
-              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
-              "tune_seeds": args.tune_seeds, "seeds": args.seeds,
-              "margin_loss": args.margin_loss, "margin_accuracy": args.margin_accuracy}  # fmt: skip
+    header = {
+        "command": command,
+        "machine": machine(),
+        "started": started,
+        "wall_s": time.perf_counter() - start,
+        "preset": args.preset,
+        "lrs": args.lrs,
+        "tune_seeds": args.tune_seeds,
+        "seeds": args.seeds,
+        "margin_loss": args.margin_loss,
+        "margin_accuracy": args.margin_accuracy,
+    }
     path = write_report(results, args, header)
     print(path.read_text())
 

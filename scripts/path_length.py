@@ -103,8 +103,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--override", nargs="*", default=[], help="extra trainer overrides")
     parser.add_argument("--reuse", action="store_true", help="evaluate the runs in --out/runs")
-    parser.add_argument("--out", type=Path, default=default_out("path_length"),
-                        help="report folder (default results/path_length/)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out("path_length"),
+        help="report folder (default results/path_length/)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 

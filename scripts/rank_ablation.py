@@ -293,20 +293,38 @@ def main() -> None:
     parser.add_argument(
         "--mixers", nargs="+", default=study_mixers(causal=True), choices=list(MIXERS)
     )
-    parser.add_argument("--residuals", nargs="+", default=RESIDUALS, choices=RESIDUALS,
-                        help="the grid's model.residual values (deepnorm is its own sweep)")  # fmt: skip
-    parser.add_argument("--sweeps", nargs="+", default=["grid", "deepnorm", "no_norm"],
-                        choices=["grid", "deepnorm", "no_norm"])  # fmt: skip
+    parser.add_argument(
+        "--residuals",
+        nargs="+",
+        default=RESIDUALS,
+        choices=RESIDUALS,
+        help="the grid's model.residual values (deepnorm is its own sweep)",
+    )
+    parser.add_argument(
+        "--sweeps",
+        nargs="+",
+        default=["grid", "deepnorm", "no_norm"],
+        choices=["grid", "deepnorm", "no_norm"],
+    )
     parser.add_argument("--seeds", type=int_list, default=[0, 1, 2, 3, 4], help="default 0-4")
     parser.add_argument("--confidence", type=float, default=0.95)
     add_run_options(parser)
-    parser.add_argument("--out", type=Path, default=default_out("rank_ablation"),
-                        help="report folder (default results/rank_ablation/)")  # fmt: skip
-    parser.add_argument("--report-only", action="store_true",
-                        help="write the report from the sweeps already in --out; run nothing")  # fmt: skip
-    parser.add_argument("--smoke", action="store_true",
-                        help="toy size, synthetic data unless --data-dir: 2 mixers, 3 residuals, "
-                             "MLP on, seeds 0,1")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out("rank_ablation"),
+        help="report folder (default results/rank_ablation/)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report from the sweeps already in --out; run nothing",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="toy size, synthetic data unless --data-dir: 2 mixers, 3 residuals, MLP on, seeds 0,1",
+    )
     args = parser.parse_args()
     if not 0.0 < args.confidence < 1.0:
         parser.error(f"--confidence must be in (0, 1), got {args.confidence}")

@@ -139,10 +139,21 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
         fit = mean_interval(slopes if used == len(slopes) else [])
         kind, share, ratio = collapse_kind(curves, floor=floor)
         depth3 = mean_interval([math.log10(max(c[min(3, args.depth)], 1e-300)) for c in curves])
-        out[name] = {"curves": curves, "slopes": slopes, "mean": fit.mean, "half": fit.half_width,
-                     "fit": fit, "used": used, "kind": kind, "share": share, "ratio": ratio,
-                     "depth3": depth3, "how": how, "floor": floor,
-                     "above": min(layers_above(c, floor) for c in curves)}  # fmt: skip
+        out[name] = {
+            "curves": curves,
+            "slopes": slopes,
+            "mean": fit.mean,
+            "half": fit.half_width,
+            "fit": fit,
+            "used": used,
+            "kind": kind,
+            "share": share,
+            "ratio": ratio,
+            "depth3": depth3,
+            "how": how,
+            "floor": floor,
+            "above": min(layers_above(c, floor) for c in curves),
+        }
     return out
 
 
@@ -157,10 +168,18 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=64)
     parser.add_argument("--rate-seeds", type=int, default=5, help="seeds of the rate fit (>= 3)")
-    parser.add_argument("--rate-input-std", type=float, default=1.0,
-                        help="std of the token embeddings and positions in the rate study")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=default_out("rank_collapse"),
-                        help="report folder (default results/rank_collapse/)")  # fmt: skip
+    parser.add_argument(
+        "--rate-input-std",
+        type=float,
+        default=1.0,
+        help="std of the token embeddings and positions in the rate study",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=default_out("rank_collapse"),
+        help="report folder (default results/rank_collapse/)",
+    )
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: the interval is over seeds")
@@ -228,9 +247,11 @@ def main() -> None:
         mean, std = profile.mean, profile.std
         growth = exponent_growth(mean)
         half = [t_ppf(0.975, args.seeds - 1) * s / math.sqrt(args.seeds) for s in std]
-        cells = [f"{fmt(mean[d], '.2g')} [{fmt(mean[d] - half[d], '.2g')}, "
-                 f"{fmt(mean[d] + half[d], '.2g')}]"
-                 for d in (1, min(3, args.depth), args.depth)]  # fmt: skip
+        cells = [
+            f"{fmt(mean[d], '.2g')} [{fmt(mean[d] - half[d], '.2g')}, "
+            f"{fmt(mean[d] + half[d], '.2g')}]"
+            for d in (1, min(3, args.depth), args.depth)
+        ]
         lines.append(
             f"| {mixer} | {variant} | {norm} | {' | '.join(cells)} | "
             f"{'–' if growth is None else f'{growth:.2f}'} |"
@@ -296,20 +317,49 @@ def main() -> None:
             f"{ci(r['depth3'], '.2f')} |"
         )
         table.append(
-            [name, r["how"], f"{r['floor']:g}", r["kind"], r["share"].mean, r["share"].low,
-             r["share"].high, r["ratio"].mean, r["ratio"].low, r["ratio"].high,
-             layers if resolved else "", r["above"], r["fit"].mean, r["fit"].low, r["fit"].high,
-             args.rate_seeds]
-        )  # fmt: skip
+            [
+                name,
+                r["how"],
+                f"{r['floor']:g}",
+                r["kind"],
+                r["share"].mean,
+                r["share"].low,
+                r["share"].high,
+                r["ratio"].mean,
+                r["ratio"].low,
+                r["ratio"].high,
+                layers if resolved else "",
+                r["above"],
+                r["fit"].mean,
+                r["fit"].low,
+                r["fit"].high,
+                args.rate_seeds,
+            ]
+        )
     lines += ["", "Checks against what is known:", "", *known_answers(rate, CONTROL)]
     lines += lambda_report(lambda_sweep(args.mixers, args), args)
     with open(args.out / "collapse_rate.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["mixer", "measured", "floor", "verdict", "kept_share", "kept_share_low",
-             "kept_share_high", "k", "k_low", "k_high", "layers_fitted", "layers_above_floor",
-             "paper_k", "paper_k_low", "paper_k_high", "seeds"]
-        )  # fmt: skip
+            [
+                "mixer",
+                "measured",
+                "floor",
+                "verdict",
+                "kept_share",
+                "kept_share_low",
+                "kept_share_high",
+                "k",
+                "k_low",
+                "k_high",
+                "layers_fitted",
+                "layers_above_floor",
+                "paper_k",
+                "paper_k_low",
+                "paper_k_high",
+                "seeds",
+            ]
+        )
         writer.writerows(table)
     with open(args.out / "cubic_rate.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -353,8 +403,10 @@ def main() -> None:
     plt.close(fig)
     print((args.out / "rank_collapse.md").read_text())
     print((args.out / "path_counts.md").read_text())
-    print(f"wrote {args.out}/rank_collapse.{{csv,md,png}}, rank_collapse_measures.png, "
-          "collapse_rate.csv, cubic_rate.{csv,png}, path_counts.md and lambda_skip.{csv,png}")  # fmt: skip
+    print(
+        f"wrote {args.out}/rank_collapse.{{csv,md,png}}, rank_collapse_measures.png, "
+        "collapse_rate.csv, cubic_rate.{csv,png}, path_counts.md and lambda_skip.{csv,png}"
+    )
 
 
 if __name__ == "__main__":

@@ -79,24 +79,48 @@ RECALL_MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet
 # 128 tokens), estimated for one H100, not measured.
 PRESETS = {
     "cpu": {
-        "overrides": ["task=mqar", "model.mlp=false", "train.max_steps=1000",
-                      "train.batch_size=64", "train.eval_every=100", "task.val_size=1024",
-                      "task.test_size=1024",
-                      "train.rank_measures=[relative_residual]"],
-        "widths": [64], "depths": [2], "lrs": [1e-3, 3e-3, 1e-2],
-        "seconds": 176.0, "basis": "the committed runs' means per cell, 2 CPU cores",
+        "overrides": [
+            "task=mqar",
+            "model.mlp=false",
+            "train.max_steps=1000",
+            "train.batch_size=64",
+            "train.eval_every=100",
+            "task.val_size=1024",
+            "task.test_size=1024",
+            "train.rank_measures=[relative_residual]",
+        ],
+        "widths": [64],
+        "depths": [2],
+        "lrs": [1e-3, 3e-3, 1e-2],
+        "seconds": 176.0,
+        "basis": "the committed runs' means per cell, 2 CPU cores",
     },
     "gpu": {
-        "overrides": ["task=mqar", "task.vocab_size=8192", "task.seq_len=128",
-                      "task.num_kv_pairs=16", "model.mlp=false", "train.max_steps=4000",
-                      "train.batch_size=128", "train.eval_every=250",
-                      "train.rank_measures=[relative_residual]"],
-        "widths": [64, 128, 256, 512], "depths": [2, 4], "lrs": [3e-4, 1e-3, 3e-3, 1e-2],
-        "seconds": 120.0, "basis": "estimated for one H100",
+        "overrides": [
+            "task=mqar",
+            "task.vocab_size=8192",
+            "task.seq_len=128",
+            "task.num_kv_pairs=16",
+            "model.mlp=false",
+            "train.max_steps=4000",
+            "train.batch_size=128",
+            "train.eval_every=250",
+            "train.rank_measures=[relative_residual]",
+        ],
+        "widths": [64, 128, 256, 512],
+        "depths": [2, 4],
+        "lrs": [3e-4, 1e-3, 3e-3, 1e-2],
+        "seconds": 120.0,
+        "basis": "estimated for one H100",
     },
-}  # fmt: skip
-SMOKE = [*(o for o in SMOKE_SIZE if not o.startswith("model.dim=")),  # the cell sets the width
-         "task.num_kv_pairs=2", "task.vocab_size=16", "task.val_size=8", "task.test_size=8"]  # fmt: skip
+}
+SMOKE = [
+    *(o for o in SMOKE_SIZE if not o.startswith("model.dim=")),  # the cell sets the width
+    "task.num_kv_pairs=2",
+    "task.vocab_size=16",
+    "task.val_size=8",
+    "task.test_size=8",
+]
 CURVE_COLUMNS = ["width", "depth", "mixer", "seed", "step", "val_accuracy"]
 COMMITTED = Path(__file__).resolve().parent / "results" / "recall"  # the CPU preset's report
 ON = "test_metric"  # test accuracy: the quantity the study is about
@@ -110,19 +134,35 @@ def cell_name(width: int, depth: int) -> str:
 def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, str]) -> dict:
     """Tune, rerun at fresh seeds and compare one (width, depth) cell."""
     root = args.out / cell_name(width, depth)
-    base = [*PRESETS[args.preset]["overrides"], f"model.dim={width}", f"model.depth={depth}",
-            *run_overrides(args, None), *(SMOKE if args.smoke else []), *args.override]  # fmt: skip
-    print(f"width {width}, depth {depth}: tuning train.lr over "
-          f"{', '.join(map(lr_text, args.lrs))}", flush=True)  # fmt: skip
-    select = {"by": "metric", "maximize": True, "fresh_seeds": ",".join(map(str, args.seeds)),
-              "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
+    base = [
+        *PRESETS[args.preset]["overrides"],
+        f"model.dim={width}",
+        f"model.depth={depth}",
+        *run_overrides(args, None),
+        *(SMOKE if args.smoke else []),
+        *args.override,
+    ]
+    print(
+        f"width {width}, depth {depth}: tuning train.lr over {', '.join(map(lr_text, args.lrs))}",
+        flush=True,
+    )
+    select = {
+        "by": "metric",
+        "maximize": True,
+        "fresh_seeds": ",".join(map(str, args.seeds)),
+        "final_dir": str(root / "final"),
+        "script": SUMMARIZE,
+    }
     selected, extensions, tune_folders = tune_lr(
         base, args.mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
     )
     chosen, by_lr = chosen_lrs(selected, args.mixers)
     where = {"width": width, "depth": depth}
-    tune_runs = [row(j) | where | {"job": f"{root.name}/{j.folder.relative_to(root)}"}
-                 for j in find_sweep_jobs(tune_folders) if j.folder]  # fmt: skip
+    tune_runs = [
+        row(j) | where | {"job": f"{root.name}/{j.folder.relative_to(root)}"}
+        for j in find_sweep_jobs(tune_folders)
+        if j.folder
+    ]
     seeds, finals = ",".join(map(str, args.seeds)), []
     for lr, group in sorted(by_lr.items()):
         folder = root / "final" / f"lr_{lr_text(lr)}"
@@ -133,12 +173,23 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
     runs = [row(j) for j in jobs]
     groups, _ = group_jobs(jobs, runs)
     groups.sort(key=lambda g: args.mixers.index(g.config.get("mixer.name")))
-    curves = [{**where, "mixer": g.config.get("mixer.name"), "seed": r["seed"], "step": x["step"],
-               "val_accuracy": x["val/accuracy"]} for g in groups for job, r in g.members
-              if r["status"] == "completed" for x in job.records
-              if "val/accuracy" in x and "step" in x]  # fmt: skip
-    compared = comparisons(groups, "mixer.name", ON, args.confidence, args.margin,
-                           STUDY_REFERENCE, "none")  # fmt: skip
+    curves = [
+        {
+            **where,
+            "mixer": g.config.get("mixer.name"),
+            "seed": r["seed"],
+            "step": x["step"],
+            "val_accuracy": x["val/accuracy"],
+        }
+        for g in groups
+        for job, r in g.members
+        if r["status"] == "completed"
+        for x in job.records
+        if "val/accuracy" in x and "step" in x
+    ]
+    compared = comparisons(
+        groups, "mixer.name", ON, args.confidence, args.margin, STUDY_REFERENCE, "none"
+    )
     return {
         **where,
         "selected": selected,
@@ -165,8 +216,12 @@ def cell_seconds(width: int, depth: int, preset: str) -> tuple[float, str]:
     if preset != "cpu":
         return PRESETS[preset]["seconds"], "estimated"
     if (COMMITTED / "runs.csv").exists():
-        rows = [r for name in ("runs.csv", "tune_runs.csv") for r in read_rows(COMMITTED / name)
-                if (r["width"], r["depth"]) == (str(width), str(depth)) and r.get("wall_s")]  # fmt: skip
+        rows = [
+            r
+            for name in ("runs.csv", "tune_runs.csv")
+            for r in read_rows(COMMITTED / name)
+            if (r["width"], r["depth"]) == (str(width), str(depth)) and r.get("wall_s")
+        ]
         if rows:
             return sum(float(r["wall_s"]) for r in rows) / len(rows), "measured"
     return PRESETS[preset]["seconds"] * width / 64 * depth / 2, "scaled"
@@ -175,11 +230,19 @@ def cell_seconds(width: int, depth: int, preset: str) -> tuple[float, str]:
 def protocol(args: argparse.Namespace) -> dict:
     """What a cell's numbers depend on besides its width and depth: cells join one report only
     where all of it is the same."""
-    return {"preset": args.preset, "mixers": args.mixers, "lrs": args.lrs,
-            "tune_seeds": args.tune_seeds, "seeds": args.seeds, "margin": args.margin,
-            "correction": args.correction, "confidence": args.confidence,
-            "override": args.override, "smoke": args.smoke,
-            "max_extensions": args.max_extensions}  # fmt: skip
+    return {
+        "preset": args.preset,
+        "mixers": args.mixers,
+        "lrs": args.lrs,
+        "tune_seeds": args.tune_seeds,
+        "seeds": args.seeds,
+        "margin": args.margin,
+        "correction": args.correction,
+        "confidence": args.confidence,
+        "override": args.override,
+        "smoke": args.smoke,
+        "max_extensions": args.max_extensions,
+    }
 
 
 def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple[list, list] | str:
@@ -194,16 +257,22 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
     except (OSError, ValueError) as err:
         return f"--add-to {folder}: not a report of this study ({err})"
     cell_keys = {"width", "depth", "chosen_lr", "extensions", "groups"}
-    if not {"command", "started", "machine", "cells"} <= set(study) or not all(cell_keys <= set(c) for c in study["cells"]):  # fmt: skip
+    if not {"command", "started", "machine", "cells"} <= set(study) or not all(
+        cell_keys <= set(c) for c in study["cells"]
+    ):
         return f"--add-to {folder}: not a report of this study (recall.json lacks its fields)"
     study.setdefault("mixers", list(study["cells"][0]["chosen_lr"]) if study["cells"] else [])
     for key, value in protocol(args).items():
         if (theirs := study.get(key, PROTOCOL_DEFAULTS.get(key))) != value:
-            return (f"--add-to {folder}: its {key} is {theirs!r}, this run's {value!r}; allowed: "
-                    "the protocol of the report it adds to")  # fmt: skip
+            return (
+                f"--add-to {folder}: its {key} is {theirs!r}, this run's {value!r}; allowed: "
+                "the protocol of the report it adds to"
+            )
     if both := sorted({(c["width"], c["depth"]) for c in study["cells"]} & set(grid)):
-        return (f"--add-to {folder}: (width, depth) {both} already in it; allowed: cells it "
-                "does not have")  # fmt: skip
+        return (
+            f"--add-to {folder}: (width, depth) {both} already in it; allowed: cells it "
+            "does not have"
+        )
     cells = []
     for c in study["cells"]:
         where, key = {"width": c["width"], "depth": c["depth"]}, [c["width"], c["depth"]]
@@ -215,33 +284,57 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
             )
         order = {m: i for i, m in enumerate(args.mixers)}
         groups = sorted(groups_from_rows(here), key=lambda g: order[g.config.get("mixer.name")])
-        compared = comparisons(groups, "mixer.name", ON, args.confidence, args.margin,
-                               STUDY_REFERENCE, "none")  # fmt: skip
-        cells.append({**where, "selected": selected, "extensions": c["extensions"],
-                      "chosen": c["chosen_lr"], "tune_runs": tuned, "groups": groups,
-                      "table": sorted(c["groups"], key=lambda r: order[r["mixer"]]),
-                      "compared": [r | where for r in compared], "runs": here,
-                      "curves": [r for r in curves if [int(r["width"]), int(r["depth"])] == key]})  # fmt: skip
+        compared = comparisons(
+            groups, "mixer.name", ON, args.confidence, args.margin, STUDY_REFERENCE, "none"
+        )
+        cells.append(
+            {
+                **where,
+                "selected": selected,
+                "extensions": c["extensions"],
+                "chosen": c["chosen_lr"],
+                "tune_runs": tuned,
+                "groups": groups,
+                "table": sorted(c["groups"], key=lambda r: order[r["mixer"]]),
+                "compared": [r | where for r in compared],
+                "runs": here,
+                "curves": [r for r in curves if [int(r["width"]), int(r["depth"])] == key],
+            }
+        )
     older = [x for e in study.get("earlier", []) for x in e["cells"]]
     ran = [x for x in ([c["width"], c["depth"]] for c in study["cells"]) if x not in older]
-    return cells, [*study.get("earlier", []), {"command": study["command"], "cells": ran,
-                   "started": study["started"], "machine": study["machine"]}]  # fmt: skip
+    return cells, [
+        *study.get("earlier", []),
+        {
+            "command": study["command"],
+            "cells": ran,
+            "started": study["started"],
+            "machine": study["machine"],
+        },
+    ]
 
 
 # ---- the report --------------------------------------------------------------------------------
 
 
 def per_seed(group) -> str:
-    return ", ".join(f"{fmt(r['seed'])}: {r['final_test_metric']:.3f}"
-                     for r in group.completed if r["final_test_metric"] is not None)  # fmt: skip
+    return ", ".join(
+        f"{fmt(r['seed'])}: {r['final_test_metric']:.3f}"
+        for r in group.completed
+        if r["final_test_metric"] is not None
+    )
 
 
 def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list[str]:
     lines = [f"## Width {cell['width']}, depth {cell['depth']}", ""]
-    lines += tuning_lines(cell, args.lrs, args.tune_seeds, "whole-split val accuracy (max)",
-                          args.max_extensions)  # fmt: skip
-    verdicts = {r["config"].split(" ")[0]: r["sentence"] for r in family
-                if (r["width"], r["depth"]) == (cell["width"], cell["depth"])}  # fmt: skip
+    lines += tuning_lines(
+        cell, args.lrs, args.tune_seeds, "whole-split val accuracy (max)", args.max_extensions
+    )
+    verdicts = {
+        r["config"].split(" ")[0]: r["sentence"]
+        for r in family
+        if (r["width"], r["depth"]) == (cell["width"], cell["depth"])
+    }
     lines += [
         f"Fresh seeds {', '.join(map(str, args.seeds))}: test accuracy on the held-out test "
         f"split (mean [{args.confidence:.0%} Student-t interval], then every seed); val accuracy "
@@ -283,7 +376,7 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
             "tables (`runs.csv`, `tune_runs.csv`, recall.json's choices) with this report's "
             "protocol; their comparisons are recomputed in this report's family."
             for e in header.get("earlier", [])
-        ),  # fmt: skip
+        ),
         f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
         f"runs done before it are kept); runs: {sum(len(c['tune_runs']) for c in cells)} tuning, "
         f"{sum(len(c['runs']) for c in cells)} fresh, "
@@ -311,8 +404,16 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         lines += cell_lines(cell, family, args)
     path = args.out / "recall.md"
     path.write_text("\n".join(lines) + "\n")
-    plain = [{"width": c["width"], "depth": c["depth"], "chosen_lr": c["chosen"],
-              "extensions": c["extensions"], "groups": c["table"]} for c in cells]  # fmt: skip
+    plain = [
+        {
+            "width": c["width"],
+            "depth": c["depth"],
+            "chosen_lr": c["chosen"],
+            "extensions": c["extensions"],
+            "groups": c["table"],
+        }
+        for c in cells
+    ]
     (args.out / "recall.json").write_text(
         json.dumps({**header, "cells": plain}, indent=2, default=str) + "\n"
     )
@@ -323,16 +424,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mixers", nargs="+", default=RECALL_MIXERS, choices=causal_mixers(),
-                        help="causal mixers (MQAR is read left to right)")  # fmt: skip
-    parser.add_argument("--widths", type=int_list, default=None,
-                        help="model.dim values, comma-separated (default: the preset's)")  # fmt: skip
-    parser.add_argument("--depths", type=int_list, default=None,
-                        help="model.depth values, comma-separated (default: the preset's)")  # fmt: skip
-    parser.add_argument("--add-to", type=Path, default=None, metavar="REPORT",
-                        help="a committed report of this study: its cells join this run's "
-                        "report, every comparison in one family (same protocol; new cells "
-                        "only)")  # fmt: skip
+    parser.add_argument(
+        "--mixers",
+        nargs="+",
+        default=RECALL_MIXERS,
+        choices=causal_mixers(),
+        help="causal mixers (MQAR is read left to right)",
+    )
+    parser.add_argument(
+        "--widths",
+        type=int_list,
+        default=None,
+        help="model.dim values, comma-separated (default: the preset's)",
+    )
+    parser.add_argument(
+        "--depths",
+        type=int_list,
+        default=None,
+        help="model.depth values, comma-separated (default: the preset's)",
+    )
+    parser.add_argument(
+        "--add-to",
+        type=Path,
+        default=None,
+        metavar="REPORT",
+        help="a committed report of this study: its cells join this run's "
+        "report, every comparison in one family (same protocol; new cells "
+        "only)",
+    )
     add_tuned_options(parser, "recall", "test accuracy")
     args = parser.parse_args()
     preset = PRESETS[args.preset]
@@ -360,18 +479,36 @@ def main() -> None:
         n, plan = len(args.mixers), []
         for w, d in cells:
             per, how = cell_seconds(w, d, args.preset)
-            plan += [(f"width {w}, depth {d} tuning ({how})", n * len(args.lrs) * len(args.tune_seeds), per),
-                     (f"width {w}, depth {d} fresh seeds", n * len(args.seeds), per)]  # fmt: skip
-        print(price(plan, args.parallel, preset["basis"], f"; grid extensions add up to "
-                    f"{args.max_extensions * len(args.tune_seeds) * n * len(cells)} runs more"))  # fmt: skip
+            plan += [
+                (
+                    f"width {w}, depth {d} tuning ({how})",
+                    n * len(args.lrs) * len(args.tune_seeds),
+                    per,
+                ),
+                (f"width {w}, depth {d} fresh seeds", n * len(args.seeds), per),
+            ]
+        print(
+            price(
+                plan,
+                args.parallel,
+                preset["basis"],
+                f"; grid extensions add up to "
+                f"{args.max_extensions * len(args.tune_seeds) * n * len(cells)} runs more",
+            )
+        )
         return
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     results = [run_cell(w, d, args, dict(os.environ)) for w, d in cells]
-    header = {"command": command, "machine": machine(), "started": started,
-              "wall_s": time.perf_counter() - start, **protocol(args),
-              "margin_reason": MARGIN_REASON}  # fmt: skip
+    header = {
+        "command": command,
+        "machine": machine(),
+        "started": started,
+        "wall_s": time.perf_counter() - start,
+        **protocol(args),
+        "margin_reason": MARGIN_REASON,
+    }
     if earlier[1]:
         header["earlier"] = earlier[1]
     results += earlier[0]

@@ -79,11 +79,19 @@ ARMS = {
 }
 REFERENCE = "none"
 PRESETS = {
-    "cpu": {"overrides": ["experiment=shakespeare_char"], "lrs": [1e-3, 2e-3, 4e-3],
-            "seconds": 130.0, "basis": "the mixer study's Shakespeare runs, 2 CPU cores"},
-    "gpu": {"overrides": ["experiment=shakespeare_char_study_gpu"], "lrs": [5e-4, 1e-3, 2e-3],
-            "seconds": 65.0, "basis": "estimated for one H100"},
-}  # fmt: skip
+    "cpu": {
+        "overrides": ["experiment=shakespeare_char"],
+        "lrs": [1e-3, 2e-3, 4e-3],
+        "seconds": 130.0,
+        "basis": "the mixer study's Shakespeare runs, 2 CPU cores",
+    },
+    "gpu": {
+        "overrides": ["experiment=shakespeare_char_study_gpu"],
+        "lrs": [5e-4, 1e-3, 2e-3],
+        "seconds": 65.0,
+        "basis": "estimated for one H100",
+    },
+}
 SMOKE = [*SMOKE_SIZE, "model.depth=2"]  # the default measures: the weights are captured
 # layers.csv's columns: the metrics.jsonl key of each, per block k (the trainer's default
 # train.rank_measures: the weights' statistics are captured with the attention entropy)
@@ -95,10 +103,12 @@ STATS = {
     "stable_rank": "rank/stable_rank/layer_{k}",
     "token_similarity": "rank/token_similarity/layer_{k}",
 }
-SHOWN = {"sink_share": "sink share (heads with mean first-token weight > 0.3)",
-         "row_sum": "mean row sum of the weights",
-         "relative_residual": "relative residual (Dong et al.)",
-         "effective_rank": "effective rank (Roy & Vetterli)"}  # fmt: skip  # report and figure
+SHOWN = {
+    "sink_share": "sink share (heads with mean first-token weight > 0.3)",
+    "row_sum": "mean row sum of the weights",
+    "relative_residual": "relative residual (Dong et al.)",
+    "effective_rank": "effective rank (Roy & Vetterli)",
+}  # report and figure
 MARGIN_REASON = "0.05 nats, a 5% change of perplexity, as the mixer study"
 
 
@@ -106,19 +116,37 @@ def run_arm(arm: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
     """Tune and rerun one arm at fresh seeds; its jobs and the numbers for the report."""
     mixer, option, _ = ARMS[arm]
     root = args.out / arm
-    base = [*PRESETS[args.preset]["overrides"], *option, *run_overrides(args, args.data_dir),
-            *(SMOKE if args.smoke else []), *args.override]  # fmt: skip
+    base = [
+        *PRESETS[args.preset]["overrides"],
+        *option,
+        *run_overrides(args, args.data_dir),
+        *(SMOKE if args.smoke else []),
+        *args.override,
+    ]
     print(f"{arm}: tuning train.lr over {', '.join(map(lr_text, args.lrs))}", flush=True)
-    select = {"by": "val_loss", "maximize": False, "fresh_seeds": ",".join(map(str, args.seeds)),
-              "final_dir": str(root / "final"), "script": SUMMARIZE}  # fmt: skip
+    select = {
+        "by": "val_loss",
+        "maximize": False,
+        "fresh_seeds": ",".join(map(str, args.seeds)),
+        "final_dir": str(root / "final"),
+        "script": SUMMARIZE,
+    }
     selected, extensions, tune_folders = tune_lr(
         base, [mixer], args.lrs, args.tune_seeds, root, env, select, args.max_extensions
     )
     chosen, _ = chosen_lrs(selected, [mixer])
-    tune_runs = [row(j) | {"arm": arm, "job": f"{arm}/{j.folder.relative_to(root)}"}
-                 for j in find_sweep_jobs(tune_folders) if j.folder]  # fmt: skip
-    out = {"arm": arm, "selected": selected, "extensions": extensions, "tune_runs": tune_runs,
-           "chosen": {arm: chosen[mixer]} if mixer in chosen else {}}  # fmt: skip
+    tune_runs = [
+        row(j) | {"arm": arm, "job": f"{arm}/{j.folder.relative_to(root)}"}
+        for j in find_sweep_jobs(tune_folders)
+        if j.folder
+    ]
+    out = {
+        "arm": arm,
+        "selected": selected,
+        "extensions": extensions,
+        "tune_runs": tune_runs,
+        "chosen": {arm: chosen[mixer]} if mixer in chosen else {},
+    }
     if mixer not in chosen:
         return out | {"groups": [], "runs": [], "jobs": []}
     lr, seeds = chosen[mixer], ",".join(map(str, args.seeds))
@@ -130,8 +158,11 @@ def run_arm(arm: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
     groups, _ = group_jobs(jobs, runs)
     for g in groups:
         g.label = {"arm": arm}
-    return out | {"groups": groups, "jobs": [j for j in jobs if j.status == "completed"],
-                  "runs": [r | {"arm": arm, "job": f"{arm}/final/{r['job']}"} for r in runs]}  # fmt: skip
+    return out | {
+        "groups": groups,
+        "jobs": [j for j in jobs if j.status == "completed"],
+        "runs": [r | {"arm": arm, "job": f"{arm}/final/{r['job']}"} for r in runs],
+    }
 
 
 def layer_rows(arms: list[dict]) -> list[dict]:
@@ -144,8 +175,15 @@ def layer_rows(arms: list[dict]) -> list[dict]:
                 for k in range(1, 1 + int(job.config.get("model", {}).get("depth", 0))):
                     values = {s: rec.get(key.format(k=k)) for s, key in STATS.items()}
                     if "step" in rec and all(v is not None for v in values.values()):
-                        rows.append({"arm": a["arm"], "seed": seed, "step": rec["step"],
-                                     "layer": k, **values})  # fmt: skip
+                        rows.append(
+                            {
+                                "arm": a["arm"],
+                                "seed": seed,
+                                "step": rec["step"],
+                                "layer": k,
+                                **values,
+                            }
+                        )
     return rows
 
 
@@ -164,9 +202,16 @@ def sink_logits(arms: list[dict]) -> list[dict]:
             for name, value in state.items():
                 if name.endswith("mixer.sink_logit"):  # blocks.<i>.mixer.sink_logit, (heads,)
                     block = int(name.split(".")[1]) + 1
-                    rows += [{"arm": a["arm"], "seed": job.config["train"]["seed"],
-                              "block": block, "head": h, "logit": float(x)}
-                             for h, x in enumerate(value.flatten().tolist())]  # fmt: skip
+                    rows += [
+                        {
+                            "arm": a["arm"],
+                            "seed": job.config["train"]["seed"],
+                            "block": block,
+                            "head": h,
+                            "logit": float(x),
+                        }
+                        for h, x in enumerate(value.flatten().tolist())
+                    ]
     return rows
 
 
@@ -176,8 +221,10 @@ def ends(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
     for key in dict.fromkeys((r["arm"], r["seed"]) for r in rows):
         mine = [r for r in rows if (r["arm"], r["seed"]) == key]
         last = max(r["step"] for r in mine)
-        out[key] = {"init": [r for r in mine if r["step"] == 0],
-                    "end": [r for r in mine if r["step"] == last]}  # fmt: skip
+        out[key] = {
+            "init": [r for r in mine if r["step"] == 0],
+            "end": [r for r in mine if r["step"] == last],
+        }
     return out
 
 
@@ -185,15 +232,19 @@ def stat_table(rows: list[dict], stat: str, arms: list[str]) -> list[str]:
     """Rows arm × (init, end), columns the blocks; each cell every seed's value, seed order."""
     by = ends(rows)
     layers = sorted({r["layer"] for r in rows})
-    lines = [f"| arm | when | {' | '.join(f'block {k}' for k in layers)} |",
-             "|---|---|" + "---|" * len(layers)]  # fmt: skip
+    lines = [
+        f"| arm | when | {' | '.join(f'block {k}' for k in layers)} |",
+        "|---|---|" + "---|" * len(layers),
+    ]
     for arm in arms:
         seeds = sorted(s for a, s in by if a == arm)
         for when in ("init", "end"):
             cells = []
             for k in layers:
-                vals = [next((r[stat] for r in by[(arm, s)][when] if r["layer"] == k), math.nan)
-                        for s in seeds]  # fmt: skip
+                vals = [
+                    next((r[stat] for r in by[(arm, s)][when] if r["layer"] == k), math.nan)
+                    for s in seeds
+                ]
                 cells.append(" / ".join(f"{v:.2f}" for v in vals))
             lines.append(f"| {arm} | {when} | {' | '.join(cells)} |")
     return lines
@@ -208,18 +259,27 @@ def figure(rows: list[dict], arms: list[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     layers = sorted({r["layer"] for r in rows}) or [1]
-    fig, axes = plt.subplots(len(SHOWN), len(layers), figsize=(3.4 * len(layers), 10),
-                             squeeze=False, sharex=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(SHOWN), len(layers), figsize=(3.4 * len(layers), 10), squeeze=False, sharex=True
+    )
     for i, stat in enumerate(SHOWN):
         for j, k in enumerate(layers):
             ax = axes[i][j]
             for c, arm in enumerate(arms):
                 seeds = dict.fromkeys(r["seed"] for r in rows if r["arm"] == arm)
                 for n, seed in enumerate(seeds):
-                    pts = sorted((r["step"], r[stat]) for r in rows
-                                 if (r["arm"], r["seed"], r["layer"]) == (arm, seed, k))  # fmt: skip
-                    ax.plot(*zip(*pts, strict=True), color=f"C{c}", lw=1, alpha=0.8,
-                            label=arm if n == 0 else None)  # fmt: skip
+                    pts = sorted(
+                        (r["step"], r[stat])
+                        for r in rows
+                        if (r["arm"], r["seed"], r["layer"]) == (arm, seed, k)
+                    )
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        color=f"C{c}",
+                        lw=1,
+                        alpha=0.8,
+                        label=arm if n == 0 else None,
+                    )
             ax.grid(alpha=0.3)
             ax.set_title(f"block {k}", fontsize=9)
             if stat in ("sink_share", "row_sum"):  # shares: the whole range, read at a glance
@@ -237,14 +297,16 @@ def figure(rows: list[dict], arms: list[str], path: Path) -> None:
 
 def arms_text(names: list[str]) -> str:
     """`none (mixer=scaled_dot: plain softmax (the reference)); learned (...)`."""
-    return "; ".join(f"{a} ({' '.join(['mixer=' + ARMS[a][0], *ARMS[a][1]])}: {ARMS[a][2]})"
-                     for a in names)  # fmt: skip
+    return "; ".join(
+        f"{a} ({' '.join(['mixer=' + ARMS[a][0], *ARMS[a][1]])}: {ARMS[a][2]})" for a in names
+    )
 
 
 def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Path:
     groups = [g for a in arms for g in a["groups"]]
-    on_loss = comparisons(groups, "arm", "test_loss", args.confidence, args.margin, REFERENCE,
-                          "none")  # fmt: skip
+    on_loss = comparisons(
+        groups, "arm", "test_loss", args.confidence, args.margin, REFERENCE, "none"
+    )
     on_rank = comparisons(groups, "arm", "rank", args.confidence, None, REFERENCE, "none")
     family = correct(on_loss + on_rank, args.correction)
     layers = layer_rows(arms)
@@ -282,8 +344,9 @@ def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Pa
     if args.smoke:
         lines += ["**Smoke run**: toy sizes; the numbers mean nothing.", ""]
     for a in arms:
-        tuned = tuning_lines(a, args.lrs, args.tune_seeds, "whole-split val loss (min)",
-                             args.max_extensions)  # fmt: skip
+        tuned = tuning_lines(
+            a, args.lrs, args.tune_seeds, "whole-split val loss (min)", args.max_extensions
+        )
         lines += [tuned[0].replace("Learning rate", f"{a['arm']}: learning rate"), *tuned[1:]]
     lines += [
         "## Fresh seeds: test loss, final rank",
@@ -297,8 +360,11 @@ def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Pa
     ]
     for g in groups:
         r = group_row(g, args.confidence)
-        seeds = ", ".join(f"{fmt(x['seed'])}: {x['final_test_loss']:.3f}" for x in g.completed
-                          if x["final_test_loss"] is not None)  # fmt: skip
+        seeds = ", ".join(
+            f"{fmt(x['seed'])}: {x['final_test_loss']:.3f}"
+            for x in g.completed
+            if x["final_test_loss"] is not None
+        )
         lines.append(
             f"| {g.label['arm']} | {fmt(g.config.get('train.lr'))} | {r['n_seeds']} | "
             f"{ci_text(r['test_loss_mean'], r['test_loss_ci_low'], r['test_loss_ci_high'])} | "
@@ -314,14 +380,22 @@ def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Pa
         lines += [*stat_table(layers, stat, names), ""]
     if logits:
         values = [r["logit"] for r in logits]
-        lines += [f"Learned sink logits at the end (`sink_logits.csv`, every block, head and "
-                  f"fresh seed; 0 at init, which is zero_kv's sink): {min(values):+.3f} to "
-                  f"{max(values):+.3f}.", ""]  # fmt: skip
+        lines += [
+            f"Learned sink logits at the end (`sink_logits.csv`, every block, head and "
+            f"fresh seed; 0 at init, which is zero_kv's sink): {min(values):+.3f} to "
+            f"{max(values):+.3f}.",
+            "",
+        ]
     path = args.out / "sinks.md"
     path.write_text("\n".join(lines) + "\n")
-    plain = {a["arm"]: {"chosen_lr": a["chosen"].get(a["arm"]), "extensions": a["extensions"],
-                        "groups": [group_row(g, args.confidence) for g in a["groups"]]}
-             for a in arms}  # fmt: skip
+    plain = {
+        a["arm"]: {
+            "chosen_lr": a["chosen"].get(a["arm"]),
+            "extensions": a["extensions"],
+            "groups": [group_row(g, args.confidence) for g in a["groups"]],
+        }
+        for a in arms
+    }
     (args.out / "sinks.json").write_text(
         json.dumps({**header, "arms": plain}, indent=2, default=str) + "\n"
     )
@@ -332,8 +406,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--arms", type=lambda s: s.split(","), default=list(ARMS),
-                        help=f"comma-separated, of {', '.join(ARMS)} (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--arms",
+        type=lambda s: s.split(","),
+        default=list(ARMS),
+        help=f"comma-separated, of {', '.join(ARMS)} (default: all)",
+    )
     add_tuned_options(parser, "sinks", "test loss, nats")
     args = parser.parse_args()
     preset = PRESETS[args.preset]
@@ -349,10 +427,18 @@ def main() -> None:
         args.seeds = args.seeds[:2]
     if args.dry_run:
         n = len(args.arms)
-        print(price([("tuning", n * len(args.lrs) * len(args.tune_seeds), preset["seconds"]),
-                     ("fresh seeds", n * len(args.seeds), preset["seconds"])], args.parallel,
-                    preset["basis"], f"; grid extensions add up to "
-                    f"{args.max_extensions * len(args.tune_seeds) * n} runs more"))  # fmt: skip
+        print(
+            price(
+                [
+                    ("tuning", n * len(args.lrs) * len(args.tune_seeds), preset["seconds"]),
+                    ("fresh seeds", n * len(args.seeds), preset["seconds"]),
+                ],
+                args.parallel,
+                preset["basis"],
+                f"; grid extensions add up to "
+                f"{args.max_extensions * len(args.tune_seeds) * n} runs more",
+            )
+        )
         return
     env = dict(os.environ)
     if args.smoke:
@@ -361,16 +447,27 @@ def main() -> None:
     else:
         args.data_dir = data_dir_of(args)
         if not has_corpus("shakespeare_char", args.data_dir):
-            parser.error(f"--data-dir {args.data_dir}: no Tiny Shakespeare there "
-                         "(tinyshakespeare/input.txt); docs/data.md says how to fetch it")  # fmt: skip
+            parser.error(
+                f"--data-dir {args.data_dir}: no Tiny Shakespeare there "
+                "(tinyshakespeare/input.txt); docs/data.md says how to fetch it"
+            )
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     arms = [run_arm(a, args, env) for a in args.arms]
-    header = {"command": command, "machine": machine(), "started": started,
-              "wall_s": time.perf_counter() - start, "preset": args.preset, "lrs": args.lrs,
-              "tune_seeds": args.tune_seeds, "seeds": args.seeds, "margin": args.margin,
-              "margin_reason": MARGIN_REASON, "correction": args.correction}  # fmt: skip
+    header = {
+        "command": command,
+        "machine": machine(),
+        "started": started,
+        "wall_s": time.perf_counter() - start,
+        "preset": args.preset,
+        "lrs": args.lrs,
+        "tune_seeds": args.tune_seeds,
+        "seeds": args.seeds,
+        "margin": args.margin,
+        "margin_reason": MARGIN_REASON,
+        "correction": args.correction,
+    }
     print(write_report(arms, args, header).read_text())
 
 

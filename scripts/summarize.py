@@ -98,35 +98,70 @@ def main() -> None:
     )
     parser.add_argument("sweep", type=Path, nargs="+", help="multirun folder(s) (hold 0/, 1/, ...)")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: sweep)")
-    parser.add_argument("--compare", default=None,
-                        help="axis to compare along (e.g. mixer, model.skip); default: the axis "
-                             "the sweep varied (the mixer when it varied several)")  # fmt: skip
-    parser.add_argument("--reference", default=None,
-                        help="the value of the compared axis every other is compared with "
-                             "(default: scaled_dot for mixer, add for model.residual, else the "
-                             "axis's first value in the sweep)")  # fmt: skip
-    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm",
-                        help="family-wise correction over the report's comparisons (default holm)")  # fmt: skip
-    parser.add_argument("--metric", choices=METRICS, default="auto",
-                        help="what to compare on: val_loss, metric (the task's, on val), "
-                             "test_loss, test_metric (held-out test); auto (default): test_loss "
-                             "when every completed job has it and no --select-by, else val_loss")  # fmt: skip
-    parser.add_argument("--margin", type=float, default=None,
-                        help="equivalence margin on the compared value for TOST (e.g. 0.01)")  # fmt: skip
+    parser.add_argument(
+        "--compare",
+        default=None,
+        help="axis to compare along (e.g. mixer, model.skip); default: the axis "
+        "the sweep varied (the mixer when it varied several)",
+    )
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="the value of the compared axis every other is compared with "
+        "(default: scaled_dot for mixer, add for model.residual, else the "
+        "axis's first value in the sweep)",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=("holm", "bonferroni", "none"),
+        default="holm",
+        help="family-wise correction over the report's comparisons (default holm)",
+    )
+    parser.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="auto",
+        help="what to compare on: val_loss, metric (the task's, on val), "
+        "test_loss, test_metric (held-out test); auto (default): test_loss "
+        "when every completed job has it and no --select-by, else val_loss",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="equivalence margin on the compared value for TOST (e.g. 0.01)",
+    )
     parser.add_argument("--confidence", type=float, default=0.95, help="default 0.95")
-    parser.add_argument("--select-by", choices=("val_loss", "metric"), default=None,
-                        help="pick the --tune-axis value with the best mean of this")  # fmt: skip
+    parser.add_argument(
+        "--select-by",
+        choices=("val_loss", "metric"),
+        default=None,
+        help="pick the --tune-axis value with the best mean of this",
+    )
     parser.add_argument("--tune-axis", default=None, help="the tuned axis, e.g. train.lr")
-    parser.add_argument("--fresh-seeds", default="0,1,2,3,4",
-                        help="seeds of the follow-up runs at the selected values")  # fmt: skip
-    parser.add_argument("--final-dir", default="multirun/final",
-                        help="where selected.sh puts the follow-up sweeps")  # fmt: skip
-    parser.add_argument("--x", choices=tuple(X_AXES), default="steps", dest="x_axis",
-                        help="what val_bands.png is drawn against (default: steps)")  # fmt: skip
-    parser.add_argument("--wandb", choices=("auto", "offline", "online", "disabled"),
-                        default="auto", dest="wandb_mode",
-                        help="log the groups table as a W&B Table in a summary run; auto: "
-                             "offline when the sweep's runs used W&B")  # fmt: skip
+    parser.add_argument(
+        "--fresh-seeds",
+        default="0,1,2,3,4",
+        help="seeds of the follow-up runs at the selected values",
+    )
+    parser.add_argument(
+        "--final-dir", default="multirun/final", help="where selected.sh puts the follow-up sweeps"
+    )
+    parser.add_argument(
+        "--x",
+        choices=tuple(X_AXES),
+        default="steps",
+        dest="x_axis",
+        help="what val_bands.png is drawn against (default: steps)",
+    )
+    parser.add_argument(
+        "--wandb",
+        choices=("auto", "offline", "online", "disabled"),
+        default="auto",
+        dest="wandb_mode",
+        help="log the groups table as a W&B Table in a summary run; auto: "
+        "offline when the sweep's runs used W&B",
+    )
     args = parser.parse_args()
     if not 0.0 < args.confidence < 1.0:
         parser.error("--confidence must be in (0, 1)")

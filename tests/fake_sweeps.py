@@ -69,8 +69,11 @@ def _records(loss: float, depth: int, decay: float, compute: tuple[int, float] |
                 r[f"rank/attention_entropy/layer_{k}"] = 1.5 + 0.1 * k
         if compute is not None:
             per_step, seconds = compute
-            r |= {"compute/tokens": step * 32, "compute/flops": step * 32 * per_step,
-                  "compute/train_s": step * seconds}  # fmt: skip
+            r |= {
+                "compute/tokens": step * 32,
+                "compute/flops": step * 32 * per_step,
+                "compute/train_s": step * seconds,
+            }
         out.append(r)
     return out
 
@@ -112,8 +115,12 @@ def make_tune_sweep(root: Path) -> Path:
                     "final": {k: v for k, v in records[-1].items() if k != "step"},
                 }
                 if compute is not None:
-                    summary["compute"] = {"tokens": 640, "flops": 640 * compute[0],
-                                          "train_s": 20 * compute[1], "wall_s": 0.5 + m}  # fmt: skip
+                    summary["compute"] = {
+                        "tokens": 640,
+                        "flops": 640 * compute[0],
+                        "train_s": 20 * compute[1],
+                        "wall_s": 0.5 + m,
+                    }
                 if job == 4:
                     summary |= {"status": "failed", "error": "Traceback\nValueError: boom"}
                 elif job == 13:
@@ -159,8 +166,13 @@ def make_rank_ablation(out: Path) -> Path:
                 for mlp in (True, False) if name == "grid" else (True,):
                     for seed in RA_SEEDS:
                         folder = out / name / str(job)
-                        model = {"residual": residual, "norm": norm, "mlp": mlp,
-                                 "skip": residual != "none", **extra}  # fmt: skip
+                        model = {
+                            "residual": residual,
+                            "norm": norm,
+                            "mlp": mlp,
+                            "skip": residual != "none",
+                            **extra,
+                        }
                         cfg = _config(mixer, seed, 1e-3, folder, **model)
                         decay = keep[residual] ** (0.5 if norm == "none" else 1.0)
                         decay *= 1.0 - 0.005 * seed - (0.03 if mlp else 0.0)
@@ -171,14 +183,24 @@ def make_rank_ablation(out: Path) -> Path:
                             for r in records:
                                 for k in [k for k in r if "attention_entropy" in k]:
                                     del r[k]
-                        summary = {"status": "completed", "step": 20, "steps_per_s": 10.0,
-                                   "params": 3000, "final": records[-1]}  # fmt: skip
+                        summary = {
+                            "status": "completed",
+                            "step": 20,
+                            "steps_per_s": 10.0,
+                            "params": 3000,
+                            "final": records[-1],
+                        }
                         overrides = [f"mixer={mixer}", f"train.seed={seed}"]
                         _write_job(folder, cfg, overrides, records, summary)
                         job += 1
-    header = {"command": "python scripts/rank_ablation.py --smoke", "machine": "a test machine",
-              "started": "2026-01-01 00:00:00", "wall_s": 60.0, "seeds": list(RA_SEEDS),
-              "thresholds": {"kept": 0.5, "collapsed": 0.2}}  # fmt: skip
+    header = {
+        "command": "python scripts/rank_ablation.py --smoke",
+        "machine": "a test machine",
+        "started": "2026-01-01 00:00:00",
+        "wall_s": 60.0,
+        "seeds": list(RA_SEEDS),
+        "thresholds": {"kept": 0.5, "collapsed": 0.2},
+    }
     (out / "run.json").write_text(json.dumps(header, indent=2) + "\n")
     return out
 
@@ -193,8 +215,13 @@ def make_wide_sweep(root: Path, mixers: list[str], residuals: list[str], seeds=(
                 folder = root / str(job)
                 loss = round(2.0 + 0.05 * m + 0.01 * r + 0.01 * seed, 9)
                 records = _records(loss, 3, 0.9 - 0.1 * r, None)
-                summary = {"status": "completed", "step": 20, "steps_per_s": 10.0,
-                           "params": 3000, "final": records[-1]}  # fmt: skip
+                summary = {
+                    "status": "completed",
+                    "step": 20,
+                    "steps_per_s": 10.0,
+                    "params": 3000,
+                    "final": records[-1],
+                }
                 cfg = _config(mixer, seed, 1e-3, folder, residual=residual)
                 overrides = [f"mixer={mixer}", f"model.residual={residual}", f"train.seed={seed}"]
                 _write_job(folder, cfg, overrides, records, summary)
@@ -210,8 +237,16 @@ SUMMARIZE_RUNS = {
         "--final-dir multirun/final --compare mixer --wandb disabled"
     ),
 }
-SUMMARIZE_FILES = ("summary.md", "summary.csv", "groups.md", "groups.csv", "comparisons.csv",
-                   "selected.json", "selected.md", "selected.sh")  # fmt: skip
+SUMMARIZE_FILES = (
+    "summary.md",
+    "summary.csv",
+    "groups.md",
+    "groups.csv",
+    "comparisons.csv",
+    "selected.json",
+    "selected.md",
+    "selected.sh",
+)
 RANK_ABLATION_FILES = ("rank_ablation.md", "rank_ablation.csv", "rank_ablation.json", "runs.csv")
 
 
@@ -232,8 +267,12 @@ def write_expected(scripts: Path, dest: Path, work: Path) -> None:
 
     make_tune_sweep(work / "sweep")
     for name, args in SUMMARIZE_RUNS.items():
-        subprocess.run([sys.executable, str(scripts / "summarize.py"), *args], cwd=work,
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, str(scripts / "summarize.py"), *args],
+            cwd=work,
+            check=True,
+            capture_output=True,
+        )
         for f in SUMMARIZE_FILES:
             if (work / name / f).exists():
                 (dest / name).mkdir(parents=True, exist_ok=True)
@@ -241,8 +280,19 @@ def write_expected(scripts: Path, dest: Path, work: Path) -> None:
                     normalised((work / name / f).read_text(), scripts, work)
                 )
     make_rank_ablation(work / "ra")
-    subprocess.run([sys.executable, str(scripts / "rank_ablation.py"), "--report-only", "--smoke",
-                    "--out", "ra"], cwd=work, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            str(scripts / "rank_ablation.py"),
+            "--report-only",
+            "--smoke",
+            "--out",
+            "ra",
+        ],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
     (dest / "rank_ablation").mkdir(parents=True, exist_ok=True)
     for f in RANK_ABLATION_FILES:
         text = normalised((work / "ra" / f).read_text(), scripts, work)

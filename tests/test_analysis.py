@@ -29,8 +29,14 @@ def test_rank_keys_round_trip_and_other_keys_are_not_rank_keys():
     assert analysis.parse_rank_key("rank/token_similarity/layer_2") == ("token_similarity", 2)
     for other in ("rank/last", "val/loss", "rank/table", "rank/stable_rank/vs_depth"):
         assert analysis.parse_rank_key(other) is None
-    record = {"step": 5, "rank/layer_0": 1.0, "rank/layer_2": 0.25, "rank/last": 0.25,
-              "rank/attention_entropy/layer_1": 2.0, "rank/attention_entropy/layer_2": None}  # fmt: skip
+    record = {
+        "step": 5,
+        "rank/layer_0": 1.0,
+        "rank/layer_2": 0.25,
+        "rank/last": 0.25,
+        "rank/attention_entropy/layer_1": 2.0,
+        "rank/attention_entropy/layer_2": None,
+    }
     assert rank_layers(record) == [0, 2]
     values = analysis.rank_values(record)
     assert values[0] == 1.0 and math.isnan(values[1]) and values[2] == 0.25
@@ -139,8 +145,11 @@ def test_the_flops_of_a_run_that_did_not_record_them_are_the_trainers(tmp_path: 
     assert "compute" not in job.summary and job.config["model"]["heads"] == 2
     per_token = train_flops_per_token("scaled_dot", 16, 3, 2, 8, causal=False)
     assert flops_per_token(job.config, 8, False) == per_token
-    assert reconstructed_budget(job) == {"tokens": 20 * 4 * 8, "wall_s": 2.0,
-                                         "flops": per_token * 20 * 4 * 8}  # fmt: skip
+    assert reconstructed_budget(job) == {
+        "tokens": 20 * 4 * 8,
+        "wall_s": 2.0,
+        "flops": per_token * 20 * 4 * 8,
+    }
     job.config["mixer"]["name"] = "someone_elses_mixer"
     assert flops_per_token(job.config, 8, False) is None
     assert reconstructed_budget(job)["flops"] is None
@@ -176,8 +185,12 @@ def test_collapse_is_judged_on_each_measures_own_scale():
     assert analysis.kept_share("stable_rank", high) == 0.0
     assert low[-1] / low[0] > 0.9  # what the old last / first share said: kept
     assert _collapse_verdict("stable_rank", [low, high, [3.0, 2.0, 1.0000001]]) == "collapsed"
-    for name, profile in (("stable_rank", [5.0, 5.0, 5.0]), ("effective_rank", [12.0, 12.0]),
-                          ("token_similarity", [0.3, 0.3]), ("relative_residual", [0.8, 0.8])):  # fmt: skip
+    for name, profile in (
+        ("stable_rank", [5.0, 5.0, 5.0]),
+        ("effective_rank", [12.0, 12.0]),
+        ("token_similarity", [0.3, 0.3]),
+        ("relative_residual", [0.8, 0.8]),
+    ):
         assert analysis.kept_share(name, profile) == 1.0
         assert _collapse_verdict(name, [profile] * 3) == "kept"
     sim = [[0.2, 0.9, 1.0], [0.4, 0.99, 0.999999], [0.1, 0.5, 0.9999]]
@@ -187,8 +200,11 @@ def test_collapse_is_judged_on_each_measures_own_scale():
     assert analysis.kept_share("effective_rank", [9.0, 5.0]) == 0.5
     assert analysis.kept_share("token_similarity", [0.2, 0.6]) == pytest.approx(0.5)
     # layer 0 already at the collapse value: nothing to keep, no share, no verdict
-    for name, at in (("stable_rank", [1.0, 1.0]), ("token_similarity", [1.0, 0.5]),
-                     ("relative_residual", [0.0, 0.0])):  # fmt: skip
+    for name, at in (
+        ("stable_rank", [1.0, 1.0]),
+        ("token_similarity", [1.0, 0.5]),
+        ("relative_residual", [0.0, 0.0]),
+    ):
         assert math.isnan(analysis.kept_share(name, at))
         assert _collapse_verdict(name, [at] * 3) == "n/a"
 
@@ -203,11 +219,22 @@ def test_the_held_out_test_numbers_and_their_counts_are_read_per_run_and_per_gro
     for seed in range(3):
         folder = tmp_path / "sweep" / str(seed)
         records = _records(2.0 + seed / 10, 3, 0.5, None)
-        final = {"val/loss": 2.0 + seed / 10, "val/accuracy": 0.5, "val/n": 4096,
-                 "test/loss": 2.1 + seed / 10, "test/accuracy": 0.4 + seed / 100, "test/n": 4096}  # fmt: skip
+        final = {
+            "val/loss": 2.0 + seed / 10,
+            "val/accuracy": 0.5,
+            "val/n": 4096,
+            "test/loss": 2.1 + seed / 10,
+            "test/accuracy": 0.4 + seed / 100,
+            "test/n": 4096,
+        }
         summary = {"status": "completed", "step": 20, "final": final}
-        _write_job(folder, _config("scaled_dot", seed, 1e-3, folder), [f"train.seed={seed}"],
-                   records, summary)  # fmt: skip
+        _write_job(
+            folder,
+            _config("scaled_dot", seed, 1e-3, folder),
+            [f"train.seed={seed}"],
+            records,
+            summary,
+        )
     sweep = load_sweep(tmp_path / "sweep")
     assert sorted(r["final_test_loss"] for r in sweep.rows) == pytest.approx([2.1, 2.2, 2.3])
     assert {(r["val_n"], r["test_n"]) for r in sweep.rows} == {(4096, 4096)}
@@ -302,8 +329,10 @@ def test_the_rule_recovers_known_rates_with_the_seeds_noise(k, kind):
     right, close = 0, 0
     for _ in range(200):
         curves = _synthetic_study(k, rng, SEED_NOISE)
-        verdicts = {analysis.collapse_kind(curves, floor=f)[0]
-                    for f in (SPLIT_FLOOR / 100, SPLIT_FLOOR, SPLIT_FLOOR * 100)}  # fmt: skip
+        verdicts = {
+            analysis.collapse_kind(curves, floor=f)[0]
+            for f in (SPLIT_FLOOR / 100, SPLIT_FLOOR, SPLIT_FLOOR * 100)
+        }
         assert len(verdicts) == 1
         ratio = analysis.collapse_kind(curves, floor=SPLIT_FLOOR)[2]
         right += verdicts == {f"collapses {kind} exponentially"}
@@ -352,8 +381,13 @@ def test_the_committed_verdicts_do_not_move_with_the_floor():
 def test_the_calibration_noise_is_that_of_the_seeds():
     committed = _committed_rate()
     shares, worst = [], 0.0
-    for mixer in ("attnzoo.analysis.controls.FrozenStochastic", "local", "scaled_dot",
-                  "quadratic", "metric"):  # fmt: skip
+    for mixer in (
+        "attnzoo.analysis.controls.FrozenStochastic",
+        "local",
+        "scaled_dot",
+        "quadratic",
+        "metric",
+    ):
         for curve in committed[mixer][0]:
             logs = analysis.fits.fit_logs(curve, SPLIT_FLOOR)
             steps = [b - a for a, b in zip(logs, logs[1:], strict=False)]
@@ -370,8 +404,16 @@ def _pure_stack_residuals(mixer: str, seed: int, **options) -> list[float]:
     init, inputs of std 1, measured as the rate study does (the split measurement where the mixer
     has a rule, else plain float64)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(dim=32, depth=8, heads=2, mixer=mixer, mixer_options=options,
-                      skip=False, mlp=False, norm="none")  # fmt: skip
+    cfg = ModelConfig(
+        dim=32,
+        depth=8,
+        heads=2,
+        mixer=mixer,
+        mixer_options=options,
+        skip=False,
+        mlp=False,
+        norm="none",
+    )
     model = Model(cfg, out_features=2, max_len=24, vocab_size=32)
     with torch.no_grad():
         model.embed.weight.normal_()
@@ -407,9 +449,12 @@ def test_what_is_known_about_collapse_holds_at_init():
     this width it hardly decays in 8 layers: its rate is read from the committed study, see
     test_the_committed_verdicts_do_not_move_with_the_floor)."""
     control = "attnzoo.analysis.controls.FrozenStochastic"
-    kinds = {m: analysis.collapse_kind([_pure_stack_residuals(m, s) for s in range(3)],
-                                       floor=SPLIT_FLOOR)
-             for m in ("fourier", control, "scaled_dot")}  # fmt: skip
+    kinds = {
+        m: analysis.collapse_kind(
+            [_pure_stack_residuals(m, s) for s in range(3)], floor=SPLIT_FLOOR
+        )
+        for m in ("fourier", control, "scaled_dot")
+    }
     assert kinds["fourier"][0] == "no collapse"
     assert kinds[control][0] == "collapses singly exponentially"
     assert kinds["scaled_dot"][0] == "collapses doubly exponentially"

@@ -24,8 +24,9 @@ EXPECTED = Path(__file__).parent / "data" / "analysis_expected"
 
 
 def _run(script: str, args: list[str], cwd: Path) -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPTS / script), *args], cwd=cwd,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args], cwd=cwd, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -51,8 +52,12 @@ def test_rank_ablation_report_writes_what_it_wrote_before(tmp_path: Path) -> Non
 # Student-t 97.5% quantiles by degrees of freedom (tables), so that the check below shares no
 # code with attnzoo.stats
 T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105, 5: 2.570581836}
-COLLAPSE_VALUE = {"relative_residual": 0.0, "effective_rank": 1.0, "stable_rank": 1.0,
-                  "token_similarity": 1.0}  # fmt: skip
+COLLAPSE_VALUE = {
+    "relative_residual": 0.0,
+    "effective_rank": 1.0,
+    "stable_rank": 1.0,
+    "token_similarity": 1.0,
+}
 
 
 def test_rank_ablation_shares_and_verdicts_recompute_from_runs_layers(tmp_path: Path) -> None:

@@ -222,9 +222,14 @@ def test_backward_computes_the_scores_once_per_tile_pair_up_to_512(d_qk: int, d_
     feature-chunk grid axis, so no program recomputes scores that another one computed. Wider,
     the backward falls back to HEAD-wide chunks."""
     prob = launch._Problem(
-        torch.empty(1, 1, 1, d_qk), torch.empty(1, 1, 1, d_qk), torch.empty(1, 1, 1, d_v),
-        None, False, None, 0.25,
-    )  # fmt: skip
+        torch.empty(1, 1, 1, d_qk),
+        torch.empty(1, 1, 1, d_qk),
+        torch.empty(1, 1, 1, d_v),
+        None,
+        False,
+        None,
+        0.25,
+    )
     flags = prob.backward_flags()
     assert flags["HEAD"] == attention.head_width(d_v)
     if d_qk <= attention.MAX_QK_HEAD:
@@ -471,8 +476,9 @@ def test_leading_padding_with_far_negative_scores(causal: bool) -> None:
     mask[:, :40] = True
     scale = 16.0  # scores ≈ 2 · (-2) · d · 16 = -1024: exp2 of their distance to 0 underflows
     out = ops.scaled_dot_attention(q, k, v, causal, mask, scale, impl="triton")
-    want = ops.scaled_dot_attention(q.double(), k.double(), v.double(), causal, mask, scale,
-                                    impl="torch")  # fmt: skip
+    want = ops.scaled_dot_attention(
+        q.double(), k.double(), v.double(), causal, mask, scale, impl="torch"
+    )
     visible = ~empty_rows(mask, n, causal)[0]
     assert visible[40:].all() and visible[:40].all() != causal  # causal: queries < 40 see nothing
     assert rel_err(out[..., visible, :], want[..., visible, :]) <= 1e-4

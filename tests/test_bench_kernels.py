@@ -198,9 +198,15 @@ def _flops_before(op, b, h, n, d, causal):
 
 @pytest.mark.parametrize("op", ["scaled_dot", "metric", "quadratic"])
 @pytest.mark.parametrize(
-    "shape", [(64, 6, 256, 64, True), (2, 8, 4096, 64, False), (2, 8, 8192, 64, True),
-              (1, 2, 37, 16, False), (3, 5, 1000, 128, True)],
-)  # fmt: skip
+    "shape",
+    [
+        (64, 6, 256, 64, True),
+        (2, 8, 4096, 64, False),
+        (2, 8, 8192, 64, True),
+        (1, 2, 37, 16, False),
+        (3, 5, 1000, 128, True),
+    ],
+)
 def test_benchmark_flops_are_the_shared_op_formula_and_unchanged(bench, op, shape):
     from attnzoo.kernels.flops import op_flops
 
@@ -410,9 +416,16 @@ def test_linear_rows_name_why_a_comparison_is_skipped(bench, monkeypatch):
     results = []
     shapes = [bench.Shape(f"N40-{m}", 1, 2, 40, 16, m == "causal") for m in ("causal", "bidir")]
     bench.time_part(
-        "linear", shapes, "triton", 3, _stand_in_timer, results.append, "cpu", torch.float32,
+        "linear",
+        shapes,
+        "triton",
+        3,
+        _stand_in_timer,
+        results.append,
+        "cpu",
+        torch.float32,
         ("math",),
-    )  # fmt: skip
+    )
     by = {(r.shape, r.candidate, r.mode): r for r in results}
     timed = {k for k, r in by.items() if r.device_ms is not None}
     for shape in ("N40-causal", "N40-bidir"):
@@ -442,8 +455,16 @@ def test_fla_is_called_in_its_own_layout_and_matches_the_op(bench, monkeypatch):
     the op's (B, H, N, dv) layout: a stand-in with fla's documented semantics agrees with the op."""
     seen = {}
 
-    def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
-                          normalize=True, head_first=True):  # fmt: skip
+    def chunk_linear_attn(
+        q,
+        k,
+        v,
+        scale=None,
+        initial_state=None,
+        output_final_state=False,
+        normalize=True,
+        head_first=True,
+    ):
         seen.update(shape=tuple(q.shape), scale=scale, normalize=normalize, head_first=head_first)
         s = torch.einsum("bnhf,bnhv->bnhfv", k, v).cumsum(1)
         o = torch.einsum("bnhf,bnhfv->bnhv", q * scale, s)
@@ -589,9 +610,26 @@ def test_smoke_times_the_gated_and_sigmoid_parts_into_dispatch_rows(
     from attnzoo.kernels import dispatch
 
     _without_fla(monkeypatch)
-    args = ["--smoke", "--only", "gated", "gated_key", "sigmoid", "--n", "32", "--batch", "1",
-            "--heads", "2", "--head-dim", "16", "--no-train-shape", "--reps", "1",
-            "--out", str(tmp_path)]  # fmt: skip
+    args = [
+        "--smoke",
+        "--only",
+        "gated",
+        "gated_key",
+        "sigmoid",
+        "--n",
+        "32",
+        "--batch",
+        "1",
+        "--heads",
+        "2",
+        "--head-dim",
+        "16",
+        "--no-train-shape",
+        "--reps",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     assert script.main(args) == 0
     saved = json.loads((tmp_path / "bench_kernels.json").read_text())
     by = {(r["part"], r["shape"], r["candidate"], r["mode"]): r for r in saved["results"]}
@@ -646,8 +684,9 @@ def test_fla_gated_is_called_in_its_layout_and_skipped_without_a_gpu(bench, monk
     module, name = FLA_GATED[part]
     seen = {}
 
-    def chunk(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
-              head_first=True):  # fmt: skip
+    def chunk(
+        q, k, v, g, scale=None, initial_state=None, output_final_state=False, head_first=True
+    ):
         seen.update(q=tuple(q.shape), g=tuple(g.shape), scale=scale, head_first=head_first)
         return _fla_semantics(q, k, v, g, scale), None
 
@@ -700,8 +739,9 @@ def test_gated_and_sigmoid_verdicts_and_dispatch_rows(bench):
     v = got["sigmoid fwd+bwd vs its PyTorch path, N4096-bidirectional"]
     assert v.verdict == "MISSED" and v.measured.startswith("0.75×")
 
-    shapes = [bench.TRAIN] + bench.attention_shapes([4096], ["causal", "bidirectional"], 2, 8,
-                                                    64, False)  # fmt: skip
+    shapes = [bench.TRAIN] + bench.attention_shapes(
+        [4096], ["causal", "bidirectional"], 2, 8, 64, False
+    )
     rows = bench.dispatch_rows(results, shapes, torch.bfloat16)
     (gated,) = [r for r in rows if r["op"] == "gated_linear_attention"]
     assert gated["part"] == "gated_key" and gated["ratio"] == pytest.approx(1.5)

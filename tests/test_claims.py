@@ -142,14 +142,18 @@ def test_a_recall_seed_or_verdict_changed_in_its_tables_fails_its_claims(tmp_pat
     assert all(claims.check(claim(i), root) == [] for i in ids)
     where = {"mixer": "deltanet", "seed": "2", "width": "64", "depth": "2"}
     alter(root / claims.RESULTS / runs, where, "final_test_metric", "0.95")
-    assert any("deltanet: a seed at 0.950, below 0.99" in p
-               for p in claims.check(claim("recall-deltanet"), root))  # fmt: skip
+    assert any(
+        "deltanet: a seed at 0.950, below 0.99" in p
+        for p in claims.check(claim("recall-deltanet"), root)
+    )
     assert claims.check(claim("recall-table-deltanet"), root)
     assert claims.check(claim("recall-scaled-dot"), root) == []
     where = {"config": "gla (train.lr=0.003)", "width": "64", "depth": "2"}
     alter(root / claims.RESULTS / comparisons, where, "verdict", "worse")
-    assert any("gla: 'worse', not 'not resolved'" in p
-               for p in claims.check(claim("recall-scaled-dot"), root))  # fmt: skip
+    assert any(
+        "gla: 'worse', not 'not resolved'" in p
+        for p in claims.check(claim("recall-scaled-dot"), root)
+    )
 
 
 def test_recall_at_width_32_changed_in_its_tables_fails_its_claims(tmp_path: Path) -> None:
@@ -162,23 +166,43 @@ def test_recall_at_width_32_changed_in_its_tables_fails_its_claims(tmp_path: Pat
     root = copy_tree(tmp_path, [runs, comparisons, recall.STUDY])
     ids = ("recall-narrow-page", "recall-narrow-verdicts")
     assert all(claims.check(claim(i), root) == [] for i in ids)
-    alter(root / claims.RESULTS / runs, {"mixer": "deltanet", "seed": "0", "width": "32"},
-          "final_test_metric", "0.999")  # fmt: skip
-    assert any("deltanet at width 32" in p
-               for p in claims.check(claim("recall-narrow-page"), root))  # fmt: skip
-    alter(root / claims.RESULTS / runs, {"mixer": "scaled_dot", "seed": "1", "width": "32"},
-          "final_test_metric", "0.7")  # fmt: skip
-    assert any("scaled_dot: a seed at 0.700, not below 0.2" in p
-               for p in claims.check(claim("recall-narrow-page"), root))  # fmt: skip
-    alter(root / claims.RESULTS / comparisons, {"config": "gla (train.lr=0.003)", "width": "32"},
-          "verdict", "worse")  # fmt: skip
-    assert any("gla at width 32: 'worse'" in p
-               for p in claims.check(claim("recall-narrow-verdicts"), root))  # fmt: skip
+    alter(
+        root / claims.RESULTS / runs,
+        {"mixer": "deltanet", "seed": "0", "width": "32"},
+        "final_test_metric",
+        "0.999",
+    )
+    assert any("deltanet at width 32" in p for p in claims.check(claim("recall-narrow-page"), root))
+    alter(
+        root / claims.RESULTS / runs,
+        {"mixer": "scaled_dot", "seed": "1", "width": "32"},
+        "final_test_metric",
+        "0.7",
+    )
+    assert any(
+        "scaled_dot: a seed at 0.700, not below 0.2" in p
+        for p in claims.check(claim("recall-narrow-page"), root)
+    )
+    alter(
+        root / claims.RESULTS / comparisons,
+        {"config": "gla (train.lr=0.003)", "width": "32"},
+        "verdict",
+        "worse",
+    )
+    assert any(
+        "gla at width 32: 'worse'" in p for p in claims.check(claim("recall-narrow-verdicts"), root)
+    )
     assert claims.check(claim("recall-one-block"), root) == []
-    alter(root / claims.RESULTS / comparisons, {"config": "deltanet (train.lr=0.01)", "depth": "1"},
-          "verdict", "not resolved")  # fmt: skip
-    assert any(f"deltanet: [('not resolved', {recall.FAMILY})]" in p
-               for p in claims.check(claim("recall-one-block"), root))  # fmt: skip
+    alter(
+        root / claims.RESULTS / comparisons,
+        {"config": "deltanet (train.lr=0.01)", "depth": "1"},
+        "verdict",
+        "not resolved",
+    )
+    assert any(
+        f"deltanet: [('not resolved', {recall.FAMILY})]" in p
+        for p in claims.check(claim("recall-one-block"), root)
+    )
 
 
 def test_recall_at_width_128_changed_in_its_tables_fails_its_claims(tmp_path: Path) -> None:
@@ -194,24 +218,39 @@ def test_recall_at_width_128_changed_in_its_tables_fails_its_claims(tmp_path: Pa
     assert all(claims.check(claim(i), root) == [] for i in ids)
     at = lambda mixer, seed, width: {"mixer": mixer, "seed": seed, "width": width, "depth": "2"}
     alter(root / claims.RESULTS / runs, at("deltanet", "1", "128"), "final_test_metric", "0.95")
-    assert any("deltanet: a seed at 0.950, below 0.99" in p
-               for p in claims.check(claim("recall-wide"), root))  # fmt: skip
+    assert any(
+        "deltanet: a seed at 0.950, below 0.99" in p
+        for p in claims.check(claim("recall-wide"), root)
+    )
     for seed in "012":
         alter(root / claims.RESULTS / runs, at("mamba2", seed, "128"), "final_test_metric", "0.95")
-    assert any("mamba2's mean at width 128" in p
-               for p in claims.check(claim("recall-wide-page"), root))  # fmt: skip
+    assert any(
+        "mamba2's mean at width 128" in p for p in claims.check(claim("recall-wide-page"), root)
+    )
     alter(root / claims.RESULTS / runs, at("gla", "0", "32"), "final_test_metric", "0.7")
-    assert any("gla: a seed at 0.700, not below 0.2" in p
-               for p in claims.check(claim("recall-wide"), root))  # fmt: skip
+    assert any(
+        "gla: a seed at 0.700, not below 0.2" in p for p in claims.check(claim("recall-wide"), root)
+    )
     assert claims.check(claim("recall-wide-rising"), root) == []
-    alter(root / claims.RESULTS / recall.CURVES, {**at("mamba2", "2", "128"), "step": "1000"},
-          "val_accuracy", "0.7")  # fmt: skip
-    assert any("mamba2 seed 2: last evaluations" in p
-               for p in claims.check(claim("recall-wide-rising"), root))  # fmt: skip
-    alter(root / claims.RESULTS / comparisons, {"config": "linear (train.lr=0.000333)",
-          "width": "128"}, "verdict", "worse")  # fmt: skip
-    assert any("linear: 'worse', not 'not resolved'" in p
-               for p in claims.check(claim("recall-wide"), root))  # fmt: skip
+    alter(
+        root / claims.RESULTS / recall.CURVES,
+        {**at("mamba2", "2", "128"), "step": "1000"},
+        "val_accuracy",
+        "0.7",
+    )
+    assert any(
+        "mamba2 seed 2: last evaluations" in p
+        for p in claims.check(claim("recall-wide-rising"), root)
+    )
+    alter(
+        root / claims.RESULTS / comparisons,
+        {"config": "linear (train.lr=0.000333)", "width": "128"},
+        "verdict",
+        "worse",
+    )
+    assert any(
+        "linear: 'worse', not 'not resolved'" in p for p in claims.check(claim("recall-wide"), root)
+    )
 
 
 def test_a_sink_grown_or_a_sink_unused_in_the_sink_tables_fails_its_claims(tmp_path: Path) -> None:
@@ -226,16 +265,32 @@ def test_a_sink_grown_or_a_sink_unused_in_the_sink_tables_fails_its_claims(tmp_p
     assert all(claims.check(claim(i), root) == [] for i in ids)
     layers = root / claims.RESULTS / sinks.LAYERS
     alter(layers, {"arm": "none", "seed": "1", "step": "1000", "layer": "3"}, "sink_share", "0.5")
-    assert any("none: a sink share of 0.500 > 0.05" in p
-               for p in claims.check(claim("sinks-no-first-token"), root))  # fmt: skip
+    assert any(
+        "none: a sink share of 0.500 > 0.05" in p
+        for p in claims.check(claim("sinks-no-first-token"), root)
+    )
     alter(layers, {"arm": "zero_kv", "seed": "2", "step": "2000", "layer": "4"}, "row_sum", "0.95")
-    assert any("zero_kv seed 2 block 4: row sum 0.950 not below" in p
-               for p in claims.check(claim("sinks-used"), root))  # fmt: skip
-    alter(root / claims.RESULTS / sinks.LOGITS, {"seed": "0", "block": "2", "head": "1"}, "logit",
-          "1.5")  # fmt: skip
-    assert any("a learned logit at 1.500 from 0" in p
-               for p in claims.check(claim("sinks-learned-stays"), root))  # fmt: skip
-    alter(root / claims.RESULTS / sinks.COMPARISONS, {"config": "sigmoid", "on": "rank"},
-          "verdict", "better")  # fmt: skip
-    assert any("sigmoid on rank: 'better', not 'not resolved'" in p
-               for p in claims.check(claim("sinks-not-resolved"), root))  # fmt: skip
+    assert any(
+        "zero_kv seed 2 block 4: row sum 0.950 not below" in p
+        for p in claims.check(claim("sinks-used"), root)
+    )
+    alter(
+        root / claims.RESULTS / sinks.LOGITS,
+        {"seed": "0", "block": "2", "head": "1"},
+        "logit",
+        "1.5",
+    )
+    assert any(
+        "a learned logit at 1.500 from 0" in p
+        for p in claims.check(claim("sinks-learned-stays"), root)
+    )
+    alter(
+        root / claims.RESULTS / sinks.COMPARISONS,
+        {"config": "sigmoid", "on": "rank"},
+        "verdict",
+        "better",
+    )
+    assert any(
+        "sigmoid on rank: 'better', not 'not resolved'" in p
+        for p in claims.check(claim("sinks-not-resolved"), root)
+    )

@@ -77,8 +77,13 @@ def test_recipes_are_the_experiment_configs_with_the_flags_as_overrides() -> Non
     assert str(r.task.splits.value) == "nanogpt"  # nanoGPT's reference figures are on its own split
     t, m = r.train, r.model
     assert (t.max_steps, t.batch_size, m.dim, m.depth, m.heads, r.task.seq_len) == (
-        2000, 12, 128, 4, 4, 64
-    )  # fmt: skip
+        2000,
+        12,
+        128,
+        4,
+        4,
+        64,
+    )
     assert (t.lr, t.lr * t.min_lr_ratio, t.warmup_steps) == pytest.approx((1e-3, 1e-4, 100))
     assert ((t.beta1, t.beta2), t.weight_decay, t.grad_clip) == ((0.9, 0.99), 0.1, 1.0)
     flags = ["--steps", "7", "--dim", "32", "--seq-len", "16", "--batch", "3", "--no-compile"]

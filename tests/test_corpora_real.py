@@ -121,8 +121,11 @@ def test_imdb_val_is_the_documented_stratified_slice_of_train(imdb_task) -> None
     assert task.val_digest == IMDB_VAL_SHA256 and IMDB_VAL_SHA256 in DOCS_DATA.read_text()
     assert task.val_index.unique().numel() == 2_500 and int(task.val_index.max()) < 25_000
     assert task.describe_splits()["val"] == {
-        "reviews": 2_500, "from": "aclImdb/train", "split_seed": 0, "sha256": IMDB_VAL_SHA256
-    }  # fmt: skip
+        "reviews": 2_500,
+        "from": "aclImdb/train",
+        "split_seed": 0,
+        "sha256": IMDB_VAL_SHA256,
+    }
 
 
 @needs_imdb

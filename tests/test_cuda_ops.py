@@ -62,8 +62,9 @@ def call(op: str, impl: str, tensors, causal: bool, mask, dropout_p: float = 0.0
         q, k, v, sink = tensors
         return ops.scaled_dot_attention(q, k, v, causal, mask, None, dropout_p, impl, sink=sink)
     if op == "sigmoid":  # the mixer's default bias, −log N
-        return ops.sigmoid_attention(*tensors, causal, mask, bias=-math.log(tensors[0].shape[2]),
-                                     impl=impl)  # fmt: skip
+        return ops.sigmoid_attention(
+            *tensors, causal, mask, bias=-math.log(tensors[0].shape[2]), impl=impl
+        )
     fn = getattr(ops, f"{op}_attention")
     return fn(*tensors, causal, mask, None, dropout_p, impl=impl)
 

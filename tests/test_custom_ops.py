@@ -181,13 +181,15 @@ def test_the_autocast_rule_leaves_the_sink_in_its_dtype() -> None:
         "scaled_dot_attention", sink=True
     )
     with torch.autocast("cpu", dtype=torch.float16):
-        out, _ = torch.ops.attnzoo.scaled_dot_attention(q, k, v, mask, causal, scale, p, seed,
-                                                        window, sink)  # fmt: skip
+        out, _ = torch.ops.attnzoo.scaled_dot_attention(
+            q, k, v, mask, causal, scale, p, seed, window, sink
+        )
     assert out.dtype == torch.float16
     (dsink,) = torch.autograd.grad(out.float().sum(), sink)
     assert dsink.dtype == torch.float32
-    want = reference.scaled_dot_attention(q.half(), k.half(), v.half(), causal, mask, scale,
-                                          sink=sink)  # fmt: skip
+    want = reference.scaled_dot_attention(
+        q.half(), k.half(), v.half(), causal, mask, scale, sink=sink
+    )
     assert rel_err(out, want) <= 1e-2
 
 

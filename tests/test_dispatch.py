@@ -151,8 +151,16 @@ def test_a_cards_own_table_comes_before_its_capabilitys(gpu):
     write_table(gpu, "9.0", [entry(impl="torch"), entry(op="pool_mix", dim=512, impl="triton")])
     assert dispatch.table_file(H100.name) == "NVIDIA-H100-80GB-HBM3.json"
     h100 = dispatch.TABLE_DIR / dispatch.table_file(H100.name)
-    h100.write_text(json.dumps({"schema": 1, "capability": "9.0", "device": H100.name,
-                                "entries": [entry(impl="triton")]}))  # fmt: skip
+    h100.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "capability": "9.0",
+                "device": H100.name,
+                "entries": [entry(impl="triton")],
+            }
+        )
+    )
     assert use_triton(n=256)  # the H100's own table
     assert not use_triton(op="pool_mix", dim=512, n=256)  # not in it: PyTorch, no mixing
     assert not use_triton(n=256, t=CudaLike(index=2))  # the H200: the capability's table
@@ -200,10 +208,19 @@ def test_a_malformed_table_gets_an_error_naming_the_file(gpu, content, message):
 
 def test_make_table_turns_measurements_into_bucket_ranges():
     rows = [
-        {"op": "scaled_dot_attention", "dtype": "bfloat16", "causal": True, "dim": 64,
-         "grad": True, "n": n, "triton_ms": tri, "torch_ms": tor, "torch_path": "sdpa flash"}
+        {
+            "op": "scaled_dot_attention",
+            "dtype": "bfloat16",
+            "causal": True,
+            "dim": 64,
+            "grad": True,
+            "n": n,
+            "triton_ms": tri,
+            "torch_ms": tor,
+            "torch_path": "sdpa flash",
+        }
         for n, tri, tor in ((256, 1.3, 0.25), (1024, 1.0, 1.1), (4096, 2.0, 1.0), (8192, 7.0, 3.4))
-    ]  # fmt: skip
+    ]
     rows.append({**rows[0], "n": 300, "triton_ms": None})  # a failed measurement: no entry
     table = dispatch.make_table(rows, {"capability": "9.0", "device": "H100"})
     got = [(e["n_min"], e["n_max"], e["impl"], e["measured_n"]) for e in table["entries"]]
@@ -219,9 +236,18 @@ def test_make_table_turns_measurements_into_bucket_ranges():
 
 def test_a_written_table_reads_back_and_decides(gpu):
     rows = [
-        {"op": "metric_attention", "dtype": "bfloat16", "causal": False, "dim": 64,
-         "grad": False, "n": 4096, "triton_ms": 0.5, "torch_ms": 0.8, "torch_path": "sdpa cudnn"}
-    ]  # fmt: skip
+        {
+            "op": "metric_attention",
+            "dtype": "bfloat16",
+            "causal": False,
+            "dim": 64,
+            "grad": False,
+            "n": 4096,
+            "triton_ms": 0.5,
+            "torch_ms": 0.8,
+            "torch_path": "sdpa cudnn",
+        }
+    ]
     table = dispatch.make_table(rows, {"capability": "9.0"})
     (gpu / "9.0.json").write_text(json.dumps(table))
     t = CudaLike(requires_grad=False)
@@ -255,9 +281,20 @@ def test_benchmark_mode_times_once_keeps_the_faster_and_caches_it_on_disk(gpu, c
     saved = json.loads(path.read_text())
     assert saved["device"]["name"] == H100.name
     assert saved["decisions"] == [
-        {"key": {"op": "scaled_dot_attention", "dtype": "bfloat16", "causal": True, "dim": 64,
-                 "n": 256, "grad": True}, "impl": "triton", "triton_ms": 0.4, "torch_ms": 0.6}
-    ]  # fmt: skip
+        {
+            "key": {
+                "op": "scaled_dot_attention",
+                "dtype": "bfloat16",
+                "causal": True,
+                "dim": 64,
+                "n": 256,
+                "grad": True,
+            },
+            "impl": "triton",
+            "triton_ms": 0.4,
+            "torch_ms": 0.6,
+        }
+    ]
 
     # a new process on the same card and software reads the decision instead of timing
     again = dispatch.Tuner(timer=FakeTimer(9.0, 0.1), device_of=lambda index: H100)
@@ -312,16 +349,24 @@ def test_windowed_calls_take_pytorch_unless_a_windowed_entry_says_otherwise(gpu,
     timed = []
     monkeypatch.setitem(dispatch.CANDIDATES, "scaled_dot_attention", lambda *a: timed.append(a))
     windowed = lambda impl: ops._use_triton(
-        impl, "scaled_dot_attention", "q", (CudaLike(),), True, 64, 256, lambda: (1, 1, 256, 64, 64),
+        impl,
+        "scaled_dot_attention",
+        "q",
+        (CudaLike(),),
+        True,
+        64,
+        256,
+        lambda: (1, 1, 256, 64, 64),
         windowed=True,
-    )  # fmt: skip
+    )
     assert use_triton("auto")
     assert not windowed("auto") and not windowed("tune") and not timed
     write_table(gpu, "9.0", [entry(impl="torch"), entry(impl="triton", windowed=True)])
     dispatch.clear()
     assert windowed("auto") and not use_triton("auto")
-    assert "windowed" in str(dispatch.Key("scaled_dot_attention", "bfloat16", True, 64, 256,
-                                          True, windowed=True))  # fmt: skip
+    assert "windowed" in str(
+        dispatch.Key("scaled_dot_attention", "bfloat16", True, 64, 256, True, windowed=True)
+    )
 
 
 def test_a_windowed_field_that_is_not_a_bool_is_refused(gpu):

@@ -150,8 +150,9 @@ def script_source(path: Path) -> str:
     text = path.read_text()
     modules = re.findall(r"^from (attnzoo(?:\.\w+)*) import", text, re.M)
     files = [module_path(m) for m in modules]
-    return "\n".join([text] + [f.with_suffix(".py").read_text() for f in files
-                                if f.with_suffix(".py").is_file()])  # fmt: skip
+    return "\n".join(
+        [text] + [f.with_suffix(".py").read_text() for f in files if f.with_suffix(".py").is_file()]
+    )
 
 
 def script_flags(text: str) -> Iterator[tuple[str, str]]:

@@ -50,8 +50,10 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, tol: float = 2e-5) -> No
 
 # the decay forms: one log decay per head and token (RetNet, Mamba-2: fla's simple GLA), or one
 # per key dimension too (GLA)
-DECAYS = {"per head": ((B, H, N), naive_recurrent_simple_gla),
-          "per key": ((B, H, N, K), naive_recurrent_gla)}  # fmt: skip
+DECAYS = {
+    "per head": ((B, H, N), naive_recurrent_simple_gla),
+    "per key": ((B, H, N, K), naive_recurrent_gla),
+}
 
 
 @pytest.mark.parametrize("impl", GATED_IMPLS)

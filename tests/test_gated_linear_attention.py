@@ -269,13 +269,21 @@ def test_a_state_carries_a_sequence_across_calls():
         q, k, v, log_decay, initial_state=s0, output_final_state=True
     )
     first, s_mid = ops.gated_linear_attention(
-        q[:, :, :20], k[:, :, :20], v[:, :, :20], log_decay[:, :, :20], initial_state=s0,
+        q[:, :, :20],
+        k[:, :, :20],
+        v[:, :, :20],
+        log_decay[:, :, :20],
+        initial_state=s0,
         output_final_state=True,
-    )  # fmt: skip
+    )
     second, s_end = ops.gated_linear_attention(
-        q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], log_decay[:, :, 20:], initial_state=s_mid,
+        q[:, :, 20:],
+        k[:, :, 20:],
+        v[:, :, 20:],
+        log_decay[:, :, 20:],
+        initial_state=s_mid,
         output_final_state=True,
-    )  # fmt: skip
+    )
     assert_close(torch.cat([first, second], dim=2), whole, 1e-5, v)
     assert_close(s_end, s_whole, 1e-5, s_whole)
 
@@ -373,8 +381,9 @@ def test_the_operators_autocast_rule_casts_q_k_v_and_keeps_the_decay_and_state()
         public = ops.gated_linear_attention(q, k, v, log_decay, initial_state=s0, impl="triton")
     assert out.dtype == public.dtype == torch.float16 and state.dtype == torch.float32
     half = lambda t: t.detach().half().double()
-    want, _ = naive.recurrent(half(q), half(k), half(v), log_decay.detach().double(), 0.25,
-                              s0.detach().double())  # fmt: skip
+    want, _ = naive.recurrent(
+        half(q), half(k), half(v), log_decay.detach().double(), 0.25, s0.detach().double()
+    )
     assert_close(out, want, 1e-2, v)
     assert torch.equal(out, public)
 
@@ -447,8 +456,12 @@ def test_the_compile_report_compiles_each_kernel_for_sm80_and_sm90(tmp_path):
     cmd = [sys.executable, str(root / "scripts" / "kernel_report.py"), "--only", "gated."]
     done = subprocess.run(
         [*cmd, "--json", str(tmp_path / "rows.json")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads((tmp_path / "rows.json").read_text())
     names = ("gated.gla_fwd", "gated.gla_bwd_dq", "gated.gla_bwd_dk", "gated.gla_bwd_dv")
@@ -457,6 +470,11 @@ def test_the_compile_report_compiles_each_kernel_for_sm80_and_sm90(tmp_path):
     assert len(configs) == len(rows) == 2 * 4 * 3 * 4  # targets × kernels × dtypes × widths
     assert all(not r["error"] and 0 < r["registers"] <= 255 for r in rows)
     assert [r for r in rows if r["spills"]] == []
-    wide_half = [r for r in rows if r["cc"] == 90 and not r["config"].startswith("fp32")
-                 and ("K=V=64 " in r["config"] or "K=V=128 " in r["config"])]  # fmt: skip
+    wide_half = [
+        r
+        for r in rows
+        if r["cc"] == 90
+        and not r["config"].startswith("fp32")
+        and ("K=V=64 " in r["config"] or "K=V=128 " in r["config"])
+    ]
     assert len(wide_half) == 16 and all(r["wgmma"] for r in wide_half)

@@ -425,10 +425,23 @@ def test_the_curated_cuda_tests_exist_in_the_cuda_tier():
     """Every test the check names is one the cuda tier collects (a renamed test fails here, on
     CPU, not on a lent GPU), and every op and kernel family is in it."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda",
-         "-p", "no:cacheprovider", *(f"tests/{t}" for t in checker.CUDA_TESTS)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "cuda",
+            "-p",
+            "no:cacheprovider",
+            *(f"tests/{t}" for t in checker.CUDA_TESTS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     collected = [ln.removeprefix("tests/") for ln in done.stdout.splitlines() if "::" in ln]
     assert sorted(collected) == sorted(checker.CUDA_TESTS)

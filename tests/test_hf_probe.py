@@ -269,9 +269,14 @@ def test_a_model_without_an_adapter_is_an_error_that_says_how_to_add_one():
 def test_a_wrong_adapter_is_an_error_naming_the_missing_module_and_leaves_no_hooks():
     model = Model(ModelConfig(dim=16, depth=2, heads=2), out_features=2, max_len=8, vocab_size=32)
     wrong = Adapter(
-        name="wrong", layer="Block", norm="pre", attn_branch="drop1", attn_norm="norm1",
-        mlp_branch="mlp.nope", mlp_norm="norm2",
-    )  # fmt: skip
+        name="wrong",
+        layer="Block",
+        norm="pre",
+        attn_branch="drop1",
+        attn_norm="norm1",
+        mlp_branch="mlp.nope",
+        mlp_norm="norm2",
+    )
     with pytest.raises(ValueError, match=r"Block has no module 'mlp.nope' \(mlp_branch\)"):
         rank_decay(model, torch.randint(0, 32, (2, 8)), adapter=wrong)
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())

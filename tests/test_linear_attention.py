@@ -422,8 +422,12 @@ def test_the_compile_report_compiles_each_kernel_for_sm80_and_sm90(tmp_path):
     cmd = [sys.executable, str(root / "scripts" / "kernel_report.py"), "--only", only]
     done = subprocess.run(
         [*cmd, "--json", str(tmp_path / "rows.json")],
-        cwd=root, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [
         r

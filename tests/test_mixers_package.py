@@ -149,10 +149,23 @@ def test_each_mixer_lives_in_its_family_module_and_its_yaml_names_it_there():
 
 def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
     assert list(MIXERS) == [
-        "scaled_dot", "quadratic", "metric", "pooling", "identity",
-        "linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2",
-        "deltanet", "sigmoid",
-    ]  # fmt: skip
+        "scaled_dot",
+        "quadratic",
+        "metric",
+        "pooling",
+        "identity",
+        "linear",
+        "favor",
+        "nystrom",
+        "fourier",
+        "local",
+        "token_mlp",
+        "retention",
+        "gla",
+        "mamba2",
+        "deltanet",
+        "sigmoid",
+    ]
 
 
 def _old_paths(name: str) -> list[str]:
@@ -237,10 +250,21 @@ def test_a_run_resumes_from_a_checkpoint_that_names_the_old_path(tmp_path, monke
     from attnzoo.train import compose, run
 
     monkeypatch.setenv("WANDB_SILENT", "true")
-    tiny = ["mixer=favor", "model.dim=16", "model.depth=1", "model.heads=2", "train.batch_size=4",
-            "train.warmup_steps=2", "train.log_every=5", "train.eval_every=10",
-            "train.eval_batches=1", "train.ckpt_every=10", "train.probe_batch_size=4",
-            "train.progress=false", "logger.mode=disabled"]  # fmt: skip
+    tiny = [
+        "mixer=favor",
+        "model.dim=16",
+        "model.depth=1",
+        "model.heads=2",
+        "train.batch_size=4",
+        "train.warmup_steps=2",
+        "train.log_every=5",
+        "train.eval_every=10",
+        "train.eval_batches=1",
+        "train.ckpt_every=10",
+        "train.probe_batch_size=4",
+        "train.progress=false",
+        "logger.mode=disabled",
+    ]
     run(compose([*tiny, "train.max_steps=10"]), tmp_path)
     folder = tmp_path / "checkpoints"
     state = read_checkpoint(folder / "last.pt")

@@ -19,9 +19,15 @@ PLAY = "".join(
 TASKS = {
     "sort": ["task=sort", "task.seq_len=8"],
     "shakespeare": ["task=shakespeare_char", "task.seq_len=16", "task.download=false"],
-    "mqar": ["task=mqar", "task.vocab_size=16", "task.seq_len=12", "task.num_kv_pairs=3",
-             "task.val_size=32", "task.test_size=32"],
-}  # fmt: skip
+    "mqar": [
+        "task=mqar",
+        "task.vocab_size=16",
+        "task.seq_len=12",
+        "task.num_kv_pairs=3",
+        "task.val_size=32",
+        "task.test_size=32",
+    ],
+}
 MIXERS = {
     "deltanet": ["mixer=deltanet"],
     "gated deltanet": ["mixer=deltanet", "mixer.gated=true"],
@@ -49,11 +55,23 @@ def play(tmp_path, monkeypatch):
 
 
 def train(mixer: list[str], task: str, data, tmp_path) -> list[dict]:
-    overrides = [*TASKS[task], *mixer, f"data_dir={data}", "model.dim=16", "model.depth=2",
-                 "model.heads=2", "train.batch_size=8", "train.max_steps=4",
-                 "train.warmup_steps=1", "train.log_every=2", "train.eval_every=4",
-                 "train.eval_batches=1", "train.probe_batch_size=4", "train.progress=false",
-                 "logger.mode=disabled"]  # fmt: skip
+    overrides = [
+        *TASKS[task],
+        *mixer,
+        f"data_dir={data}",
+        "model.dim=16",
+        "model.depth=2",
+        "model.heads=2",
+        "train.batch_size=8",
+        "train.max_steps=4",
+        "train.warmup_steps=1",
+        "train.log_every=2",
+        "train.eval_every=4",
+        "train.eval_batches=1",
+        "train.probe_batch_size=4",
+        "train.progress=false",
+        "logger.mode=disabled",
+    ]
     out = tmp_path / "run"
     out.mkdir()
     summary = run(compose(overrides), out)
@@ -71,8 +89,9 @@ def logged_weights(rows: list[dict]) -> dict[str, float]:
 @pytest.mark.parametrize("mixer", list(MIXERS))
 def test_deltanet_and_sigmoid_train_on_each_task_and_log_row_sums(mixer, task, play, tmp_path):
     weights = logged_weights(train(MIXERS[mixer], task, play, tmp_path))
-    assert set(weights) == {f"attention/{s}/layer_{k}" for s in ("row_sum", "sink_share")
-                            for k in (1, 2)}  # fmt: skip
+    assert set(weights) == {
+        f"attention/{s}/layer_{k}" for s in ("row_sum", "sink_share") for k in (1, 2)
+    }
     assert all(math.isfinite(v) for v in weights.values())
     assert all(0 <= weights[f"attention/sink_share/layer_{k}"] <= 1 for k in (1, 2))
 

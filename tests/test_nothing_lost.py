@@ -266,8 +266,14 @@ def test_sigterm_in_a_long_evaluation_stops_within_seconds(tmp_path):
     _, err = resumed.communicate(timeout=180)
     assert resumed.returncode == 0, err
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [
-        0, 5, 10, 15, 20, 25, 30
-    ]  # fmt: skip
+        0,
+        5,
+        10,
+        15,
+        20,
+        25,
+        30,
+    ]
 
 
 def test_a_run_killed_outright_is_recognisable_as_running(tmp_path):
@@ -287,9 +293,14 @@ def test_a_run_killed_outright_is_recognisable_as_running(tmp_path):
 def test_ctrl_c_stops_a_sweep_not_just_its_job(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path / "wandb-home")}
     args = [*TINY, "train.max_steps=1000000", "mixer=scaled_dot,pooling", "hydra.sweep.dir=sw"]
-    proc = subprocess.Popen([sys.executable, "-m", "attnzoo.train", "-m", *args], env=env,
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnzoo.train", "-m", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = tmp_path / "sw" / "mixer=scaled_dot"
     _wait_for(lambda: _summary(first).get("status") == "running", proc)
     proc.send_signal(signal.SIGINT)

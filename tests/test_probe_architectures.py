@@ -53,8 +53,18 @@ def read_rows(path: Path) -> dict[tuple[str, str], list[dict]]:
 def test_study_writes_the_table_figure_path_counts_and_a_wandb_run(monkeypatch, tmp_path):
     out = tmp_path / "arch"
     data = ["--data-dir", str(SHARED)] if SHARED else []
-    run_main(monkeypatch, tmp_path, "--tiny", "--models", "bert,gpt2", *data,
-             "--wandb", "offline", "--out", str(out))  # fmt: skip
+    run_main(
+        monkeypatch,
+        tmp_path,
+        "--tiny",
+        "--models",
+        "bert,gpt2",
+        *data,
+        "--wandb",
+        "offline",
+        "--out",
+        str(out),
+    )
     assert {"architectures.csv", "architectures.md", "architectures.png", "path_counts.csv"} <= {
         p.name for p in out.iterdir()
     }
@@ -87,8 +97,17 @@ def test_study_writes_the_table_figure_path_counts_and_a_wandb_run(monkeypatch, 
 def test_without_the_corpus_text_models_read_token_ids_from_the_vocabulary(monkeypatch, tmp_path):
     out = tmp_path / "arch"
     monkeypatch.setenv("ATTNZOO_OFFLINE", "1")
-    run_main(monkeypatch, tmp_path, "--tiny", "--models", "albert,xlnet,vit", "--data-dir",
-             str(tmp_path / "empty"), "--out", str(out))  # fmt: skip
+    run_main(
+        monkeypatch,
+        tmp_path,
+        "--tiny",
+        "--models",
+        "albert,xlnet,vit",
+        "--data-dir",
+        str(tmp_path / "empty"),
+        "--out",
+        str(out),
+    )
     rows = read_rows(out / "architectures.csv")
     assert rows["albert", "full"][0]["input"].startswith("uniform token ids (no Tiny Shakespeare")
     assert rows["vit", "full"][0]["input"] == "Gaussian-noise images 32×32"
@@ -108,13 +127,20 @@ def test_an_unknown_model_is_an_error_listing_the_supported_ones(monkeypatch, tm
 
 def test_pretrained_without_the_hub_is_a_clear_error(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/architectures.py"), "--pretrained", "--models", "bert",
-         "--out", str(tmp_path / "o")],
+        [
+            sys.executable,
+            str(ROOT / "scripts/architectures.py"),
+            "--pretrained",
+            "--models",
+            "bert",
+            "--out",
+            str(tmp_path / "o"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},  # as without network, but at once
-    )  # fmt: skip
+    )
     assert proc.returncode == 1
     assert "--pretrained: could not load 'google-bert/bert-base-uncased'" in proc.stderr
     assert "needs network access" in proc.stderr
@@ -129,9 +155,14 @@ def train_tiny_bert(folder: Path):
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        vocab_size=64, max_position_embeddings=64, attn_implementation="eager",
-    )  # fmt: skip
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=64,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     model = transformers.BertForMaskedLM(config)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -163,8 +194,19 @@ def test_trained_weights_from_a_folder_are_probed_offline_beside_random_init(mon
     out = tmp_path / "arch"
     monkeypatch.setenv("ATTNZOO_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    run_main(monkeypatch, tmp_path, "--tiny", "--models", "bert", "--pretrained", str(folder),
-             "--data-dir", str(tmp_path / "empty"), "--out", str(out))  # fmt: skip
+    run_main(
+        monkeypatch,
+        tmp_path,
+        "--tiny",
+        "--models",
+        "bert",
+        "--pretrained",
+        str(folder),
+        "--data-dir",
+        str(tmp_path / "empty"),
+        "--out",
+        str(out),
+    )
     rows: dict[tuple[str, str, str], list[dict]] = {}
     for r in csv.DictReader((out / "architectures.csv").open()):
         rows.setdefault((r["model"], r["variant"], r["weights"]), []).append(r)
@@ -198,8 +240,17 @@ def test_trained_weights_from_a_folder_are_probed_offline_beside_random_init(mon
     assert (out / "architectures.png").stat().st_size > 0
 
     # a folder alone: the model is the one its config.json declares
-    run_main(monkeypatch, tmp_path, "--tiny", "--pretrained", str(folder), "--data-dir",
-             str(tmp_path / "empty"), "--out", str(tmp_path / "arch2"))  # fmt: skip
+    run_main(
+        monkeypatch,
+        tmp_path,
+        "--tiny",
+        "--pretrained",
+        str(folder),
+        "--data-dir",
+        str(tmp_path / "empty"),
+        "--out",
+        str(tmp_path / "arch2"),
+    )
     models = {r["model"] for r in csv.DictReader((tmp_path / "arch2/architectures.csv").open())}
     assert models == {"bert"}
 

@@ -68,8 +68,10 @@ def test_pure_attention_collapses_and_skip_connections_prevent_it(mixer):
     model = pure_model(mixer, skip=False)
     probs = model.blocks[0].mixer.attention_probs(torch.randn(1, 32, 64))
     if not (probs > 0).all():
-        pytest.skip(f"{mixer}'s attention does not reach every token: the collapse at this rate "
-                    "(Dong et al. 2021) needs every query to weigh every key")  # fmt: skip
+        pytest.skip(
+            f"{mixer}'s attention does not reach every token: the collapse at this rate "
+            "(Dong et al. 2021) needs every query to weigh every key"
+        )
     pure = rank_profile(model, tokens)
     assert len(pure.mean) == 7
     assert pure.mean[0] > 0.5

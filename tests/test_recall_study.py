@@ -19,8 +19,13 @@ MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"]
 
 
 def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.parametrize(
@@ -158,8 +163,9 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(tmp_path):
     (30 hypotheses), its raw p-values as before; the header names the command that ran it."""
     first, second = tmp_path / "depth2", tmp_path / "both"
     assert recall("--smoke", "--parallel", "2", "--out", str(first)).returncode == 0
-    proc = recall("--smoke", "--depths", "1", "--parallel", "2", "--add-to", str(first),
-                  "--out", str(second))  # fmt: skip
+    proc = recall(
+        "--smoke", "--depths", "1", "--parallel", "2", "--add-to", str(first), "--out", str(second)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (second / "recall.md").read_text()
     assert "## Width 16, depth 1" in md and "## Width 16, depth 2" in md

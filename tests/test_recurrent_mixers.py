@@ -58,8 +58,9 @@ def retention_reference(mixer, x, causal):
 
     o = both_directions(loop, x, causal)
     b, n, _ = x.shape
-    normed = F.group_norm(o.reshape(b * n, D), H, mixer.norm.weight.detach(),
-                          mixer.norm.bias.detach(), eps=1e-5).reshape(b, n, D)  # fmt: skip
+    normed = F.group_norm(
+        o.reshape(b * n, D), H, mixer.norm.weight.detach(), mixer.norm.bias.detach(), eps=1e-5
+    ).reshape(b, n, D)
     return (normed * F.silu(x @ mixer.gate.weight.detach().T)) @ mixer.proj.weight.detach().T
 
 
@@ -101,9 +102,13 @@ def mamba2_reference(mixer, x, causal):
 
     b, n, _ = x.shape
     z, xbc, dt = (x @ mixer.in_proj.weight.detach().T).split([e, e + 2 * s, mixer.heads], -1)
-    conv = torch.stack([b_conv + sum(w_conv[:, taps - 1 - i] * xbc[:, t - i]
-                                     for i in range(taps) if t - i >= 0)
-                        for t in range(n)], dim=1)  # fmt: skip
+    conv = torch.stack(
+        [
+            b_conv + sum(w_conv[:, taps - 1 - i] * xbc[:, t - i] for i in range(taps) if t - i >= 0)
+            for t in range(n)
+        ],
+        dim=1,
+    )
     xs, bs, cs = F.silu(conv).split([e, s, s], -1)
     delta = F.softplus(dt + mixer.dt_bias.detach())
 
@@ -138,8 +143,13 @@ def deltanet_reference(mixer, x, causal):
     taps = w_conv.shape[1]
     b, n, _ = x.shape
     qkv = x @ mixer.qkv.weight.detach().T
-    conv = torch.stack([sum(w_conv[:, taps - 1 - i] * qkv[:, t - i] for i in range(taps)
-                            if t - i >= 0) for t in range(n)], dim=1)  # fmt: skip
+    conv = torch.stack(
+        [
+            sum(w_conv[:, taps - 1 - i] * qkv[:, t - i] for i in range(taps) if t - i >= 0)
+            for t in range(n)
+        ],
+        dim=1,
+    )
     q, k, v = F.silu(conv).split(D, dim=-1)
     beta = torch.sigmoid(x @ mixer.beta.weight.detach().T)
     alpha = torch.ones(b, n, H, dtype=torch.float64)
@@ -168,8 +178,12 @@ def deltanet_reference(mixer, x, causal):
     return normed.flatten(-2) @ mixer.proj.weight.detach().T
 
 
-REFERENCES = {"retention": retention_reference, "gla": gla_reference, "mamba2": mamba2_reference,
-              "deltanet": deltanet_reference}  # fmt: skip
+REFERENCES = {
+    "retention": retention_reference,
+    "gla": gla_reference,
+    "mamba2": mamba2_reference,
+    "deltanet": deltanet_reference,
+}
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -247,15 +261,41 @@ def test_parameter_count(name):
 )  # one through the command line in the default tier: all three share the trainer's path
 def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
     home = str(tmp_path / "wandb-home")
-    env = {**os.environ, "WANDB_DIR": home, "WANDB_CONFIG_DIR": home, "WANDB_SILENT": "true",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    args = ["task=mqar", f"mixer={name}", "task.vocab_size=16", "task.seq_len=12",
-            "task.num_kv_pairs=3", "task.val_size=64", "task.test_size=64", "model.dim=16",
-            "model.depth=2", "model.heads=2", "train.batch_size=8", "train.max_steps=5",
-            "train.eval_every=5", "train.eval_batches=1", "train.probe_batch_size=4",
-            "train.progress=false", "logger.mode=disabled", f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "attnzoo.train", *args], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    env = {
+        **os.environ,
+        "WANDB_DIR": home,
+        "WANDB_CONFIG_DIR": home,
+        "WANDB_SILENT": "true",
+        "OMP_NUM_THREADS": "1",
+    }
+    args = [
+        "task=mqar",
+        f"mixer={name}",
+        "task.vocab_size=16",
+        "task.seq_len=12",
+        "task.num_kv_pairs=3",
+        "task.val_size=64",
+        "task.test_size=64",
+        "model.dim=16",
+        "model.depth=2",
+        "model.heads=2",
+        "train.batch_size=8",
+        "train.max_steps=5",
+        "train.eval_every=5",
+        "train.eval_batches=1",
+        "train.probe_batch_size=4",
+        "train.progress=false",
+        "logger.mode=disabled",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnzoo.train", *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["step"] == 5
@@ -268,11 +308,11 @@ def test_gated_deltanet_matches_its_recurrence_and_hidden_matrix(causal):
     (W_α: D → H, A_log and dt_bias per head)."""
     mixer = built("deltanet", causal, seed=2, gated=True)
     x = torch.randn(2, N, D, dtype=torch.float64)
-    torch.testing.assert_close(mixer(x), deltanet_reference(mixer, x, causal), rtol=1e-9,
-                               atol=1e-10)  # fmt: skip
+    torch.testing.assert_close(
+        mixer(x), deltanet_reference(mixer, x, causal), rtol=1e-9, atol=1e-10
+    )
     v = mixer.operands(x)[2]
-    torch.testing.assert_close(mixer.attention_probs(x) @ v, mixer.mixing(x), rtol=1e-9,
-                               atol=1e-10)  # fmt: skip
+    torch.testing.assert_close(mixer.attention_probs(x) @ v, mixer.mixing(x), rtol=1e-9, atol=1e-10)
     plain = sum(
         p.numel() for p in build_mixer("deltanet", dim=D, heads=H, causal=True).parameters()
     )

@@ -14,8 +14,13 @@ ARMS = ["none", "learned", "zero_kv", "sigmoid"]
 
 
 def sinks(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.parametrize(

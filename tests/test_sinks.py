@@ -24,10 +24,15 @@ def loop(q, k, v, causal, mask, sink):
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
             for i in range(q.shape[2]):
-                seen = [j for j in range(k.shape[2])
-                        if not (causal and j > i) and not (mask is not None and mask[b, j])]  # fmt: skip
-                e = {j: math.exp(float(q[b, h, i] @ k[b, h, j]) / math.sqrt(q.shape[-1]))
-                     for j in seen}  # fmt: skip
+                seen = [
+                    j
+                    for j in range(k.shape[2])
+                    if not (causal and j > i) and not (mask is not None and mask[b, j])
+                ]
+                e = {
+                    j: math.exp(float(q[b, h, i] @ k[b, h, j]) / math.sqrt(q.shape[-1]))
+                    for j in seen
+                }
                 total = math.exp(float(sink[h])) + sum(e.values())
                 for j in seen:
                     out[b, h, i] += e[j] / total * v[b, h, j]
@@ -86,8 +91,9 @@ def test_bad_sinks_are_refused_with_what_is_allowed():
     with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(2,\) torch.int64"):
         kernels.metric_attention(q, q[0], sink=torch.zeros(2, dtype=torch.long), impl="triton")
     with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(1, 2\)"):
-        torch.ops.attnzoo.scaled_dot_attention(q, q, q, None, False, 0.5, 0.0, None, None,
-                                               torch.zeros(1, 2))  # fmt: skip
+        torch.ops.attnzoo.scaled_dot_attention(
+            q, q, q, None, False, 0.5, 0.0, None, None, torch.zeros(1, 2)
+        )
     with pytest.raises(ValueError, match="sink must be one of"):
         build_mixer("scaled_dot", dim=8, heads=2, sink="first_token")
 
@@ -195,14 +201,18 @@ def test_a_sink_with_dropout_and_a_window_on_the_kernels(poison):
     mask = masks("pad", b, n)
     seed = torch.tensor([77])
     keep = attention.dropout_keep_mask(seed, b, h, n, p)
-    out, _ = torch.ops.attnzoo.scaled_dot_attention(*leaves, mask, False, 0.25, p, seed, [5, 3],
-                                                    sink)  # fmt: skip
+    out, _ = torch.ops.attnzoo.scaled_dot_attention(
+        *leaves, mask, False, 0.25, p, seed, [5, 3], sink
+    )
     refs = [t.detach().double().requires_grad_() for t in (*leaves, sink)]
     want = reference.scaled_dot_attention(*refs[:3], False, mask, 0.25, p, keep, (5, 3), refs[3])
     assert rel_err(out, want) <= 1e-5
     d_out = torch.randn_like(out)
-    for g, w in zip(torch.autograd.grad(out, (*leaves, sink), d_out),
-                    torch.autograd.grad(want, refs, d_out.double()), strict=True):  # fmt: skip
+    for g, w in zip(
+        torch.autograd.grad(out, (*leaves, sink), d_out),
+        torch.autograd.grad(want, refs, d_out.double()),
+        strict=True,
+    ):
         assert rel_err(g, w) <= 1e-5
 
 
@@ -227,8 +237,15 @@ def test_a_model_with_a_learned_sink_compiles_on_the_kernels(mixer):
     gradient, the sinks' included, equal eager's."""
     torch._dynamo.reset()
     torch.manual_seed(2)
-    cfg = ModelConfig(dim=D, depth=2, heads=H, mixer=mixer, causal=True, impl="triton",
-                      mixer_options={"sink": "learned"})  # fmt: skip
+    cfg = ModelConfig(
+        dim=D,
+        depth=2,
+        heads=H,
+        mixer=mixer,
+        causal=True,
+        impl="triton",
+        mixer_options={"sink": "learned"},
+    )
     model = Model(cfg, out_features=5, max_len=N, vocab_size=11, head="lm")
     for block in model.blocks:  # away from init (0) so that the sink matters
         block.mixer.sink_logit.data.copy_(torch.tensor([-1.0, 0.5, 2.0]))
@@ -252,8 +269,15 @@ def test_a_model_with_a_learned_sink_compiles_on_the_kernels(mixer):
 @pytest.mark.parametrize("sink", ["learned", "zero_kv"])
 def test_every_softmax_mixer_takes_a_sink_and_the_rows_give_it_mass(mixer, sink):
     torch.manual_seed(2)
-    cfg = ModelConfig(dim=D, depth=2, heads=H, mixer=mixer, causal=True, impl="torch",
-                      mixer_options={"sink": sink})  # fmt: skip
+    cfg = ModelConfig(
+        dim=D,
+        depth=2,
+        heads=H,
+        mixer=mixer,
+        causal=True,
+        impl="torch",
+        mixer_options={"sink": sink},
+    )
     model = Model(cfg, out_features=5, max_len=N, vocab_size=11, head="lm")
     tokens = torch.randint(0, 5, (B, N))
     loss = F.cross_entropy(model(tokens)[:, :-1].reshape(-1, 5), tokens[:, 1:].reshape(-1))

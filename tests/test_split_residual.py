@@ -17,8 +17,16 @@ CONTROL = "attnzoo.analysis.controls.FrozenStochastic"
 
 def _pure(mixer: str, seed: int, depth: int = 6, tokens: int = 12, **options) -> tuple:
     torch.manual_seed(seed)
-    cfg = ModelConfig(dim=16, depth=depth, heads=2, mixer=mixer, mixer_options=options,
-                      skip=False, mlp=False, norm="none")  # fmt: skip
+    cfg = ModelConfig(
+        dim=16,
+        depth=depth,
+        heads=2,
+        mixer=mixer,
+        mixer_options=options,
+        skip=False,
+        mlp=False,
+        norm="none",
+    )
     model = Model(cfg, out_features=2, max_len=tokens, vocab_size=32)
     with torch.no_grad():  # inputs of std 1, the rate study's
         model.embed.weight.normal_()
@@ -103,8 +111,16 @@ def test_the_split_measurement_refuses_what_it_has_no_rule_for():
 def test_a_softmax_with_a_sink_has_no_split_rule(sink):
     """Its rows sum to less than 1, which every rule assumes they do not: the study measures
     it by the plain forward."""
-    cfg = ModelConfig(dim=16, depth=2, heads=2, mixer="scaled_dot",
-                      mixer_options={"sink": sink}, skip=False, mlp=False, norm="none")  # fmt: skip
+    cfg = ModelConfig(
+        dim=16,
+        depth=2,
+        heads=2,
+        mixer="scaled_dot",
+        mixer_options={"sink": sink},
+        skip=False,
+        mlp=False,
+        norm="none",
+    )
     model = Model(cfg, out_features=2, max_len=8, vocab_size=11)
     assert not supports_split(model)
     with pytest.raises(ValueError, match="split rule"):

@@ -102,8 +102,11 @@ def test_imdb_val_is_a_stratified_slice_of_train_and_test_is_the_test_folder(tmp
         assert {review("train", label, int(n.split("/")[1].split("_")[0])) for n in chosen} <= set(
             val
         )
-    all_chosen = [n for lab, r in (("pos", 7), ("neg", 2))
-                  for n in sorted((f"{lab}/{i}_{r}.txt" for i in range(10)), key=lambda n: val_key(0, n))[:3]]  # fmt: skip
+    all_chosen = [
+        n
+        for lab, r in (("pos", 7), ("neg", 2))
+        for n in sorted((f"{lab}/{i}_{r}.txt" for i in range(10)), key=lambda n: val_key(0, n))[:3]
+    ]
     assert task.val_digest == val_digest(all_chosen) == task.describe_splits()["val"]["sha256"]
 
 
@@ -142,8 +145,11 @@ def test_imdb_token_cache_is_keyed_on_the_split_definition(tmp_path, monkeypatch
     (cached,) = made
     import numpy as np
 
-    old_layout = {f"{split}_{part}": np.zeros(3, dtype=np.int64) for split in ("train", "val")
-                  for part in ("tokens", "offsets", "labels")}  # fmt: skip
+    old_layout = {
+        f"{split}_{part}": np.zeros(3, dtype=np.int64)
+        for split in ("train", "val")
+        for part in ("tokens", "offsets", "labels")
+    }
     with open(cached, "wb") as f:
         np.savez(f, **old_layout)
     rebuilt = build_task("imdb", str(data), 0, val_size=6, **IMDB_OPTS)
@@ -459,8 +465,13 @@ def test_language_model_final_evaluation_counts_predicted_tokens(play_dir):
     from attnzoo.train import evaluate_splits
 
     task = build_task("shakespeare_char", str(play_dir), 0, seq_len=16)
-    model = Model(ModelConfig(dim=16, depth=1, heads=2, causal=True), task.vocab_size, 16,
-                  vocab_size=task.vocab_size, head="lm").eval()  # fmt: skip
+    model = Model(
+        ModelConfig(dim=16, depth=1, heads=2, causal=True),
+        task.vocab_size,
+        16,
+        vocab_size=task.vocab_size,
+        head="lm",
+    ).eval()
     five = evaluate_splits(model, task, 5, torch.device("cpu"))
     one = evaluate_splits(model, task, 1, torch.device("cpu"))
     for split in ("val", "test"):
@@ -470,8 +481,11 @@ def test_language_model_final_evaluation_counts_predicted_tokens(play_dir):
         assert five[f"{split}/bits_per_char"] == pytest.approx(five[f"{split}/loss"] / math.log(2))
     nano = build_task("shakespeare_char", str(play_dir), 0, seq_len=16, splits="nanogpt")
     assert set(evaluate_splits(model, nano, 8, torch.device("cpu"))) == {
-        "val/loss", "val/accuracy", "val/bits_per_char", "val/n"
-    }  # fmt: skip
+        "val/loss",
+        "val/accuracy",
+        "val/bits_per_char",
+        "val/n",
+    }
 
 
 def test_a_run_resumed_with_its_budget_spent_is_evaluated_on_its_last_line(

@@ -196,8 +196,12 @@ def test_holm_is_never_less_powerful_than_bonferroni_and_controls_the_family():
     seed_effect = rng.normal(0, 0.1, size=(1000, 14, 5))
     a = seed_effect + rng.normal(0, 0.02, size=(1000, 14, 5))
     b = seed_effect + rng.normal(0, 0.02, size=(1000, 14, 5))
-    raw = np.array([[paired_t(x, y).p_value for x, y in zip(fa, fb, strict=True)]
-                    for fa, fb in zip(a, b, strict=True)])  # fmt: skip
+    raw = np.array(
+        [
+            [paired_t(x, y).p_value for x, y in zip(fa, fb, strict=True)]
+            for fa, fb in zip(a, b, strict=True)
+        ]
+    )
     assert np.mean((raw < 0.05).any(axis=1)) > 0.4  # uncorrected: about 1 - 0.95^14
     assert np.mean([min(holm(row)) < 0.05 for row in raw]) <= 0.07
 

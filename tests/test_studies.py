@@ -186,8 +186,9 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     assert re.search(rf"^Command: `python .*mixer_ablation\.py {re.escape(flags)} ", head, re.M)
     import torch
 
-    assert re.search(rf"^Machine: .+, \d+ cores available, .*torch {re.escape(torch.__version__)}",
-                     head, re.M)  # fmt: skip
+    assert re.search(
+        rf"^Machine: .+, \d+ cores available, .*torch {re.escape(torch.__version__)}", head, re.M
+    )
     assert re.search(r"^Wall time: \d+ s, this command", head, re.M)
     n_tune, n_fresh = 20 * len(tasks), 10 * len(tasks)  # what every run summed, resumed or not
     assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed$", head, re.M)
@@ -229,8 +230,9 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
             ran = [(h / "overrides.yaml").read_text() for h in folder.glob("*/.hydra")]
             assert sum(f"mixer={mixer}\n" in o for o in ran) == 2  # seeds 0 and 1
         # groups over the fresh seeds: n_seeds 2, seeds 0 1, a Student-t interval on the loss
-        rows = re.findall(r"^\| (\w+) \| ([0-9.e-]+) \| (\d+) \| ([\d ]+) \| (\S+) \[(\S+), (\S+)\] \|",
-                          sec, re.M)  # fmt: skip
+        rows = re.findall(
+            r"^\| (\w+) \| ([0-9.e-]+) \| (\d+) \| ([\d ]+) \| (\S+) \[(\S+), (\S+)\] \|", sec, re.M
+        )
         assert {r[0] for r in rows} == set(FIVE)
         for mixer, lr, n, seeds, mean, low, high in rows:
             assert int(n) == 2 and seeds == "0 1" and float(lr) == chosen[mixer]
@@ -264,8 +266,9 @@ def test_mixer_ablation_smoke_tunes_selects_reruns_fresh_seeds_and_tests_the_cla
     a verdict per claim. About 30 s on 2 CPU cores."""
     pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
     out = tmp_path / "ma"
-    proc = run_script("mixer_ablation.py", "--smoke", "--tasks", "imdb", "--mixers", *FIVE,
-                      "--out", str(out))  # fmt: skip
+    proc = run_script(
+        "mixer_ablation.py", "--smoke", "--tasks", "imdb", "--mixers", *FIVE, "--out", str(out)
+    )
     md = (out / "mixer_ablation.md").read_text()
     assert md.strip() in proc.stdout  # the report is printed too
     check_mixer_report(out, md, ("imdb",), f"--smoke --tasks imdb --mixers {' '.join(FIVE)} --out")
@@ -305,8 +308,10 @@ def test_reanalysis_recomputes_the_committed_comparisons_from_their_per_seed_val
     from attnzoo.studies import reanalyse
 
     study = ROOT / "scripts/results/mixer_ablation"
-    committed = {(r["task"], r["config"], r["on"]): r
-                 for r in csv.DictReader((study / "comparisons.csv").open())}  # fmt: skip
+    committed = {
+        (r["task"], r["config"], r["on"]): r
+        for r in csv.DictReader((study / "comparisons.csv").open())
+    }
     result = reanalyse([study / "runs.csv"], {"loss": 0.05, "accuracy": 0.02}, 0.95, "holm")
     family = result["family"]
     assert len(family) == len(committed) == 28
@@ -317,14 +322,18 @@ def test_reanalysis_recomputes_the_committed_comparisons_from_their_per_seed_val
         assert r["tests"] == 84 and r["method"] == c["method"] == "paired t"
     # a later file replaces its mixers' rows, and only theirs
     rows = list(csv.DictReader((study / "runs.csv").open()))
-    rerun = [r | {"final_test_loss": str(float(r["final_test_loss"]) - 1.0)}
-             for r in rows if r["mixer"] == "favor"]  # fmt: skip
+    rerun = [
+        r | {"final_test_loss": str(float(r["final_test_loss"]) - 1.0)}
+        for r in rows
+        if r["mixer"] == "favor"
+    ]
     with open(tmp_path / "runs.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rerun)
-    merged = reanalyse([study / "runs.csv", tmp_path / "runs.csv"],
-                       {"loss": 0.05, "accuracy": 0.02}, 0.95, "holm")["family"]  # fmt: skip
+    merged = reanalyse(
+        [study / "runs.csv", tmp_path / "runs.csv"], {"loss": 0.05, "accuracy": 0.02}, 0.95, "holm"
+    )["family"]
     for r, before in zip(merged, family, strict=True):
         if r["config"].startswith("favor") and r["on"] == "test_loss":
             assert r["diff"] == pytest.approx(before["diff"] - 1.0)
@@ -333,9 +342,18 @@ def test_reanalysis_recomputes_the_committed_comparisons_from_their_per_seed_val
 
 
 def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts/mixer_ablation.py"), "--reanalyse",
-                           str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/mixer_ablation.py"),
+            "--reanalyse",
+            str(tmp_path / "runs.csv"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "--reanalyse: no such file:" in proc.stderr
     assert not (tmp_path / "out").exists()
 
@@ -357,8 +375,11 @@ def test_a_study_of_one_mixer_reruns_it_at_its_choice():
     from attnzoo.analysis.groups import groups_from_rows
     from attnzoo.studies import against_reference
 
-    rows = [r for r in csv.DictReader((ROOT / "scripts/results/mixer_ablation/runs.csv").open())
-            if r["mixer"] == "favor" and r["task"] == "imdb"]  # fmt: skip
+    rows = [
+        r
+        for r in csv.DictReader((ROOT / "scripts/results/mixer_ablation/runs.csv").open())
+        if r["mixer"] == "favor" and r["task"] == "imdb"
+    ]
     alone = against_reference(
         groups_from_rows(rows), "imdb", {"loss": 0.05, "accuracy": 0.02}, 0.95
     )
@@ -372,8 +393,18 @@ def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint():
     assert "≥ 2 tuning seeds (--tune-seeds)" in check_seeds([100], [0, 1])
     both = check_seeds([1, 100], [0, 1, 2])
     assert "--seeds 0,1,2 and --tune-seeds 1,100 share seed(s) 1" in both
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts/mixer_ablation.py"), "--seeds",
-                           "0,1", "--tune-seeds", "1,2"], capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts/mixer_ablation.py"),
+            "--seeds",
+            "0,1",
+            "--tune-seeds",
+            "1,2",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert (
         proc.returncode == 2 and "--seeds 0,1 and --tune-seeds 1,2 share seed(s) 1" in proc.stderr
     )
@@ -392,25 +423,41 @@ def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_p
     def fake_select(folders, out, key, **kw):
         grid = [1e-3, 2e-3, 4e-3] + [4e-3 * 2**k for k in range(1, len(folders))]
         same = {"mean": 0.5, "candidates": [], "note": ""}
-        return [{"axes": {"mixer": "pooling"}, "value": grid[-1], "grid": grid, "edge": "high"} | same,
-                {"axes": {"mixer": "metric"}, "value": 2e-3, "grid": grid[:3], "edge": None} | same]  # fmt: skip
+        return [
+            {"axes": {"mixer": "pooling"}, "value": grid[-1], "grid": grid, "edge": "high"} | same,
+            {"axes": {"mixer": "metric"}, "value": 2e-3, "grid": grid[:3], "edge": None} | same,
+        ]
 
     monkeypatch.setattr(report, "write_tuning", fake_select)
     selected, ext, folders = studies.tune_lr(
-        ["experiment=imdb"], ["pooling", "metric"], [1e-3, 2e-3, 4e-3], [100, 101], tmp_path,
-        {}, {"by": "metric", "maximize": True}, max_extensions=2,
-    )  # fmt: skip
+        ["experiment=imdb"],
+        ["pooling", "metric"],
+        [1e-3, 2e-3, 4e-3],
+        [100, 101],
+        tmp_path,
+        {},
+        {"by": "metric", "maximize": True},
+        max_extensions=2,
+    )
     assert [(e["round"], e["lr"], e["mixers"], e["edge"]) for e in ext] == [
         (1, 8e-3, ["pooling"], "high"),
         (2, 1.6e-2, ["pooling"], "high"),
     ]
-    assert folders == [tmp_path / "tune", tmp_path / "tune-ext1/lr_0.008",
-                       tmp_path / "tune-ext2/lr_0.016"]  # fmt: skip
+    assert folders == [
+        tmp_path / "tune",
+        tmp_path / "tune-ext1/lr_0.008",
+        tmp_path / "tune-ext2/lr_0.016",
+    ]
     assert "train.lr=0.016" in ran[-1][0] and "mixer=pooling" in ran[-1][0]
     assert "train.seed=100,101" in ran[-1][0]
     assert all("train.final_splits=[val]" in over for over, _ in ran)  # tuning never reads test
-    lines = studies.tuning_lines({"selected": selected, "extensions": ext}, [1e-3, 2e-3, 4e-3],
-                                 [100, 101], "whole-split val accuracy (max)", 2)  # fmt: skip
+    lines = studies.tuning_lines(
+        {"selected": selected, "extensions": ext},
+        [1e-3, 2e-3, 4e-3],
+        [100, 101],
+        "whole-split val accuracy (max)",
+        2,
+    )
     text = "\n".join(lines)
     assert "- Extension 2: train.lr=0.016 for pooling (beyond the high edge)" in text
     assert "selected on whole-split val accuracy (max)" in text
@@ -494,8 +541,14 @@ def test_the_gpu_presets_compose_at_their_gpu_sizes():
     }
     for task, want in sizes.items():
         cfg = compose(ma.GPU_TASKS[task])
-        got = (cfg.model.dim, cfg.model.depth, cfg.model.heads, cfg.task.seq_len,
-               cfg.train.batch_size, cfg.train.max_steps)  # fmt: skip
+        got = (
+            cfg.model.dim,
+            cfg.model.depth,
+            cfg.model.heads,
+            cfg.task.seq_len,
+            cfg.train.batch_size,
+            cfg.train.max_steps,
+        )
         assert got == want and cfg.task.name == task and not cfg.train.compile
     rank = compose(["experiment=rank_ablation_gpu"])
     assert (rank.model.dim, rank.model.depth, rank.train.max_steps) == (128, 8, 600)
@@ -506,8 +559,19 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     """`--preset gpu --smoke`: the GPU experiment files, their sizes overridden tiny, on CPU."""
     pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
     out = tmp_path / "ma"
-    run_script("mixer_ablation.py", "--preset", "gpu", "--smoke", "--tasks", "shakespeare_char",
-               "--mixers", "scaled_dot", "pooling", "--out", str(out))  # fmt: skip
+    run_script(
+        "mixer_ablation.py",
+        "--preset",
+        "gpu",
+        "--smoke",
+        "--tasks",
+        "shakespeare_char",
+        "--mixers",
+        "scaled_dot",
+        "pooling",
+        "--out",
+        str(out),
+    )
     job = next((out / "shakespeare_char" / "tune").glob("*/.hydra")).parent
     overrides = (job / ".hydra" / "overrides.yaml").read_text()
     assert "experiment=shakespeare_char_study_gpu" in overrides
@@ -515,8 +579,20 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     md = (out / "mixer_ablation.md").read_text()
     assert "`experiment=shakespeare_char_study_gpu` + the --smoke toy size" in md
     out = tmp_path / "ra"
-    run_script("rank_ablation.py", "--preset", "gpu", "--smoke", "--sweeps", "grid", "--mixers",
-               "pooling", "--residuals", "add", "--out", str(out))  # fmt: skip
+    run_script(
+        "rank_ablation.py",
+        "--preset",
+        "gpu",
+        "--smoke",
+        "--sweeps",
+        "grid",
+        "--mixers",
+        "pooling",
+        "--residuals",
+        "add",
+        "--out",
+        str(out),
+    )
     job = next((out / "grid").glob("*/.hydra")).parent
     overrides = (job / ".hydra" / "overrides.yaml").read_text()
     assert "experiment=rank_ablation_gpu" in overrides and "train.device=cpu" in overrides
@@ -535,8 +611,15 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
     assert mixers_for_task("imdb", list(MIXERS)) == (list(MIXERS), [])  # not causal: every one
 
 
-STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "rank_collapse",
-           "recall", "sinks")  # fmt: skip
+STUDIES = (
+    "architectures",
+    "mixer_ablation",
+    "path_length",
+    "rank_ablation",
+    "rank_collapse",
+    "recall",
+    "sinks",
+)
 
 
 @pytest.mark.parametrize(
@@ -546,8 +629,12 @@ STUDIES = ("architectures", "mixer_ablation", "path_length", "rank_ablation", "r
 def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(name, tmp_path):
     """A first try (no --out) writes results/<script>/ where it is run, which git ignores; the
     committed results under scripts/results/ change only with an explicit --out."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), "--help"],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / f"{name}.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"default results/{name}/" in " ".join(proc.stdout.split())
     ignored = subprocess.run(["git", "check-ignore", "-q", f"results/{name}/report.md"], cwd=ROOT)
@@ -563,7 +650,7 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
         ("recall", 54),
         ("sinks", 36),
         pytest.param("mixer_ablation", 260, marks=pytest.mark.slow),
-    ],  # fmt: skip
+    ],
 )
 def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path):
     """--dry-run: the jobs and the time they take, nothing run and nothing written."""
@@ -578,10 +665,18 @@ def test_the_committed_reanalysis_is_what_its_command_writes(tmp_path):
     runs.csv, FAVOR+'s rows from favor_rerun/runs.csv): the same family, byte for byte."""
     study = ROOT / "scripts/results/mixer_ablation"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/mixer_ablation.py"), "--reanalyse",
-         str(study / "runs.csv"), str(study / "favor_rerun/runs.csv"), "--out", str(tmp_path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "scripts/mixer_ablation.py"),
+            "--reanalyse",
+            str(study / "runs.csv"),
+            str(study / "favor_rerun/runs.csv"),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("comparisons.csv", "runs.csv"):
         assert (tmp_path / name).read_text() == (study / "reanalysis" / name).read_text(), name

@@ -184,8 +184,14 @@ def make_run(
         for s in (0, 10, 20)
     ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {"status": status, "step": 20, "steps_per_s": 10.0, "params": 999,
-               "time": {"total_s": 2.0}, "final": records[-1]}  # fmt: skip
+    summary = {
+        "status": status,
+        "step": 20,
+        "steps_per_s": 10.0,
+        "params": 999,
+        "time": {"total_s": 2.0},
+        "final": records[-1],
+    }
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -278,8 +284,13 @@ def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path
     seeds could resolve."""
     sweep, job = tmp_path / "sweep", 0
     noise = [0.0, 0.01, -0.01, 0.02, -0.02]  # the per-seed wobble of every difference
-    shift = {"scaled_dot": 0.0, "quadratic": 0.2, "metric": 0.02, "pooling": -0.001,
-             "identity": 0.05}  # fmt: skip
+    shift = {
+        "scaled_dot": 0.0,
+        "quadratic": 0.2,
+        "metric": 0.02,
+        "pooling": -0.001,
+        "identity": 0.05,
+    }
     scale = {"scaled_dot": 0.0, "quadratic": 1.0, "metric": 0.9, "pooling": 0.1, "identity": 5.0}
     for mixer in shift:
         for seed in range(5):
@@ -287,8 +298,11 @@ def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path
             make_run(sweep / str(job), mixer, seed, loss)
             job += 1
     out = tmp_path / "report"
-    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out), "--margin",
-                                      "0.02", "--wandb", "disabled"])  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["summarize.py", str(sweep), "--out", str(out), "--margin", "0.02", "--wandb", "disabled"],
+    )
     summarize.main()
     rows = {r["config"]: r for r in csv.DictReader((out / "comparisons.csv").open())}
     assert set(rows) == {"quadratic", "metric", "pooling", "identity"}
@@ -321,8 +335,20 @@ def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path
     assert raw["metric"]["verdict"] == "worse" and raw["metric"]["p_adjusted"] == raw["metric"]["p"]
     assert "with no correction for multiple testing" in (out / "groups.md").read_text()
     # another reference, named on the command line
-    monkeypatch.setattr(sys, "argv", ["summarize.py", str(sweep), "--out", str(out),
-                                      "--reference", "pooling", "--wandb", "disabled"])  # fmt: skip
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "summarize.py",
+            str(sweep),
+            "--out",
+            str(out),
+            "--reference",
+            "pooling",
+            "--wandb",
+            "disabled",
+        ],
+    )
     summarize.main()
     rows = list(csv.DictReader((out / "comparisons.csv").open()))
     assert {r["reference"] for r in rows} == {"pooling"} and len(rows) == 4
@@ -361,8 +387,9 @@ def test_select_by_val_loss_picks_the_best_lr_per_configuration(tmp_path):
                 over.write_text(over.read_text() + "- train.final_splits=[val]\n")
                 job += 1
     out = tmp_path / "report"
-    analysis.summarize(sweep, out, select_by="val_loss", tune_axis="train.lr",
-                        final_dir="multirun/final")  # fmt: skip
+    analysis.summarize(
+        sweep, out, select_by="val_loss", tune_axis="train.lr", final_dir="multirun/final"
+    )
     selected = json.loads((out / "selected.json").read_text())
     chosen = {s["axes"]["mixer"]: s for s in selected}
     assert {m: s["value"] for m, s in chosen.items()} == best
@@ -447,10 +474,22 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
     the per-job rows give, computed here."""
     out = tmp_path / "sweep"
     env = {**os.environ, "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "attnzoo.train", "-m", "task=sort", "mixer=scaled_dot,pooling",
-           "train.seed=0,1,2", "train.max_steps=4", "train.eval_every=2", "model.dim=16",
-           "model.depth=1", "logger.mode=disabled", "train.progress=false",
-           f"hydra.sweep.dir={out}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnzoo.train",
+        "-m",
+        "task=sort",
+        "mixer=scaled_dot,pooling",
+        "train.seed=0,1,2",
+        "train.max_steps=4",
+        "train.eval_every=2",
+        "model.dim=16",
+        "model.depth=1",
+        "logger.mode=disabled",
+        "train.progress=false",
+        f"hydra.sweep.dir={out}",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     analysis.summarize(out)
@@ -461,8 +500,11 @@ def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
     for mixer, g in zip(("scaled_dot", "pooling"), groups.values(), strict=True):
         members = [r for r in jobs if r["mixer"] == mixer]
         assert sorted(r["seed"] for r in members) == ["0", "1", "2"] and g["n_seeds"] == "3"
-        for col, key in (("final_val_loss", "val_loss"), ("final_metric", "metric"),
-                         ("final_rank", "rank")):  # fmt: skip
+        for col, key in (
+            ("final_val_loss", "val_loss"),
+            ("final_metric", "metric"),
+            ("final_rank", "rank"),
+        ):
             x = np.array([float(r[col]) for r in members])
             ci = mean_interval(x)
             assert float(g[f"{key}_mean"]) == pytest.approx(x.mean(), rel=1e-3)
@@ -507,8 +549,12 @@ def _record_compute(folder: Path, tokens_per_step: int, flops_per_token: float, 
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     summary = json.loads((folder / "summary.json").read_text())
     last = records[-1]
-    summary["compute"] = {"tokens": last["compute/tokens"], "flops": last["compute/flops"],
-                          "train_s": last["compute/train_s"], "wall_s": 7.5}  # fmt: skip
+    summary["compute"] = {
+        "tokens": last["compute/tokens"],
+        "flops": last["compute/flops"],
+        "train_s": last["compute/train_s"],
+        "wall_s": 7.5,
+    }
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -594,8 +640,19 @@ def test_interval_figure_shows_held_out_test_where_the_runs_have_it():
 
 # ---- figures with many series --------------------------------------------------------------
 
-MIXERS_11 = ["scaled_dot", "quadratic", "metric", "pooling", "identity", "local", "linear",
-             "favor", "nystrom", "fourier", "token_mlp"]  # fmt: skip
+MIXERS_11 = [
+    "scaled_dot",
+    "quadratic",
+    "metric",
+    "pooling",
+    "identity",
+    "local",
+    "linear",
+    "favor",
+    "nystrom",
+    "fourier",
+    "token_mlp",
+]
 RESIDUALS_7 = ["none", "add", "scaled", "rezero", "layerscale", "denseformer", "attnres"]
 
 
@@ -619,8 +676,11 @@ def test_figures_with_many_series_wrap_into_rows_of_readable_panels(tmp_path, mi
     sweep = make_wide_sweep(tmp_path / "sweep", mixers, RESIDUALS_7)
     out = tmp_path / "report"
     analysis.summarize(sweep, out, compare_axis="mixer", wandb_mode="disabled")
-    for name, panels in (("val_curves.png", len(mixers)), ("rank_vs_depth.png", 7),
-                         ("val_bands.png", 7)):  # fmt: skip
+    for name, panels in (
+        ("val_curves.png", len(mixers)),
+        ("rank_vs_depth.png", 7),
+        ("val_bands.png", 7),
+    ):
         width, height = png_size(out / name)
         assert 1200 <= width <= 2000, (name, width)
         panel_rows = -(-panels // 4)
@@ -652,8 +712,9 @@ def test_sixteen_series_have_distinct_colours_and_markers():
 def make_broken_seed_sweep(root: Path) -> Path:
     """scaled_dot: seeds 0, 1 completed, seed 2 still running; pooling: seeds 0, 1 failed and
     seed 2 refused before it wrote anything (no folder: the sweep's refused.jsonl says why)."""
-    for job, (mixer, seed) in enumerate([("scaled_dot", 0), ("scaled_dot", 1), ("scaled_dot", 2),
-                                         ("pooling", 0), ("pooling", 1)]):  # fmt: skip
+    for job, (mixer, seed) in enumerate(
+        [("scaled_dot", 0), ("scaled_dot", 1), ("scaled_dot", 2), ("pooling", 0), ("pooling", 1)]
+    ):
         status = {2: "running", 3: "failed", 4: "failed"}.get(job, "completed")
         make_run(root / str(job), mixer, seed, 2.0 + job / 10, status=status)
     summary = json.loads((root / "3" / "summary.json").read_text())
@@ -661,8 +722,11 @@ def make_broken_seed_sweep(root: Path) -> Path:
     (root / "3" / "summary.json").write_text(json.dumps(summary))
     grid = ["mixer=scaled_dot,pooling", "train.lr=0.003", "train.seed=0,1,2", "model.skip=True"]
     (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": grid}}}))
-    refused = {"job": "mixer=pooling,train.seed=2", "error": "mixer.window must be odd",
-               "overrides": ["mixer=pooling", "train.lr=0.003", "train.seed=2", "model.skip=True"]}  # fmt: skip
+    refused = {
+        "job": "mixer=pooling,train.seed=2",
+        "error": "mixer.window must be odd",
+        "overrides": ["mixer=pooling", "train.lr=0.003", "train.seed=2", "model.skip=True"],
+    }
     (root / "refused.jsonl").write_text(json.dumps(refused) + "\n")
     return root
 
@@ -685,9 +749,12 @@ def test_jobs_that_did_not_complete_are_named_and_no_configuration_is_silently_n
     pool = {r["group"]: r for r in loaded.group_table()}["mixer=pooling"]
     assert (pool["n_seeds"], pool["n_jobs"]) == (0, 3)
     assert pool["note"].startswith("n=0: no completed seed with a final val_loss: ")
-    for part in ("seed 0 failed (job 3: RuntimeError: CUDA out of memory)", "seed 1 failed (job 4",
-                 "seed 2 refused (job mixer=pooling,train.seed=2: refused before it wrote "
-                 "anything: mixer.window must be odd)"):  # fmt: skip
+    for part in (
+        "seed 0 failed (job 3: RuntimeError: CUDA out of memory)",
+        "seed 1 failed (job 4",
+        "seed 2 refused (job mixer=pooling,train.seed=2: refused before it wrote "
+        "anything: mixer.window must be odd)",
+    ):
         assert part in pool["note"]
 
     out = tmp_path / "report"
@@ -707,8 +774,14 @@ def test_selection_names_the_values_it_left_out_and_warns_for_a_configuration_it
             for seed in (100, 101):
                 # scaled_dot at 1e-2 failed on both seeds; pooling failed everywhere
                 failed = mixer == "pooling" or lr == 1e-2
-                make_run(sweep / str(job), mixer, seed, 2.0 + lr * 10, lr=lr,
-                         status="failed" if failed else "completed")  # fmt: skip
+                make_run(
+                    sweep / str(job),
+                    mixer,
+                    seed,
+                    2.0 + lr * 10,
+                    lr=lr,
+                    status="failed" if failed else "completed",
+                )
                 job += 1
     with pytest.warns(analysis.SweepWarning) as caught:
         groups = analysis.load_sweep(sweep).groups

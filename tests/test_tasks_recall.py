@@ -54,9 +54,15 @@ def test_layout_keys_values_and_queries():
 
 def test_num_queries_and_filler():
     task = build_task(
-        "mqar", "", 0, vocab_size=30, seq_len=40, num_kv_pairs=8, num_queries=3,
+        "mqar",
+        "",
+        0,
+        vocab_size=30,
+        seq_len=40,
+        num_kv_pairs=8,
+        num_queries=3,
         random_non_queries=False,
-    )  # fmt: skip
+    )
     batch = task.batch("train", 100, _gen())
     labelled = batch.targets != -100
     assert labelled.sum(1).tolist() == [3] * 100
@@ -80,9 +86,16 @@ def test_query_gaps_follow_the_power_law():
     n_rows, space = 20000, 8
     for a, expect in ((1.0, [1 / space] * space), (0.01, None)):
         task = build_task(
-            "mqar", "", 0, vocab_size=16, seq_len=2 + 2 * space, num_kv_pairs=1, power_a=a,
-            val_size=1, test_size=1,
-        )  # fmt: skip
+            "mqar",
+            "",
+            0,
+            vocab_size=16,
+            seq_len=2 + 2 * space,
+            num_kv_pairs=1,
+            power_a=a,
+            val_size=1,
+            test_size=1,
+        )
         gaps = (task.batch("train", n_rows, _gen(1)).targets != -100).nonzero()[:, 1] - 2
         freq = torch.bincount(gaps // 2, minlength=space).double() / n_rows
         if expect is None:
@@ -137,8 +150,9 @@ def test_splits_are_fixed_and_no_held_out_example_is_trained_on():
     assert raw & (val | test)
     again = build_task("mqar", "", 3, **opts).fixed_set("test")
     assert torch.equal(again.inputs, task.fixed_set("test").inputs)
-    assert not torch.equal(build_task("mqar", "", 4, **opts).fixed_set("val").inputs,
-                           task.fixed_set("val").inputs)  # fmt: skip
+    assert not torch.equal(
+        build_task("mqar", "", 4, **opts).fixed_set("val").inputs, task.fixed_set("val").inputs
+    )
     with pytest.raises(ValueError, match="split"):
         task.batch("test", 4, _gen())
     assert task.describe_splits()["train"]["excludes"] == "val, test"
@@ -167,16 +181,32 @@ def _cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_DIR": home, "WANDB_CONFIG_DIR": home, "WANDB_SILENT": "true"}
     return subprocess.run(
         [sys.executable, "-m", "attnzoo.train", "task=mqar", *overrides],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 @pytest.mark.slow  # subprocesses; the learning test runs the task through the trainer in-process
 def test_trains_from_the_command_line_and_refuses_bad_options_with_exit_2(tmp_path):
-    tiny = ["task.vocab_size=16", "task.seq_len=12", "task.num_kv_pairs=3", "task.val_size=64",
-            "task.test_size=64", "model.dim=16", "model.depth=2", "model.heads=2",
-            "train.batch_size=8", "train.eval_every=25", "train.eval_batches=1",
-            "train.probe_batch_size=4", "train.progress=false", "logger.mode=disabled"]  # fmt: skip
+    tiny = [
+        "task.vocab_size=16",
+        "task.seq_len=12",
+        "task.num_kv_pairs=3",
+        "task.val_size=64",
+        "task.test_size=64",
+        "model.dim=16",
+        "model.depth=2",
+        "model.heads=2",
+        "train.batch_size=8",
+        "train.eval_every=25",
+        "train.eval_batches=1",
+        "train.probe_batch_size=4",
+        "train.progress=false",
+        "logger.mode=disabled",
+    ]
     out = _cli(tmp_path, *tiny, "train.max_steps=50", f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 0, out.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -196,12 +226,26 @@ def test_a_small_attention_model_learns_recall(tmp_path):
     from attnzoo.train import compose, run
 
     cfg = compose(
-        ["task=mqar", "task.vocab_size=16", "task.seq_len=12", "task.num_kv_pairs=3",
-         "task.val_size=256", "task.test_size=256", "model.dim=64", "model.depth=2",
-         "model.heads=4", "train.batch_size=64", "train.max_steps=300", "train.lr=3e-3",
-         "train.eval_every=300", "train.eval_batches=1", "train.threads=1",
-         "train.progress=false", "logger.mode=disabled"]
-    )  # fmt: skip
+        [
+            "task=mqar",
+            "task.vocab_size=16",
+            "task.seq_len=12",
+            "task.num_kv_pairs=3",
+            "task.val_size=256",
+            "task.test_size=256",
+            "model.dim=64",
+            "model.depth=2",
+            "model.heads=4",
+            "train.batch_size=64",
+            "train.max_steps=300",
+            "train.lr=3e-3",
+            "train.eval_every=300",
+            "train.eval_batches=1",
+            "train.threads=1",
+            "train.progress=false",
+            "logger.mode=disabled",
+        ]
+    )
     final = run(cfg, tmp_path)["final"]
     assert final["test/n"] == 256
     assert final["test/accuracy"] > 0.6 and final["val/accuracy"] > 0.6, final

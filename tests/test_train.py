@@ -53,8 +53,9 @@ def test_run_leaves_every_file_with_the_contract_keys(tmp_path):
     for key in ("status", "step", "steps_per_s", "params", "final", "error"):
         assert key in on_disk
     assert on_disk["error"] is None and on_disk["steps_per_s"] > 0
-    assert on_disk["params"] == sum(p.numel() for p in read_checkpoint(
-        tmp_path / "checkpoints" / "last.pt")["model"].values())  # fmt: skip
+    assert on_disk["params"] == sum(
+        p.numel() for p in read_checkpoint(tmp_path / "checkpoints" / "last.pt")["model"].values()
+    )
     assert (tmp_path / ".hydra" / "config.yaml").exists()
     assert (tmp_path / "rank_decay.png").stat().st_size > 1000
     records = read_metrics(tmp_path / "metrics.jsonl")
@@ -269,7 +270,7 @@ def test_signal_checkpoints_at_the_step_boundary_and_exits(tmp_path, sig):
             f"train.max_steps={stop}",
             "train.resume=true",
             f"hydra.run.dir={run_dir}",
-        ],  # fmt: skip
+        ],
         env=_env(tmp_path),
         cwd=tmp_path,
         capture_output=True,
@@ -311,9 +312,10 @@ def test_wandb_offline_run_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
         for key, value in r.items():
             assert logged[key] == pytest.approx(value), key
         scalars = {
-            k for k, v in logged.items()
+            k
+            for k, v in logged.items()
             if not k.startswith("_") and isinstance(v, (int, float)) and "." not in k
-        }  # fmt: skip
+        }
         assert scalars == set(r), r["step"]
         if "rank/last" in r:  # the rank media go with every evaluation (media_budget=1)
             assert any(k.startswith("rank/table") for k in logged)
@@ -438,7 +440,7 @@ def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs_by_configura
             "mixer=pooling",
             "mixer.window=2,3",
             f"hydra.sweep.dir={sweep}",
-        ],  # fmt: skip
+        ],
         env={**_env(tmp_path), "WANDB_SILENT": "true"},
         cwd=tmp_path,
         capture_output=True,

@@ -95,11 +95,23 @@ def test_probe_matches_rank_profile_and_unwraps_a_compiled_model(tmp_path):
 
 def test_rank_figure_has_a_panel_per_measure_and_none_for_a_measure_never_applicable():
     history = [
-        (0, {"relative_residual": [1.0, 0.1], "effective_rank": [4.0, 2.0],
-             "attention_entropy": [math.nan, 1.5]}),
-        (5, {"relative_residual": [1.0, 0.2], "effective_rank": [4.0, 3.0],
-             "attention_entropy": [math.nan, 1.2]}),
-    ]  # fmt: skip
+        (
+            0,
+            {
+                "relative_residual": [1.0, 0.1],
+                "effective_rank": [4.0, 2.0],
+                "attention_entropy": [math.nan, 1.5],
+            },
+        ),
+        (
+            5,
+            {
+                "relative_residual": [1.0, 0.2],
+                "effective_rank": [4.0, 3.0],
+                "attention_entropy": [math.nan, 1.2],
+            },
+        ),
+    ]
     fig = measures_figure(history, title="t")
     shown = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in shown] == [

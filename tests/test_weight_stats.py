@@ -44,8 +44,10 @@ def test_sink_share_counts_heads_over_the_threshold_on_the_first_token():
     assert sink_share(w).item() == 0.5
 
 
-@pytest.mark.parametrize(("mixer", "row_sum_is_one"), [("scaled_dot", True), ("sigmoid", False),
-                                                        ("gla", False), ("pooling", None)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("mixer", "row_sum_is_one"),
+    [("scaled_dot", True), ("sigmoid", False), ("gla", False), ("pooling", None)],
+)
 def test_the_profile_and_the_trainer_record_log_them_for_every_mixer_with_weights(
     mixer, row_sum_is_one
 ):

@@ -264,19 +264,39 @@ def test_a_causal_task_is_refused_before_any_work(name):
 def test_the_cli_exits_2_naming_causal(tmp_path):
     """The refusal comes before the corpus is read: data_dir points at an empty folder."""
     proc = subprocess.run(
-        [sys.executable, "-m", "attnzoo.train", "mixer=fourier", "task=shakespeare_char",
-         f"data_dir={tmp_path}", f"hydra.run.dir={tmp_path / 'run'}", "logger.mode=disabled"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "attnzoo.train",
+            "mixer=fourier",
+            "task=shakespeare_char",
+            f"data_dir={tmp_path}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "logger.mode=disabled",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "causal" in proc.stderr
 
 
 @pytest.mark.parametrize(
     "name",
-    ["linear", "favor", "nystrom", "fourier", "local", "token_mlp", "retention", "gla", "mamba2",
-     "deltanet"],
-)  # fmt: skip
+    [
+        "linear",
+        "favor",
+        "nystrom",
+        "fourier",
+        "local",
+        "token_mlp",
+        "retention",
+        "gla",
+        "mamba2",
+        "deltanet",
+    ],
+)
 def test_each_trains_under_bf16_autocast(name):
     torch.manual_seed(0)
     extra = {"max_len": 10} if name == "token_mlp" else {}

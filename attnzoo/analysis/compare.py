@@ -113,8 +113,10 @@ def attached_keys(groups: list[Group], axis: str) -> list[str]:
         seen: set[tuple[str, str]] = set()
         unique = True
         for g in groups:
-            cell = (json.dumps([g.label.get(k) for k in keep], default=str),
-                    json.dumps(g.label.get(axis), default=str))  # fmt: skip
+            cell = (
+                json.dumps([g.label.get(k) for k in keep], default=str),
+                json.dumps(g.label.get(axis), default=str),
+            )
             unique &= cell not in seen
             seen.add(cell)
         if unique:
@@ -211,23 +213,30 @@ def sentence(r: dict[str, Any]) -> str:
     difference with its interval, and every p-value (raw and adjusted)."""
     a, ref, v = r["config"], r["reference"], r["verdict"]
     if v == "too few seeds":
-        return (f"{a} vs {ref}: too few seeds to tell ({r['n']} and {r['n_reference']}; "
-                "2 each needed)")  # fmt: skip
+        return (
+            f"{a} vs {ref}: too few seeds to tell ({r['n']} and {r['n_reference']}; 2 each needed)"
+        )
     how = "" if r["correction"] == "none" else f" {r['correction'].capitalize()}-adjusted"
     margin = r["margin"]
     if v.endswith("by more than the margin"):
-        head = (f"{v.split()[0]} than {ref} by more than the margin {margin:g} (test against "
-                f"{margin:g}, two-sided:{how} p = {_p(r['p_margin_adjusted'])})")  # fmt: skip
+        head = (
+            f"{v.split()[0]} than {ref} by more than the margin {margin:g} (test against "
+            f"{margin:g}, two-sided:{how} p = {_p(r['p_margin_adjusted'])})"
+        )
     elif v in ("better", "worse", "better, within margin", "worse, within margin"):
         head = f"{v.split(',')[0]} than {ref} (two-sided test:{how} p = {_p(r['p_adjusted'])})"
         if v.endswith("within margin"):
-            head += (f", and within margin ±{margin:g} (TOST:{how} p = "
-                     f"{_p(r['p_tost_adjusted'])}), a real but negligible difference")  # fmt: skip
+            head += (
+                f", and within margin ±{margin:g} (TOST:{how} p = "
+                f"{_p(r['p_tost_adjusted'])}), a real but negligible difference"
+            )
     elif v == "within margin":
         head = f"within margin ±{margin:g} (TOST:{how} p = {_p(r['p_tost_adjusted'])})"
     else:
-        head = (f"not resolved with {_seeds(r)} (could resolve |Δ| ≥ {r['resolvable']:.2g}; "
-                "not the same as equal)")  # fmt: skip
+        head = (
+            f"not resolved with {_seeds(r)} (could resolve |Δ| ≥ {r['resolvable']:.2g}; "
+            "not the same as equal)"
+        )
     stats = (
         f"{r['method']}, {_seeds(r)}, Δ{r['on']} = {r['diff']:+.3g}, {r['confidence']:.0%} CI "
         f"[{r['diff_ci_low']:+.3g}, {r['diff_ci_high']:+.3g}], p = {_p(r['p'])}"

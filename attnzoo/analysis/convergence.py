@@ -35,9 +35,11 @@ def flattened(group: Group, tail: float = 0.2) -> dict[str, Any]:
     deviation of the final validation loss, False when not, None with fewer than two seeds or
     curves. Also `change` (that mean) and `sd`."""
     changes = [
-        c for job, r in group.members if r["status"] == "completed"
+        c
+        for job, r in group.members
+        if r["status"] == "completed"
         if (c := tail_change(job.records, tail)) is not None
-    ]  # fmt: skip
+    ]
     finals = list(group.values("val_loss").values())
     if len(changes) < 2 or len(finals) < 2:
         return {"flattened": None, "change": None, "sd": None}

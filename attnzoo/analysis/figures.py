@@ -29,9 +29,24 @@ from attnzoo.stats import Interval  # noqa: E402
 # Sixteen colours that stay apart (matplotlib's tab10, then six more) and nine markers cycling on
 # their own period: no two of the first 16 series share a colour, no two of the first 144 share
 # both, and two series whose curves coincide still differ in the marker a legend shows.
-SERIES_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                  "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#e6ab02", "#000080", "#d000d0",
-                  "#006d6d", "#66c2a5")  # fmt: skip
+SERIES_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#000000",
+    "#e6ab02",
+    "#000080",
+    "#d000d0",
+    "#006d6d",
+    "#66c2a5",
+)
 SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<")
 PANELS_PER_ROW = 4  # a figure with more panels wraps into rows (at most ~1800 px wide)
 DPI = 110
@@ -39,8 +54,10 @@ DPI = 110
 
 def series_style(i: int) -> dict[str, str]:
     """The colour and marker of the i-th series of a figure (SERIES_COLOURS, SERIES_MARKERS)."""
-    return {"color": SERIES_COLOURS[i % len(SERIES_COLOURS)],
-            "marker": SERIES_MARKERS[i % len(SERIES_MARKERS)]}  # fmt: skip
+    return {
+        "color": SERIES_COLOURS[i % len(SERIES_COLOURS)],
+        "marker": SERIES_MARKERS[i % len(SERIES_MARKERS)],
+    }
 
 
 def series_styles(labels: list[str]) -> dict[str, dict[str, Any]]:
@@ -57,7 +74,7 @@ def series_styles(labels: list[str]) -> dict[str, dict[str, Any]]:
             "mew": 1.2,
             "ms": 8.0 - 5.0 * i / last,
             "lw": 2.4 - 1.4 * i / last,
-        }  # fmt: skip
+        }
         for i, label in enumerate(distinct)
     }
 
@@ -67,8 +84,9 @@ def panel_grid(n: int, width: float = 4.0, height: float = 3.4, sharey: bool = T
     the figure and its panels in reading order."""
     cols = min(PANELS_PER_ROW, max(n, 1))
     rows = -(-max(n, 1) // cols)
-    fig, grid = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False,
-                             sharey=sharey)  # fmt: skip
+    fig, grid = plt.subplots(
+        rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=sharey
+    )
     axes = [ax for row in grid for ax in row]
     for ax in axes[max(n, 1) :]:
         ax.axis("off")
@@ -82,8 +100,15 @@ def figure_legend(fig: plt.Figure, handles: list[Any], labels: list[str]) -> Non
         return
     per_column = 0.8 + 0.065 * max(len(label) for label in labels)  # inches at fontsize 8
     ncol = max(1, min(len(labels), int(fig.get_figwidth() / per_column)))
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
-               fontsize=8, frameon=False)  # fmt: skip
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+    )
 
 
 def save(fig: plt.Figure, path: Path) -> None:
@@ -100,8 +125,14 @@ def ablation(r: dict[str, Any]) -> str:
 
 
 # the axes a panel of rank_vs_depth.png already names (its title is the job's ablation)
-_ABLATION_AXES = ("mixer=", "model.residual=", "model.skip=", "model.mlp=", "model.norm=",
-                  "model.depth=")  # fmt: skip
+_ABLATION_AXES = (
+    "mixer=",
+    "model.residual=",
+    "model.skip=",
+    "model.mlp=",
+    "model.norm=",
+    "model.depth=",
+)
 
 
 def _other_axes(r: dict[str, Any], shown: tuple[str, ...]) -> str:
@@ -147,8 +178,11 @@ def plot_val(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
     (dashed: a job that did not complete), one legend below."""
     panels: dict[str, list[tuple[str, bool, list[int], list[float]]]] = {}
     for job, r in zip(jobs, rows, strict=True):
-        points = [(rec["step"], rec["val/loss"]) for rec in job.records
-                  if "val/loss" in rec and "step" in rec]  # fmt: skip
+        points = [
+            (rec["step"], rec["val/loss"])
+            for rec in job.records
+            if "val/loss" in rec and "step" in rec
+        ]
         if points:
             steps, losses = zip(*points, strict=True)
             label = _other_axes(r, ("mixer=",)) or f"{ablation(r)}, depth {r['depth']}"
@@ -217,8 +251,9 @@ def plot_intervals(
             if math.isnan(low):
                 ax.plot([mean], [y], "o", mfc="none", color="C0")  # one seed: no whisker
             else:
-                ax.errorbar([mean], [y], xerr=[[mean - low], [high - mean]], fmt="o",
-                            color="C0", capsize=3)  # fmt: skip
+                ax.errorbar(
+                    [mean], [y], xerr=[[mean - low], [high - mean]], fmt="o", color="C0", capsize=3
+                )
             for seed_value in table[y]["_values"][which]:
                 ax.plot([seed_value], [y], ".", color="0.6", ms=4)
         ax.set_yticks(range(len(names)))
@@ -255,8 +290,14 @@ def draw_bands(
             handles.setdefault(label, line)
             seeds.setdefault(label, set()).add(cis[-1].n)
             if cis[-1].n > 1:
-                ax.fill_between(xs, [c.low for c in cis], [c.high for c in cis],
-                                color=style["color"], alpha=0.2, lw=0)  # fmt: skip
+                ax.fill_between(
+                    xs,
+                    [c.low for c in cis],
+                    [c.high for c in cis],
+                    color=style["color"],
+                    alpha=0.2,
+                    lw=0,
+                )
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
@@ -303,8 +344,9 @@ def plot_rank_ablation(
     per_row = min(2, len(mixers))
     rows = -(-len(mixers) // per_row)
     for name in MEASURES:
-        fig, axes = plt.subplots(rows, 2 * per_row, figsize=(6.4 * per_row, 2.9 * rows + 1.0),
-                                 squeeze=False, sharey=True)  # fmt: skip
+        fig, axes = plt.subplots(
+            rows, 2 * per_row, figsize=(6.4 * per_row, 2.9 * rows + 1.0), squeeze=False, sharey=True
+        )
         for i, mixer in enumerate(mixers):
             for j, when in enumerate(("init", "trained")):
                 ax = axes[i // per_row][2 * (i % per_row) + j]
@@ -312,9 +354,15 @@ def plot_rank_ablation(
                     if c.mixer != mixer or not c.mlp or (when, name) not in c.depth:
                         continue
                     ys = c.depth[when, name]
-                    ax.plot(range(len(ys)), ys, marker="o", ms=3,
-                            color=colors[c.residual], ls="--" if c.norm == "none" else "-",
-                            label=c.variant)  # fmt: skip
+                    ax.plot(
+                        range(len(ys)),
+                        ys,
+                        marker="o",
+                        ms=3,
+                        color=colors[c.residual],
+                        ls="--" if c.norm == "none" else "-",
+                        label=c.variant,
+                    )
                 ax.set_title(f"{mixer}, {when}", fontsize=9)
                 if name in ("relative_residual",):
                     ax.set_yscale("log")
@@ -350,8 +398,14 @@ def residual_figure(
 
     cols = min(4, len(mixers))
     rows = -(-len(mixers) // cols)
-    fig, grid = plt.subplots(rows, cols, squeeze=False, sharex=True, sharey=True,
-                             figsize=(3.0 * cols + 1.6, 2.9 * rows + 0.5))  # fmt: skip
+    fig, grid = plt.subplots(
+        rows,
+        cols,
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+        figsize=(3.0 * cols + 1.6, 2.9 * rows + 0.5),
+    )
     axes = [ax for row in grid for ax in row]
     depths = range(depth + 1)
     for ax, mixer in zip(axes, mixers, strict=False):
@@ -385,23 +439,41 @@ def measures_figure(
 ) -> plt.Figure:
     """Rows: mixers; columns: measures; one line per variant (dashed: with LayerNorm)."""
     names = list(MEASURES)
-    fig, axes = plt.subplots(len(mixers), len(names), squeeze=False, sharex=True,
-                             figsize=(2.8 * len(names) + 1.8, 2.0 * len(mixers) + 0.6))  # fmt: skip
+    fig, axes = plt.subplots(
+        len(mixers),
+        len(names),
+        squeeze=False,
+        sharex=True,
+        figsize=(2.8 * len(names) + 1.8, 2.0 * len(mixers) + 0.6),
+    )
     depths = range(depth + 1)
     for row, mixer in enumerate(mixers):
         for col, name in enumerate(names):
             ax = axes[row][col]
             for variant, norm in _variants_of(curves, mixer):
                 values = curves[mixer, variant, norm].measures[name]
-                ax.plot(depths, values, marker="o", markersize=2,
-                        linestyle="-" if norm == "none" else "--",
-                        label=f"{variant}{'' if norm == 'none' else ' +LN'}")  # fmt: skip
+                ax.plot(
+                    depths,
+                    values,
+                    marker="o",
+                    markersize=2,
+                    linestyle="-" if norm == "none" else "--",
+                    label=f"{variant}{'' if norm == 'none' else ' +LN'}",
+                )
             if name == "relative_residual":
                 ax.set_yscale("log")
             mine = [v for (m, _, _), p in curves.items() if m == mixer for v in p.measures[name]]
             if all(math.isnan(v) for v in mine):
-                ax.text(0.5, 0.5, "n/a: weights not\na distribution", transform=ax.transAxes,
-                        ha="center", va="center", fontsize=8, color="gray")  # fmt: skip
+                ax.text(
+                    0.5,
+                    0.5,
+                    "n/a: weights not\na distribution",
+                    transform=ax.transAxes,
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="gray",
+                )
                 ax.set_yticks([])
             ax.grid(alpha=0.3)
             if row == 0:
@@ -412,8 +484,11 @@ def measures_figure(
         ax.set_xlabel("depth")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center right", fontsize=8)
-    fig.suptitle("Every measure at init, a row per mixer (float64 probe; attention entropy in "
-                 "nats, n/a where the mixer's weights are not a distribution)", fontsize=9)  # fmt: skip
+    fig.suptitle(
+        "Every measure at init, a row per mixer (float64 probe; attention entropy in "
+        "nats, n/a where the mixer's weights are not a distribution)",
+        fontsize=9,
+    )
     height = 2.0 * len(mixers) + 0.6  # the suptitle keeps half an inch above the panels
     fig.tight_layout(rect=(0, 0, 1 - 1.6 / (2.8 * len(names) + 1.8), 1 - 0.5 / height))
     return fig
@@ -440,13 +515,25 @@ def rate_figure(
         pairs_all = []
         for j, curve in enumerate(r["curves"]):
             pts = [(layer, -math.log10(v)) for layer, v in enumerate(curve) if v > floor]
-            left.plot(*zip(*pts, strict=True), marker="o", markersize=3, color=colour, alpha=0.6,
-                      label=label if j == 0 else None)  # fmt: skip
+            left.plot(
+                *zip(*pts, strict=True),
+                marker="o",
+                markersize=3,
+                color=colour,
+                alpha=0.6,
+                label=label if j == 0 else None,
+            )
             pairs = rate_pairs(curve, floor)
             pairs_all += pairs
             if pairs:
-                right.plot(*zip(*pairs, strict=True), marker="o", markersize=4, color=colour,
-                           alpha=0.6, label=label if j == 0 else None)  # fmt: skip
+                right.plot(
+                    *zip(*pairs, strict=True),
+                    marker="o",
+                    markersize=4,
+                    color=colour,
+                    alpha=0.6,
+                    label=label if j == 0 else None,
+                )
         if not pairs_all:
             continue
         log_c = sum(y - 3 * x for x, y in pairs_all) / len(pairs_all)  # k held at 3
@@ -454,8 +541,9 @@ def rate_figure(
         ref = [(1, sum(first) / len(first))]
         while ref[-1][0] < depth and 3 * ref[-1][1] + log_c > math.log10(floor):
             ref.append((ref[-1][0] + 1, 3 * ref[-1][1] + log_c))
-        left.plot([x for x, _ in ref], [-y for _, y in ref], color=colour, linestyle="--",
-                  linewidth=1)  # fmt: skip
+        left.plot(
+            [x for x, _ in ref], [-y for _, y in ref], color=colour, linestyle="--", linewidth=1
+        )
         xs = [min(x for x, _ in pairs_all) - 0.3, max(x for x, _ in pairs_all) + 0.3]
         right.plot(xs, [3 * x + log_c for x in xs], color=colour, linestyle="--", linewidth=1)
     for ax in (left, right):
@@ -486,20 +574,27 @@ def lambda_figure(sweep: list[Any], title: str) -> plt.Figure:
     from attnzoo.analysis.verdicts import COLLAPSED, KEPT
 
     norms = list(dict.fromkeys(r.norm for r in sweep))
-    fig, axes = plt.subplots(1, len(norms), figsize=(5.2 * len(norms), 4.0), sharey=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(norms), figsize=(5.2 * len(norms), 4.0), sharey=True, squeeze=False
+    )
     for ax, norm in zip(axes[0], norms, strict=True):
         for i, name in enumerate(dict.fromkeys(r.stack for r in sweep)):
-            rows = sorted((r for r in sweep if r.stack == name and r.norm == norm),
-                          key=lambda r: r.lam)  # fmt: skip
+            rows = sorted(
+                (r for r in sweep if r.stack == name and r.norm == norm), key=lambda r: r.lam
+            )
             lams = [r.lam for r in rows]
             floor = 1e-17  # a log axis: a share of 0 is drawn at the bottom
             style = series_style(i)
-            ax.plot(lams, [max(r.share.mean, floor) for r in rows], markersize=4,
-                    label=name, **style)  # fmt: skip
-            ax.fill_between(lams, [max(r.share.low, floor) for r in rows],
-                            [max(r.share.high, floor) for r in rows], alpha=0.15,
-                            color=style.get("color"))  # fmt: skip
+            ax.plot(
+                lams, [max(r.share.mean, floor) for r in rows], markersize=4, label=name, **style
+            )
+            ax.fill_between(
+                lams,
+                [max(r.share.low, floor) for r in rows],
+                [max(r.share.high, floor) for r in rows],
+                alpha=0.15,
+                color=style.get("color"),
+            )
         for y in (KEPT, COLLAPSED):
             ax.axhline(y, color="gray", linewidth=0.8, linestyle=":")
         ax.set_xscale("symlog", linthresh=0.01)
@@ -535,27 +630,45 @@ def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
                 for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
                     values = list(g.values(on).values())
                     dx = 1 + 0.03 * (i - 2.5)  # spread the mixers' dots apart on the log axis
-                    top.scatter([c["width"] * dx] * len(values), values, s=12, color=f"C{i}",
-                                alpha=0.6)  # fmt: skip
+                    top.scatter(
+                        [c["width"] * dx] * len(values), values, s=12, color=f"C{i}", alpha=0.6
+                    )
                     if values:
                         xs.append(c["width"] * dx)
                         means.append(sum(values) / len(values))
             top.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
             for seed in dict.fromkeys(r["seed"] for r in (shown or {}).get("curves", [])):
-                curve = [(float(r["step"]), float(r["val_accuracy"])) for r in shown["curves"]
-                         if r["mixer"] == mixer and r["seed"] == seed]  # fmt: skip
+                curve = [
+                    (float(r["step"]), float(r["val_accuracy"]))
+                    for r in shown["curves"]
+                    if r["mixer"] == mixer and r["seed"] == seed
+                ]
                 bottom.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1, alpha=0.7)
         top.set_xscale("log", base=2)
-        top.set(xlabel="model width (model.dim)", ylabel="MQAR test accuracy (fresh seeds)",
-                ylim=(-0.02, 1.02), title=f"depth {depth}")  # fmt: skip
+        top.set(
+            xlabel="model width (model.dim)",
+            ylabel="MQAR test accuracy (fresh seeds)",
+            ylim=(-0.02, 1.02),
+            title=f"depth {depth}",
+        )
         top.grid(alpha=0.3)
         if shown is None:  # cells read from a report written before curves were kept
             bottom.set_axis_off()
-            bottom.text(0.5, 0.5, f"depth {depth}: no validation curves recorded",
-                        ha="center", va="center", transform=bottom.transAxes)  # fmt: skip
+            bottom.text(
+                0.5,
+                0.5,
+                f"depth {depth}: no validation curves recorded",
+                ha="center",
+                va="center",
+                transform=bottom.transAxes,
+            )
             continue
-        bottom.set(xlabel="training step", ylabel="val accuracy (sampled)", ylim=(-0.02, 1.02),
-                   title=f"depth {depth}, width {shown['width']}: every fresh seed")  # fmt: skip
+        bottom.set(
+            xlabel="training step",
+            ylabel="val accuracy (sampled)",
+            ylim=(-0.02, 1.02),
+            title=f"depth {depth}, width {shown['width']}: every fresh seed",
+        )
         bottom.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()

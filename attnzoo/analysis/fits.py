@@ -137,11 +137,25 @@ def collapse_kind(
     ratios = [decrement_ratio(c, floor, layers) for c in curves]
     if ratios and all(math.isfinite(k) and k > 0 for k in ratios):
         logs = mean_interval([math.log(k) for k in ratios], confidence)
-        ratio = Interval(logs.n, math.exp(logs.mean), math.nan, math.exp(logs.low),
-                         math.exp(logs.high), confidence, "geometric mean over seeds")  # fmt: skip
+        ratio = Interval(
+            logs.n,
+            math.exp(logs.mean),
+            math.nan,
+            math.exp(logs.low),
+            math.exp(logs.high),
+            confidence,
+            "geometric mean over seeds",
+        )
     else:
-        ratio = Interval(0, math.nan, math.nan, math.nan, math.nan, confidence,
-                         "some seed has no ratio over the layers above the floor")  # fmt: skip
+        ratio = Interval(
+            0,
+            math.nan,
+            math.nan,
+            math.nan,
+            math.nan,
+            confidence,
+            "some seed has no ratio over the layers above the floor",
+        )
     if any(not all(math.isfinite(x) for x in c) for c in curves):
         return VANISHES, share, ratio
     kept = verdict(share)

@@ -25,15 +25,21 @@ def known_answers(rate: dict[str, dict], control: str) -> list[str]:
     lines = []
     if "fourier" in rate:
         kind = rate["fourier"]["kind"]
-        lines.append(f"- A pure Re(fft2) stack (fourier) keeps rank: {kind} — "
-                     f"{'holds' if kind == 'no collapse' else 'does not hold'}.")  # fmt: skip
+        lines.append(
+            f"- A pure Re(fft2) stack (fourier) keeps rank: {kind} — "
+            f"{'holds' if kind == 'no collapse' else 'does not hold'}."
+        )
     kind = rate[control]["kind"]
-    lines.append(f"- A frozen random row-stochastic mixer collapses singly exponentially: {kind} — "
-                 f"{'holds' if 'singly' in kind else 'does not hold'}.")  # fmt: skip
+    lines.append(
+        f"- A frozen random row-stochastic mixer collapses singly exponentially: {kind} — "
+        f"{'holds' if 'singly' in kind else 'does not hold'}."
+    )
     if "local" in rate:
         kind = rate["local"]["kind"]
-        lines.append(f"- A local mask collapses singly exponentially: {kind} — "
-                     f"{'holds' if 'singly' in kind else 'does not hold'}.")  # fmt: skip
+        lines.append(
+            f"- A local mask collapses singly exponentially: {kind} — "
+            f"{'holds' if 'singly' in kind else 'does not hold'}."
+        )
     if "local" in rate and "scaled_dot" in rate:
         local, full = rate["local"]["depth3"], rate["scaled_dot"]["depth3"]
         lines.append(

@@ -107,8 +107,17 @@ def write_groups(
     loss, metric = (
         ("test_loss", "test_metric") if split_of(on) == "test" else ("val_loss", "metric")
     )
-    short = ["group", "n_seeds", loss, metric, "rank", "steps_per_s_mean", "params", "flops",
-             "note"]  # fmt: skip
+    short = [
+        "group",
+        "n_seeds",
+        loss,
+        metric,
+        "rank",
+        "steps_per_s_mean",
+        "params",
+        "flops",
+        "note",
+    ]
     cells = []
     for r in table:
         cells.append(
@@ -126,8 +135,12 @@ def write_groups(
         lines += ["", f"## Differences along `{axis_name(axis)}`, on `{on}`", ""]
         how = protocol_text(compared, confidence, margin, correction)
         lines += [how, ""]
-        lines += [f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
-                  for c in compared] or ["- nothing to compare (no block holds the reference and another configuration with a completed seed)"]  # fmt: skip
+        lines += [
+            f"- {c['block']}: {c['sentence']}" if c["block"] != "all" else f"- {c['sentence']}"
+            for c in compared
+        ] or [
+            "- nothing to compare (no block holds the reference and another configuration with a completed seed)"
+        ]
     (out / "groups.md").write_text("\n".join(lines) + "\n")
 
 
@@ -217,20 +230,34 @@ def write_selection(
     (out / "selected.json").write_text(json.dumps(selected, indent=2, default=str) + "\n")
     compare_flag = f" --compare {axis_name(axis)}" if axis else ""
     report = f"python {script} {final_dir}/*/ --out {final_dir}-report{compare_flag}"
-    lines = ["#!/usr/bin/env bash", "# fresh-seed runs at the selected values, then their summary",
-             "set -euo pipefail"] + [s["command"] for s in selected] + [report]  # fmt: skip
+    lines = (
+        [
+            "#!/usr/bin/env bash",
+            "# fresh-seed runs at the selected values, then their summary",
+            "set -euo pipefail",
+        ]
+        + [s["command"] for s in selected]
+        + [report]
+    )
     (out / "selected.sh").write_text("\n".join(lines) + "\n")
     md = ["# Selected values", ""]
     if selected:
         s0 = selected[0]
-        md += [f"Chosen by the best mean of {s0['select_by']} over the tuning seeds, per "
-               f"configuration of the other axes; tuned: `{s0['tune_axis']}`.", ""]  # fmt: skip
-    md += ["| config | value | mean | n_seeds | candidates (value: mean) | note |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
+        md += [
+            f"Chosen by the best mean of {s0['select_by']} over the tuning seeds, per "
+            f"configuration of the other axes; tuned: `{s0['tune_axis']}`.",
+            "",
+        ]
+    md += [
+        "| config | value | mean | n_seeds | candidates (value: mean) | note |",
+        "|---|---|---|---|---|---|",
+    ]
     for s in selected:
         cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
-        md.append(f"| {s['config']} | {fmt(s['value'])} | {fmt(s['mean'])} | {s['n_seeds']} "
-                  f"| {cands} | {s['note']} |")  # fmt: skip
+        md.append(
+            f"| {s['config']} | {fmt(s['value'])} | {fmt(s['mean'])} | {s['n_seeds']} "
+            f"| {cands} | {s['note']} |"
+        )
     md += ["", "Rerun with fresh seeds (`bash selected.sh` does all of it):", "", "```"]
     md += [s["command"] for s in selected] + [report, "```"]
     (out / "selected.md").write_text("\n".join(md) + "\n")

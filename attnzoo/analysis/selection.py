@@ -55,8 +55,12 @@ def select(
         scored = [g for g in members if g.values(by)]
         missing = [left_out(g, tune_key, by) for g in members if not g.values(by)]
         if not scored:
-            warnings.warn(f"{block}: nothing selected, no {axis_name(tune_key)} value has a "
-                          f"completed seed: {'; '.join(missing)}", SweepWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{block}: nothing selected, no {axis_name(tune_key)} value has a "
+                f"completed seed: {'; '.join(missing)}",
+                SweepWarning,
+                stacklevel=2,
+            )
             continue
         mean = {id(g): sum(g.values(by).values()) / len(g.values(by)) for g in scored}
         grid = sorted(

@@ -78,8 +78,10 @@ def _linear(x: Split, layer: nn.Linear) -> Split:
 
 def _heads(x: Split, heads: int) -> Split:
     mu, r = x
-    return (rearrange(mu, "b (h k) -> b h k", h=heads),
-            rearrange(r, "b n (h k) -> b h n k", h=heads))  # fmt: skip
+    return (
+        rearrange(mu, "b (h k) -> b h k", h=heads),
+        rearrange(r, "b n (h k) -> b h n k", h=heads),
+    )
 
 
 def _merge(x: Split) -> Split:
@@ -169,8 +171,9 @@ def _feature_split(mixer: nn.Module, t: Split, queries: bool) -> Split:
         omega = mixer.omega_mk.to(torch.float64)
         t_mu, t_r = t_mu * scale, t_r * scale
         u_mu = t_mu @ omega.T - t_mu.pow(2).sum(-1, keepdim=True) / 2  # (B, H, F)
-        du = t_r @ omega.T - ((t_mu[:, :, None] * t_r).sum(-1, keepdim=True)
-                              + t_r.pow(2).sum(-1, keepdim=True) / 2)  # fmt: skip
+        du = t_r @ omega.T - (
+            (t_mu[:, :, None] * t_r).sum(-1, keepdim=True) + t_r.pow(2).sum(-1, keepdim=True) / 2
+        )
         root_m = math.sqrt(mixer.features)
         if not queries:
             base = u_mu.exp() / root_m
@@ -222,8 +225,9 @@ def _kernelized(mixer: LinearAttention | Favor, x: Split) -> Split:
         + _center(g_t)
     )
     share = (c0 + dc) * inv  # c_i / (c_i + eps)
-    mean = (v_mu * share.mean(-1, keepdim=True) + base_t * inv.mean(-1, keepdim=True)
-            + g_t.mean(dim=-2))  # fmt: skip
+    mean = (
+        v_mu * share.mean(-1, keepdim=True) + base_t * inv.mean(-1, keepdim=True) + g_t.mean(dim=-2)
+    )
     return _project(mixer, (mean, _center(resid)))
 
 
@@ -267,8 +271,11 @@ def _nystrom(mixer: Nystrom, x: Split) -> Split:
     # K1 Z K3 v = 1(w1ᵀ(Z1))y3_μᵀ + 1 w1ᵀ Z y3_r + D1(Z1 − 1) y3_μᵀ + D1 Z y3_r  (D1·1 = 0)
     leak = torch.einsum("bhnm,bhm->bhn", d1, zeta_1)[..., None] * y3_mu[:, :, None]
     rest = d1 @ z_y3
-    mean = (y3_mu * (1.0 + torch.einsum("bhm,bhm->bh", w1, zeta_1))[..., None]
-            + torch.einsum("bhm,bhmk->bhk", w1, z_y3) + (leak + rest).mean(dim=-2))  # fmt: skip
+    mean = (
+        y3_mu * (1.0 + torch.einsum("bhm,bhm->bh", w1, zeta_1))[..., None]
+        + torch.einsum("bhm,bhmk->bhk", w1, z_y3)
+        + (leak + rest).mean(dim=-2)
+    )
     return _project(mixer, (mean, _center(leak + rest)))
 
 

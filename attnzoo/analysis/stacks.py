@@ -95,9 +95,18 @@ def build(
     vocab); `input_std` redraws the token embeddings and positions with that std, `model` sets
     further ModelConfig fields (the residual's)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(dim=args.dim, depth=args.depth, heads=args.heads, mixer=stack.mixer,
-                      mixer_options=dict(stack.options), causal=stack.causal, skip=skip, mlp=mlp,
-                      norm=norm, **model)  # fmt: skip
+    cfg = ModelConfig(
+        dim=args.dim,
+        depth=args.depth,
+        heads=args.heads,
+        mixer=stack.mixer,
+        mixer_options=dict(stack.options),
+        causal=stack.causal,
+        skip=skip,
+        mlp=mlp,
+        norm=norm,
+        **model,
+    )
     net = Model(cfg, out_features=2, max_len=args.tokens, vocab_size=args.vocab)
     if input_std is not None:
         with torch.no_grad():
@@ -152,9 +161,18 @@ def lambda_sweep(mixers: list[str], args: argparse.Namespace) -> list[LambdaRow]
             for lam in LAMBDAS:
                 curves = []
                 for seed in range(args.rate_seeds):
-                    model, tokens = build(stack, True, False, kind, args, 1000 + seed,
-                                          args.rate_input_std, residual="lambda",
-                                          residual_alpha=lam, norm_position=position)  # fmt: skip
+                    model, tokens = build(
+                        stack,
+                        True,
+                        False,
+                        kind,
+                        args,
+                        1000 + seed,
+                        args.rate_input_std,
+                        residual="lambda",
+                        residual_alpha=lam,
+                        norm_position=position,
+                    )
                     curves.append(
                         rank_profile(model, tokens, dtype=torch.float64, measures=[]).mean
                     )
@@ -167,8 +185,9 @@ def collapse_stops(rows: list[LambdaRow], stack: str, norm: str) -> float | None
     """The smallest λ > 0 of the sweep from which on every larger λ reads "no collapse", None
     where the largest does not."""
     found = None
-    for r in sorted((r for r in rows if r.stack == stack and r.norm == norm and r.lam > 0),
-                    key=lambda r: -r.lam):  # fmt: skip
+    for r in sorted(
+        (r for r in rows if r.stack == stack and r.norm == norm and r.lam > 0), key=lambda r: -r.lam
+    ):
         if r.kind != "no collapse":
             break
         found = r.lam
@@ -188,16 +207,46 @@ def lambda_report(sweep: list[LambdaRow], args: argparse.Namespace) -> list[str]
     lambda_skip.png."""
     with open(args.out / "lambda_skip.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["mixer", "lambda", "norm", "verdict", "kept_share", "kept_share_low",
-                         "kept_share_high", "k", "k_low", "k_high", "seeds"])  # fmt: skip
-        writer.writerows([r.stack, r.lam, r.norm, r.kind, r.share.mean, r.share.low,
-                          r.share.high, r.ratio.mean, r.ratio.low, r.ratio.high, len(r.curves)]
-                         for r in sweep)  # fmt: skip
+        writer.writerow(
+            [
+                "mixer",
+                "lambda",
+                "norm",
+                "verdict",
+                "kept_share",
+                "kept_share_low",
+                "kept_share_high",
+                "k",
+                "k_low",
+                "k_high",
+                "seeds",
+            ]
+        )
+        writer.writerows(
+            [
+                r.stack,
+                r.lam,
+                r.norm,
+                r.kind,
+                r.share.mean,
+                r.share.low,
+                r.share.high,
+                r.ratio.mean,
+                r.ratio.low,
+                r.ratio.high,
+                len(r.curves),
+            ]
+            for r in sweep
+        )
     with open(args.out / "lambda_skip_seeds.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["mixer", "lambda", "norm", "seed", "depth", "relative_residual"])
-        writer.writerows([r.stack, r.lam, r.norm, seed, d, v] for r in sweep
-                         for seed, c in enumerate(r.curves) for d, v in enumerate(c))  # fmt: skip
+        writer.writerows(
+            [r.stack, r.lam, r.norm, seed, d, v]
+            for r in sweep
+            for seed, c in enumerate(r.curves)
+            for d, v in enumerate(c)
+        )
     if sweep:
         import matplotlib.pyplot as plt
 
@@ -232,6 +281,5 @@ def lambda_report(sweep: list[LambdaRow], args: argparse.Namespace) -> list[str]
             row = {r.lam: r for r in sweep if r.stack == name and r.norm == norm}
             cells = [f"{row[lam].kind} ({fmt(row[lam].share.mean, '.2g')})" for lam in LAMBDAS]
             stop = collapse_stops(sweep, name, norm)
-            lines.append(f"| {name} | {norm} | {' | '.join(cells)} | "
-                         f"{stop_words(stop)} |")  # fmt: skip
+            lines.append(f"| {name} | {norm} | {' | '.join(cells)} | {stop_words(stop)} |")
     return lines + ["", "(In parentheses: r_L / r_0, the mean over seeds.)"]

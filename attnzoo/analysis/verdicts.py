@@ -175,13 +175,21 @@ def write_layers(cs: list[RankConfig], path: Path) -> None:
                     step = records[0 if when == "init" else -1].get("step") if records else None
                     share = kept_share(name, values) if name in SPREAD else math.nan
                     depth = max(depth, len(values))
-                    rows.append({
-                        "job": job.name, "mixer": c.mixer, "residual": c.residual, "mlp": c.mlp,
-                        "norm": c.norm, "seed": get(job.config, "train.seed"), "when": when,
-                        "step": step, "measure": name,
-                        **{f"layer_{k}": v for k, v in enumerate(values)},
-                        "kept_share": share,
-                    })  # fmt: skip
+                    rows.append(
+                        {
+                            "job": job.name,
+                            "mixer": c.mixer,
+                            "residual": c.residual,
+                            "mlp": c.mlp,
+                            "norm": c.norm,
+                            "seed": get(job.config, "train.seed"),
+                            "when": when,
+                            "step": step,
+                            "measure": name,
+                            **{f"layer_{k}": v for k, v in enumerate(values)},
+                            "kept_share": share,
+                        }
+                    )
     columns = [*LAYER_COLUMNS, *(f"layer_{k}" for k in range(depth)), "kept_share"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)

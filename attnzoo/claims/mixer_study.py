@@ -124,8 +124,9 @@ def family(t: Tables) -> Problems:
 
 def not_flattened(t: Tables, task: str) -> Problems:
     """No mixer's curve had flattened: the study's report, FAVOR+'s from its rerun."""
-    rows = [r for r in t.markdown(REPORT, "| mixer | train.lr |", f"## {task}")
-            if r["mixer"] != "favor"]  # fmt: skip
+    rows = [
+        r for r in t.markdown(REPORT, "| mixer | train.lr |", f"## {task}") if r["mixer"] != "favor"
+    ]
     rows += t.markdown(FAVOR_REPORT, "| mixer | train.lr |", f"## {task}")
     yield from expect(len(rows) == len(groups(t, task)), f"{task}: {len(rows)} report rows")
     for r in rows:
@@ -168,8 +169,10 @@ def favor_of(t: Tables, name: str, task: str) -> tuple[float, dict, list]:
 def favor_rerun(t: Tables) -> Problems:
     lr_sh, _, ext_sh = favor_of(t, FAVOR_STUDY, SHAKESPEARE)
     lr_im, _, ext_im = favor_of(t, FAVOR_STUDY, IMDB)
-    yield from expect(lr_sh == favor_of(t, ORIGINAL, SHAKESPEARE)[0] and not ext_sh,
-                      f"Shakespeare: chose {lr_sh}, extensions {ext_sh}")  # fmt: skip
+    yield from expect(
+        lr_sh == favor_of(t, ORIGINAL, SHAKESPEARE)[0] and not ext_sh,
+        f"Shakespeare: chose {lr_sh}, extensions {ext_sh}",
+    )
     yield from expect([e["edge"] for e in ext_im] == ["low"], f"IMDB extensions {ext_im}")
     yield from expect(lr_im != favor_of(t, ORIGINAL, IMDB)[0], f"IMDB chose {lr_im} again")
 
@@ -181,8 +184,10 @@ def lr_text(lr: float) -> str:
 def changed_verdicts(t: Tables) -> list[tuple[str, str, str, str, str]]:
     """(task, mixer, on, before, after) where the one-family reanalysis's verdict differs from
     the study's report, FAVOR+ (rerun) aside."""
-    before = {(r["task"], r["config"].split(" ")[0], r["on"]): r["verdict"]
-              for r in t.rows(ORIGINAL_COMPARISONS)}  # fmt: skip
+    before = {
+        (r["task"], r["config"].split(" ")[0], r["on"]): r["verdict"]
+        for r in t.rows(ORIGINAL_COMPARISONS)
+    }
     out = []
     for r in t.rows(COMPARISONS):
         key = (r["task"], r["config"].split(" ")[0], r["on"])
@@ -225,7 +230,7 @@ MIXERS = [
             **{
                 m: fmt(num(comparison(t, IMDB, m, "test_metric"), "diff"), ".1f", 100)
                 for m in ("pooling", "token_mlp", "identity")
-            },  # fmt: skip
+            },
         },
     ),
     Claim(
@@ -294,7 +299,7 @@ MIXERS = [
             "q_p": ps(t, SHAKESPEARE, "test_loss", ("quadratic",), "p_tost_adjusted"),
             "resolvable": fmt(
                 num(comparison(t, SHAKESPEARE, "quadratic", "test_loss"), "resolvable"), ".2f"
-            ),  # fmt: skip
+            ),
         },
     ),
     Claim(
@@ -394,7 +399,7 @@ MIXERS = [
             **{
                 m: ci_of(comparison(t, IMDB, m, "test_metric"), ".1f", 100, -1)
                 for m in ("token_mlp", "identity")
-            },  # fmt: skip
+            },
             "p": ps(t, IMDB, "test_metric", ("token_mlp", "identity"), "p_adjusted"),
             "raw": ps(t, IMDB, "test_metric", ("token_mlp", "identity"), "p_margin"),
             "adjusted": ps(t, IMDB, "test_metric", ("token_mlp", "identity"), "p_margin_adjusted"),

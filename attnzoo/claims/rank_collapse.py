@@ -179,8 +179,10 @@ def causal_softmax_needs_lambda_one(t: Tables) -> Problems:
 
 def lambda_fields(t: Tables) -> dict[str, str]:
     r = lambda_rows(t, "scaled_dot (causal)", "none")
-    return {"share_03": fmt(num(r[0.3], "kept_share"), ".2f"),
-            "share_1": fmt(num(r[1.0], "kept_share"), ".2f")}  # fmt: skip
+    return {
+        "share_03": fmt(num(r[0.3], "kept_share"), ".2f"),
+        "share_1": fmt(num(r[1.0], "kept_share"), ".2f"),
+    }
 
 
 def skip_alone_shares(t: Tables, mixer: str) -> list[float]:

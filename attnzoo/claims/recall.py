@@ -72,8 +72,11 @@ def on_the_plateau(t: Tables, mixers: Sequence[str], width: int = WIDTH) -> Prob
 
 
 def verdict(t: Tables, mixer: str, width: int = WIDTH) -> dict[str, str]:
-    rows = [r for r in t.rows(COMPARISONS, width=str(width), depth="2")
-            if r["config"].split(" ")[0] == mixer]  # fmt: skip
+    rows = [
+        r
+        for r in t.rows(COMPARISONS, width=str(width), depth="2")
+        if r["config"].split(" ")[0] == mixer
+    ]
     if len(rows) != 1:
         raise LookupError(f"{COMPARISONS}: {len(rows)} rows for {mixer} at width {width}")
     return rows[0]
@@ -130,7 +133,7 @@ RECALL = [
         lambda t: {
             "acc": accuracy_span(t, ["deltanet"], ".3f"),
             "mamba2": accuracy_span(t, ["mamba2"]),
-        },  # fmt: skip
+        },
     ),
     Claim(
         "recall-plateau",
@@ -164,8 +167,10 @@ def falls(t: Tables) -> Problems:
     yield from on_the_plateau(t, ["scaled_dot"], NARROW)
     yield from replicated(t, ["deltanet", "mamba2"], NARROW)
     narrow, wide = accuracies(t, "deltanet", NARROW), accuracies(t, "deltanet")
-    yield from expect(max(narrow, default=1) < min(wide, default=0),
-                      f"deltanet at width {NARROW} {narrow} not all below width {WIDTH} {wide}")  # fmt: skip
+    yield from expect(
+        max(narrow, default=1) < min(wide, default=0),
+        f"deltanet at width {NARROW} {narrow} not all below width {WIDTH} {wide}",
+    )
     narrow, wide = accuracies(t, "mamba2", NARROW), accuracies(t, "mamba2")
     yield from expect(
         bool(narrow) and bool(wide) and mean(narrow) < mean(wide) and min(narrow) < PLATEAU,
@@ -214,7 +219,7 @@ RECALL += [
                 "mamba_low": fmt(min(accuracies(t, "mamba2", NARROW)), ".2f"),
                 "retention": accuracy_span(t, ["retention"], ".2f", NARROW),
             }
-        ),  # fmt: skip
+        ),
     ),
     Claim(
         "recall-narrow-verdicts",
@@ -237,8 +242,10 @@ def wide(t: Tables) -> Problems:
     yield from off_the_plateau(t, ["scaled_dot"], WIDE)
     yield from replicated(t, ["mamba2"], WIDE)
     here, before = accuracies(t, "mamba2", WIDE), accuracies(t, "mamba2")
-    yield from expect(bool(here) and bool(before) and mean(here) < mean(before),
-                      f"mamba2's mean at width {WIDE} {here} not below width {WIDTH}'s {before}")  # fmt: skip
+    yield from expect(
+        bool(here) and bool(before) and mean(here) < mean(before),
+        f"mamba2's mean at width {WIDE} {here} not below width {WIDTH}'s {before}",
+    )
     for width in (NARROW, WIDTH, WIDE):
         yield from on_the_plateau(t, PLATEAU_MIXERS, width)
     yield from verdicts(t, COMPARED, "not resolved", WIDE)
@@ -253,9 +260,15 @@ def wide_fields(t: Tables) -> dict[str, str]:
         "means": ", ".join(means),
         "mamba_mean": means[-1],
         "before": " and ".join(means[:-1]),
-        "plateau": span((a for w in (NARROW, WIDTH, WIDE) for a in
-                         (x for m in PLATEAU_MIXERS for x in accuracies(t, m, w))), ".2f"),
-    }  # fmt: skip
+        "plateau": span(
+            (
+                a
+                for w in (NARROW, WIDTH, WIDE)
+                for a in (x for m in PLATEAU_MIXERS for x in accuracies(t, m, w))
+            ),
+            ".2f",
+        ),
+    }
 
 
 RECALL += [
@@ -293,12 +306,16 @@ def last_evaluations(t: Tables, mixer: str, seed: str, n: int = 3) -> list[float
 def still_rising(t: Tables) -> Problems:
     """Every Mamba-2 seed at width 128, and scaled-dot's seed that had not recalled, higher at
     each of the last two evaluations than at the one before."""
-    low = min(t.rows(RUNS, mixer="scaled_dot", width=str(WIDE), depth="2"),
-              key=lambda r: float(r["final_test_metric"]))  # fmt: skip
+    low = min(
+        t.rows(RUNS, mixer="scaled_dot", width=str(WIDE), depth="2"),
+        key=lambda r: float(r["final_test_metric"]),
+    )
     for mixer, seed in [*(("mamba2", s) for s in "012"), ("scaled_dot", low["seed"])]:
         last = last_evaluations(t, mixer, seed)
-        yield from expect(len(last) == 3 and last[0] < last[1] < last[2],
-                          f"{mixer} seed {seed}: last evaluations {last}, not rising")  # fmt: skip
+        yield from expect(
+            len(last) == 3 and last[0] < last[1] < last[2],
+            f"{mixer} seed {seed}: last evaluations {last}, not rising",
+        )
 
 
 RECALL.append(
@@ -328,10 +345,15 @@ def one_block(t: Tables) -> Problems:
     high = max((a for m in SHALLOW for a in accuracies(t, m, WIDTH, 1)), default=1)
     yield from expect(high < PLATEAU, f"a seed of {SHALLOW} at depth 1 at {high:.3f}")
     mamba = sorted(accuracies(t, "mamba2", WIDTH, 1))
-    yield from expect(len(mamba) == 3 and mamba[0] < PLATEAU and mamba[1] >= LEFT,
-                      f"mamba2 at depth 1: {mamba}, not one seed on the plateau and two off")  # fmt: skip
-    rows = [r for r in t.rows(COMPARISONS, width=str(WIDTH), depth="1")
-            if r["config"].startswith("deltanet ")]  # fmt: skip
+    yield from expect(
+        len(mamba) == 3 and mamba[0] < PLATEAU and mamba[1] >= LEFT,
+        f"mamba2 at depth 1: {mamba}, not one seed on the plateau and two off",
+    )
+    rows = [
+        r
+        for r in t.rows(COMPARISONS, width=str(WIDTH), depth="1")
+        if r["config"].startswith("deltanet ")
+    ]
     got = [(r["verdict"], int(r["tests"])) for r in rows]
     yield from expect(got == [("better by more than the margin", FAMILY)], f"deltanet: {got}")
 
@@ -351,7 +373,7 @@ RECALL.append(
             "plateau": span((a for m in SHALLOW for a in accuracies(t, m, WIDTH, 1)), ".2f"),
             "mamba_off": span(sorted(accuracies(t, "mamba2", WIDTH, 1))[1:], ".2f"),
             "mamba_on": fmt(min(accuracies(t, "mamba2", WIDTH, 1)), ".2f"),
-        },  # fmt: skip
+        },
     )
 )
 
@@ -373,7 +395,7 @@ def row_fields(mixer: str, width: int) -> Callable[[Tables], dict[str, str]]:
                     f"[{fmt(g['test_metric_ci_low'], '.3f')},",
                     f"{fmt(g['test_metric_ci_high'], '.3f')}]",
                 ]
-            ),  # fmt: skip
+            ),
             "seeds": listed((float(r["final_test_metric"]) for r in runs), ".3f"),
         }
 

@@ -72,8 +72,7 @@ def no_first_token_sink(t: Tables) -> Problems:
 
 
 def sink_share_max(t: Tables) -> dict[str, str]:
-    return {"max": fmt(max(v for a in ARMS for v in values(layer_rows(t, a), "sink_share")),
-                       ".2f")}  # fmt: skip
+    return {"max": fmt(max(v for a in ARMS for v in values(layer_rows(t, a), "sink_share")), ".2f")}
 
 
 DEEP = (2, 3, 4)  # the blocks whose rows a sink empties most
@@ -85,14 +84,18 @@ def sinks_used(t: Tables) -> Problems:
     for arm in SINKS:
         start = {(r["seed"], r["layer"]): float(r["row_sum"]) for r in layer_rows(t, arm, "init")}
         low, high = INIT_ROW_SUM
-        yield from expect(all(low <= v <= high for v in start.values()),
-                          f"{arm}: init row sums {sorted(start.values())} outside {INIT_ROW_SUM}")  # fmt: skip
+        yield from expect(
+            all(low <= v <= high for v in start.values()),
+            f"{arm}: init row sums {sorted(start.values())} outside {INIT_ROW_SUM}",
+        )
         for r in layer_rows(t, arm, "end"):
             if int(r["layer"]) in DEEP:
                 before = start[(r["seed"], r["layer"])]
-                yield from expect(float(r["row_sum"]) < before,
-                                  f"{arm} seed {r['seed']} block {r['layer']}: row sum "
-                                  f"{float(r['row_sum']):.3f} not below {before:.3f}")  # fmt: skip
+                yield from expect(
+                    float(r["row_sum"]) < before,
+                    f"{arm} seed {r['seed']} block {r['layer']}: row sum "
+                    f"{float(r['row_sum']):.3f} not below {before:.3f}",
+                )
 
 
 def used_fields(t: Tables) -> dict[str, str]:
@@ -112,56 +115,75 @@ def learned_is_zero_kv(t: Tables) -> Problems:
     far = max((abs(x) for x in logits), default=0.0)
     yield from expect(far <= NEAR, f"a learned logit at {far:.3f} from 0, beyond {NEAR}")
     pairs = row_sum_gaps(t)
-    yield from expect(bool(pairs) and max(pairs) <= SAME,
-                      f"learned and zero_kv row sums differ by up to {max(pairs, default=1):.3f}")  # fmt: skip
+    yield from expect(
+        bool(pairs) and max(pairs) <= SAME,
+        f"learned and zero_kv row sums differ by up to {max(pairs, default=1):.3f}",
+    )
 
 
 def row_sum_gaps(t: Tables) -> list[float]:
     zero = {(r["seed"], r["layer"]): float(r["row_sum"]) for r in layer_rows(t, "zero_kv", "end")}
-    return [abs(float(r["row_sum"]) - zero[(r["seed"], r["layer"])])
-            for r in layer_rows(t, "learned", "end") if (r["seed"], r["layer"]) in zero]  # fmt: skip
+    return [
+        abs(float(r["row_sum"]) - zero[(r["seed"], r["layer"])])
+        for r in layer_rows(t, "learned", "end")
+        if (r["seed"], r["layer"]) in zero
+    ]
 
 
 def logit_fields(t: Tables) -> dict[str, str]:
     logits = [float(r["logit"]) for r in t.rows(LOGITS, arm="learned")]
-    return {"lo": fmt(min(logits), "+.2f"), "hi": fmt(max(logits), "+.2f"),
-            "gap": fmt(max(row_sum_gaps(t)), ".2f")}  # fmt: skip
+    return {
+        "lo": fmt(min(logits), "+.2f"),
+        "hi": fmt(max(logits), "+.2f"),
+        "gap": fmt(max(row_sum_gaps(t)), ".2f"),
+    }
 
 
 def sigmoid_falls(t: Tables) -> Problems:
     """Sigmoid attention's rows: every block and seed ends below where it started."""
     yield from replicated(t, ["sigmoid"])
-    start = {(r["seed"], r["layer"]): float(r["row_sum"])
-             for r in layer_rows(t, "sigmoid", "init")}  # fmt: skip
+    start = {(r["seed"], r["layer"]): float(r["row_sum"]) for r in layer_rows(t, "sigmoid", "init")}
     for r in layer_rows(t, "sigmoid", "end"):
         before = start[(r["seed"], r["layer"])]
-        yield from expect(float(r["row_sum"]) < before,
-                          f"sigmoid seed {r['seed']} block {r['layer']}: row sum "
-                          f"{float(r['row_sum']):.3f} not below {before:.3f}")  # fmt: skip
+        yield from expect(
+            float(r["row_sum"]) < before,
+            f"sigmoid seed {r['seed']} block {r['layer']}: row sum "
+            f"{float(r['row_sum']):.3f} not below {before:.3f}",
+        )
 
 
 def sigmoid_fields(t: Tables) -> dict[str, str]:
-    return {w: span(values(layer_rows(t, "sigmoid", w), "row_sum"), ".2f")
-            for w in ("init", "end")}  # fmt: skip
+    return {w: span(values(layer_rows(t, "sigmoid", w), "row_sum"), ".2f") for w in ("init", "end")}
 
 
 def last_block_rises(t: Tables) -> Problems:
     """Every arm's last block ends with a larger relative residual than at init, every seed."""
     yield from replicated(t, ARMS)
     for arm in ARMS:
-        start = {r["seed"]: float(r["relative_residual"]) for r in layer_rows(t, arm, "init")
-                 if int(r["layer"]) == BLOCKS}  # fmt: skip
+        start = {
+            r["seed"]: float(r["relative_residual"])
+            for r in layer_rows(t, arm, "init")
+            if int(r["layer"]) == BLOCKS
+        }
         for r in layer_rows(t, arm, "end"):
             if int(r["layer"]) == BLOCKS:
                 end = float(r["relative_residual"])
-                yield from expect(end > start[r["seed"]],
-                                  f"{arm} seed {r['seed']}: {end:.3f} ≤ {start[r['seed']]:.3f}")  # fmt: skip
+                yield from expect(
+                    end > start[r["seed"]],
+                    f"{arm} seed {r['seed']}: {end:.3f} ≤ {start[r['seed']]:.3f}",
+                )
 
 
 def last_block_fields(t: Tables) -> dict[str, str]:
     def at(when: str) -> str:
-        return span((v for a in ARMS for v in values(layer_rows(t, a, when),
-                                                      "relative_residual", (BLOCKS,))), ".2f")  # fmt: skip
+        return span(
+            (
+                v
+                for a in ARMS
+                for v in values(layer_rows(t, a, when), "relative_residual", (BLOCKS,))
+            ),
+            ".2f",
+        )
 
     return {"init": at("init"), "end": at("end")}
 
@@ -223,8 +245,10 @@ def seeded(t: Tables, arm: str) -> Problems:
 
 def on_both_pages(id: str, text: str, tables: tuple[str, ...], predicate, fields) -> list[Claim]:
     """A headline the README and the results page both carry (the page's id ends in -page)."""
-    return [Claim(id + suffix, page, text, tables, predicate, fields)
-            for page, suffix in ((README, ""), (RESULTS_PAGE, "-page"))]  # fmt: skip
+    return [
+        Claim(id + suffix, page, text, tables, predicate, fields)
+        for page, suffix in ((README, ""), (RESULTS_PAGE, "-page"))
+    ]
 
 
 SINK_CLAIMS = [
@@ -274,7 +298,7 @@ SINK_CLAIMS = [
         lambda t: {
             "loss": diff_span(t, ARMS[1:], "test_loss", "+.3f"),
             "rank": diff_span(t, ARMS[1:], "rank", "+.3f"),
-        },  # fmt: skip
+        },
     ),
     Claim(  # the README's short form of the same verdicts
         "sinks-not-resolved-readme",

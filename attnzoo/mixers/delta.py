@@ -36,8 +36,9 @@ def delta_hidden_attention(
     n = q.shape[-2]
     eye = torch.eye(n, dtype=compute, device=q.device)
     a = (beta[..., None] * decay * (k @ k.transpose(-1, -2))).tril(-1)
-    t_beta = torch.linalg.solve_triangular(eye + a, torch.diag_embed(beta), upper=False,
-                                           unitriangular=True)  # fmt: skip
+    t_beta = torch.linalg.solve_triangular(
+        eye + a, torch.diag_embed(beta), upper=False, unitriangular=True
+    )
     return scale * ((q @ k.transpose(-1, -2)) * decay) @ t_beta
 
 

@@ -212,8 +212,15 @@ class Retention(_Recurrent):
     def deepnet_init_(self, beta: float) -> None:
         """DeepNet's init: gain 1 on Wq, Wk and the gate, `beta` on Wv and the output."""
         w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)
-        _xavier_([(w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.gate.weight.data, 1.0),
-                  (self.proj.weight.data, beta)])  # fmt: skip
+        _xavier_(
+            [
+                (w_q, 1.0),
+                (w_k, 1.0),
+                (w_v, beta),
+                (self.gate.weight.data, 1.0),
+                (self.proj.weight.data, beta),
+            ]
+        )
 
 
 @register("gla")
@@ -293,5 +300,11 @@ class GatedLinearAttention(_Recurrent):
     def deepnet_init_(self, beta: float) -> None:
         """DeepNet's init: gain 1 on Wq, Wk, the decay's and the gate, `beta` on Wv and the
         output."""
-        _xavier_([(self.qk.weight.data, 1.0), (self.value.weight.data, beta),
-                  (self.gate.weight.data, 1.0), (self.proj.weight.data, beta)])  # fmt: skip
+        _xavier_(
+            [
+                (self.qk.weight.data, 1.0),
+                (self.value.weight.data, beta),
+                (self.gate.weight.data, 1.0),
+                (self.proj.weight.data, beta),
+            ]
+        )

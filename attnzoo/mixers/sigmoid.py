@@ -43,8 +43,9 @@ class SigmoidAttention(_QKVHeads):
         attn_dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if bias != LOG_N and (isinstance(bias, bool) or not isinstance(bias, (int, float))
-                              or not math.isfinite(bias)):  # fmt: skip
+        if bias != LOG_N and (
+            isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias)
+        ):
             raise ValueError(f"bias must be a finite number or {LOG_N!r}, got {bias!r}")
         self.bias = bias
         self._init_qkv(dim, heads, causal, impl, attn_dropout)
@@ -63,12 +64,20 @@ class SigmoidAttention(_QKVHeads):
         """Per-head outputs before the output projection, (B, H, N, dk)."""
         q_bhnk, k_bhnk, v_bhnk = self._qkv(x_bnd, scores_from)
         bias = self._bias(x_bnd.shape[1])
-        return kernels.sigmoid_attention(q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask,
-                                         bias=bias, impl=self.impl)  # fmt: skip
+        return kernels.sigmoid_attention(
+            q_bhnk, k_bhnk, v_bhnk, self.causal, key_padding_mask, bias=bias, impl=self.impl
+        )
 
     def attention_probs(self, x_bnd, key_padding_mask=None) -> torch.Tensor:
         """The weights σ(q kᵀ / √dk + b) per head, 0 where masked, (B, H, N, N)."""
         q_bhnk, k_bhnk, _ = self._qkv(x_bnd)
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.sigmoid_attention(q_bhnk, k_bhnk, eye_bhnn, self.causal, key_padding_mask,
-                                         bias=self._bias(x_bnd.shape[1]), impl="torch")  # fmt: skip
+        return kernels.sigmoid_attention(
+            q_bhnk,
+            k_bhnk,
+            eye_bhnn,
+            self.causal,
+            key_padding_mask,
+            bias=self._bias(x_bnd.shape[1]),
+            impl="torch",
+        )

@@ -28,9 +28,14 @@ class ScaledDotAttention(_HeadsThenProjection):
     """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
 
     def __init__(
-        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0,
+        self,
+        dim: int,
+        heads: int,
+        causal: bool,
+        impl: str,
+        attn_dropout: float = 0.0,
         sink: str = "none",
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
@@ -55,8 +60,15 @@ class ScaledDotAttention(_HeadsThenProjection):
             self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
         )
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.scaled_dot_attention(q_bhnk, k_bhnk, eye_bhnn, self.causal, key_padding_mask,
-                                  impl="torch", sink=self.sink_logit)  # fmt: skip
+        return kernels.scaled_dot_attention(
+            q_bhnk,
+            k_bhnk,
+            eye_bhnn,
+            self.causal,
+            key_padding_mask,
+            impl="torch",
+            sink=self.sink_logit,
+        )
 
     def deepnet_init_(self, beta: float) -> None:
         """DeepNet's init (model.residual=deepnorm): Xavier-normal, gain 1 on Wq and Wk, gain
@@ -102,9 +114,14 @@ class QuadraticFormAttention(_HeadsThenProjection):
     """
 
     def __init__(
-        self, dim: int, heads: int, causal: bool, impl: str, attn_dropout: float = 0.0,
+        self,
+        dim: int,
+        heads: int,
+        causal: bool,
+        impl: str,
+        attn_dropout: float = 0.0,
         sink: str = "none",
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         _check_heads(dim, heads)
         self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
@@ -130,8 +147,15 @@ class QuadraticFormAttention(_HeadsThenProjection):
         _check_input(x_bnd, self.dim)
         u_hdd = self.u.to(x_bnd.dtype)
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.quadratic_attention(x_bnd, u_hdd, eye_bhnn, self.causal, key_padding_mask,
-                                   impl="torch", sink=self.sink_logit)  # fmt: skip
+        return kernels.quadratic_attention(
+            x_bnd,
+            u_hdd,
+            eye_bhnn,
+            self.causal,
+            key_padding_mask,
+            impl="torch",
+            sink=self.sink_logit,
+        )
 
     def learned_matrices(self) -> dict[str, torch.Tensor]:
         """{"U": (H, D, D)}."""
@@ -241,8 +265,15 @@ class MetricTensorAttention(_HeadsThenProjection):
         p_bhnk = rearrange(self.p(x_bnd), "b n (h k) -> b h n k", h=self.heads)
         q_bhnk = p_bhnk @ self.metric().to(x_bnd.dtype)[None]
         eye_bhnn = _eye_values(x_bnd, self.heads)
-        return kernels.scaled_dot_attention(q_bhnk, p_bhnk, eye_bhnn, self.causal, key_padding_mask,
-                                  impl="torch", sink=self.sink_logit)  # fmt: skip
+        return kernels.scaled_dot_attention(
+            q_bhnk,
+            p_bhnk,
+            eye_bhnn,
+            self.causal,
+            key_padding_mask,
+            impl="torch",
+            sink=self.sink_logit,
+        )
 
     def learned_matrices(self) -> dict[str, torch.Tensor]:
         """{"M": (H, dk, dk)}."""

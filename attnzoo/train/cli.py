@@ -149,8 +149,11 @@ def main() -> None:
             task_function
         )()
     except KeyboardInterrupt:
-        print("attnzoo.train: interrupted (the stopped job kept a checkpoint; rerun the same "
-              "command with train.resume=true to continue)", file=sys.stderr)  # fmt: skip
+        print(
+            "attnzoo.train: interrupted (the stopped job kept a checkpoint; rerun the same "
+            "command with train.resume=true to continue)",
+            file=sys.stderr,
+        )
         sys.exit(EXIT_INTERRUPTED)
     except Exception as err:
         if full_error:

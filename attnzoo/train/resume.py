@@ -50,8 +50,10 @@ class Preemption:
         if self.signum is None or signum == signal.SIGINT:
             self.signum = signum
             if signum == signal.SIGINT:
-                print("\ninterrupted: stopping at the next step (Ctrl-C again to stop at once)",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    "\ninterrupted: stopping at the next step (Ctrl-C again to stop at once)",
+                    file=sys.stderr,
+                )
 
     @property
     def requested(self) -> bool:

@@ -204,11 +204,25 @@ def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor | None]:
     sink = p.sink2 if p.sink2 is not None else _placeholder(p.q.device, torch.float32)
     grid = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h)
     _fwd[grid](
-        *p.inputs(), out, lse_arg, p.mask_i8, p.seed, sink,
-        *p.strides(), *out.stride()[:3], p.mask_i8.stride(0) if p.has_mask else 0,
-        *p.sizes(), p.scale * LOG2E, p.bias2, p.dropout_p, p.n_bucket, p.left, p.right,
-        **p.flags(), SINK=p.sink2 is not None,
-    )  # fmt: skip
+        *p.inputs(),
+        out,
+        lse_arg,
+        p.mask_i8,
+        p.seed,
+        sink,
+        *p.strides(),
+        *out.stride()[:3],
+        p.mask_i8.stride(0) if p.has_mask else 0,
+        *p.sizes(),
+        p.scale * LOG2E,
+        p.bias2,
+        p.dropout_p,
+        p.n_bucket,
+        p.left,
+        p.right,
+        **p.flags(),
+        SINK=p.sink2 is not None,
+    )
     return out, lse
 
 
@@ -233,8 +247,16 @@ def attention_backward(
         return dq, dk, dv, dsink
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
-    common = (*p.sizes(), p.scale * LOG2E, p.scale, p.bias2, p.dropout_p, p.n_bucket, p.left,
-              p.right)  # fmt: skip
+    common = (
+        *p.sizes(),
+        p.scale * LOG2E,
+        p.scale,
+        p.bias2,
+        p.dropout_p,
+        p.n_bucket,
+        p.left,
+        p.right,
+    )
     chunks = p.backward_chunks()
     if p.sigmoid:  # the weights are elementwise: no row statistics to read
         lse = delta = _placeholder(p.q.device, torch.float32)
@@ -245,21 +267,53 @@ def attention_backward(
         delta = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
         rows = DELTA_TILE // p.head
         _attn_bwd_delta[(cdiv(p.n, rows), p.b * p.h)](
-            out, d_out, delta, *out.stride()[:3], *d_out.stride()[:3], p.h, p.n, p.d_v,
-            HEAD=p.head, BLOCK_M=rows, num_warps=4, num_stages=1,
-        )  # fmt: skip
+            out,
+            d_out,
+            delta,
+            *out.stride()[:3],
+            *d_out.stride()[:3],
+            p.h,
+            p.n,
+            p.d_v,
+            HEAD=p.head,
+            BLOCK_M=rows,
+            num_warps=4,
+            num_stages=1,
+        )
     grid_n = lambda meta: (cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
     _bwd_dkdv[grid_n](
-        *p.inputs(), d_out, lse, delta, dk, dv_arg, p.mask_i8, p.seed,
-        *p.strides(), *d_out.stride()[:3], *dk.stride()[:3], *dv_arg.stride()[:3], smb,
-        *common, **p.backward_flags(),
-    )  # fmt: skip
+        *p.inputs(),
+        d_out,
+        lse,
+        delta,
+        dk,
+        dv_arg,
+        p.mask_i8,
+        p.seed,
+        *p.strides(),
+        *d_out.stride()[:3],
+        *dk.stride()[:3],
+        *dv_arg.stride()[:3],
+        smb,
+        *common,
+        **p.backward_flags(),
+    )
     grid_m = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, chunks)
     _bwd_dq[grid_m](
-        *p.inputs(), d_out, lse, delta, dq, p.mask_i8, p.seed,
-        *p.strides(), *d_out.stride()[:3], *dq.stride()[:3], smb,
-        *common, **p.backward_flags(),
-    )  # fmt: skip
+        *p.inputs(),
+        d_out,
+        lse,
+        delta,
+        dq,
+        p.mask_i8,
+        p.seed,
+        *p.strides(),
+        *d_out.stride()[:3],
+        *dq.stride()[:3],
+        smb,
+        *common,
+        **p.backward_flags(),
+    )
     return dq, dk, dv, None if p.sink2 is None else _sink_gradient(p, lse, delta)
 
 
@@ -295,9 +349,18 @@ def scaled_dot_forward(
     more logit per head in every row's softmax, of value zero."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(
-        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window,
+        q_bhnk,
+        k_bhnk,
+        v_bhnv,
+        None,
+        causal,
+        key_padding_mask,
+        scale,
+        dropout_p,
+        seed,
+        window,
         sink,
-    )  # fmt: skip
+    )
     out, lse = attention_forward(prob)
     assert lse is not None
     return out, lse
@@ -322,9 +385,18 @@ def scaled_dot_backward(
     is drawn again from `seed`."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(
-        q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, dropout_p, seed, window,
+        q_bhnk,
+        k_bhnk,
+        v_bhnv,
+        None,
+        causal,
+        key_padding_mask,
+        scale,
+        dropout_p,
+        seed,
+        window,
         sink,
-    )  # fmt: skip
+    )
     dq, dk, dv, dsink = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
     assert dv is not None
     return [dq, dk, dv] + ([] if dsink is None else [dsink])
@@ -345,8 +417,9 @@ def metric_forward(
     if p_bhnk.dim() == 4 and p_bhnk.shape[-1] > MAX_HEAD:
         raise ValueError(f"p's head dim is {p_bhnk.shape[-1]}; metric attention takes ≤ {MAX_HEAD}")
     p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
-    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed,
-                    sink=sink)  # fmt: skip
+    prob = _Problem(
+        p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed, sink=sink
+    )
     out, lse = attention_forward(prob)
     assert lse is not None
     return out, lse
@@ -368,8 +441,9 @@ def metric_backward(
     """[dp, dM], and dsink (H,) when there is a sink. p plays three roles: q = p M (its
     gradient dq Mᵀ), and k and v (the kernel returns their sum)."""
     p_bhnk, m_hkk = _unit_feature_stride(p_bhnk), _unit_feature_stride(m_hkk)
-    prob = _Problem(p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed,
-                    sink=sink)  # fmt: skip
+    prob = _Problem(
+        p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed, sink=sink
+    )
     dq, dkv, _, dsink = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
     # In the inputs' dtype, as PyTorch's autograd of q = p·M does: each product accumulates in
     # fp32 and rounds once, and dM sums the batch's (K, K) products (no fp32 copies of p or dq).

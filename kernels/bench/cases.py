@@ -390,8 +390,11 @@ def delta_truth(q, k, v, beta, g=None):
 
 def fla_delta(gated: bool) -> tuple[Callable[..., torch.Tensor] | None, str]:
     """delta_op through impl="fla" where fla-core's delta rule is importable, or None and why."""
-    module, name = ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule") if gated else (
-        "fla.ops.delta_rule", "chunk_delta_rule")  # fmt: skip
+    module, name = (
+        ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")
+        if gated
+        else ("fla.ops.delta_rule", "chunk_delta_rule")
+    )
     found, _, why = _fla(module, name)
     return (None, why) if found is None else (lambda *t: delta_op(*t, impl="fla"), "")
 

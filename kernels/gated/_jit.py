@@ -120,16 +120,33 @@ def _block_part(q_tk, k_tk, g_tk, offs_t, BT: tl.constexpr):
 
 @triton.jit
 def _key_tile(
-    q_bh, k_bh, g_bh, s_bh, rows_t, cols_a, cols_v, N, K, V, stride_qn, stride_qk, stride_kn,
-    stride_kk, stride_gn, stride_gk,
-):  # fmt: skip
+    q_bh,
+    k_bh,
+    g_bh,
+    s_bh,
+    rows_t,
+    cols_a,
+    cols_v,
+    N,
+    K,
+    V,
+    stride_qn,
+    stride_qk,
+    stride_kn,
+    stride_kk,
+    stride_gn,
+    stride_gk,
+):
     """The chunk's q, k and log decay in key columns cols_a (fp32, (BT, BKA)) and those rows of
     the state's copy at s_bh ((BKA, BV), this program's V columns)."""
     q_ta = _tile(q_bh, rows_t, cols_a, stride_qn, stride_qk, N, K).to(tl.float32)
     k_ta = _tile(k_bh, rows_t, cols_a, stride_kn, stride_kk, N, K).to(tl.float32)
     g_ta = _tile(g_bh, rows_t, cols_a, stride_gn, stride_gk, N, K).to(tl.float32)
-    s_av = tl.load(s_bh + cols_a[:, None] * V + cols_v[None, :],
-                   mask=_state_mask(cols_a, cols_v, K, V), other=0.0)  # fmt: skip
+    s_av = tl.load(
+        s_bh + cols_a[:, None] * V + cols_v[None, :],
+        mask=_state_mask(cols_a, cols_v, K, V),
+        other=0.0,
+    )
     return q_ta, k_ta, g_ta, s_av
 
 
@@ -203,9 +220,23 @@ def _gla_fwd_kernel(
         for kk in range(0, BK, BKA):
             cols_a = kk + tl.arange(0, BKA)
             q_ta, k_ta, g_ta, s_av = _key_tile(
-                q_bh, k_bh, g_bh, ht_bh, rows_t, cols_a, cols_v, N, K, V,
-                stride_qn, stride_qk, stride_kn, stride_kk, stride_gn, stride_gk,
-            )  # fmt: skip
+                q_bh,
+                k_bh,
+                g_bh,
+                ht_bh,
+                rows_t,
+                cols_a,
+                cols_v,
+                N,
+                K,
+                V,
+                stride_qn,
+                stride_qk,
+                stride_kn,
+                stride_kk,
+                stride_gn,
+                stride_gk,
+            )
             q_start = (q_ta * tl.exp(tl.cumsum(g_ta, 0))).to(dt)
             o_tv += tl.dot(q_start, s_av.to(dt), input_precision=DOT_PREC)
             a_tt += _block_part(q_ta, k_ta, g_ta, offs_t, BT)

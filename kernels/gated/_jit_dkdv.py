@@ -91,8 +91,11 @@ def _gla_bwd_dk_kernel(
             cols_a = kk + tl.arange(0, BKA)
             q_ta = _tile(q_bh, rows_t, cols_a, stride_qn, stride_qk, N, K).to(tl.float32)
             g_ta = _tile(g_bh, rows_t, cols_a, stride_gn, stride_gk, N, K).to(tl.float32)
-            ds_av = tl.load(ds_bh + cols_a[:, None] * V + cols_v[None, :],
-                            mask=_state_mask(cols_a, cols_v, K, V), other=0.0)  # fmt: skip
+            ds_av = tl.load(
+                ds_bh + cols_a[:, None] * V + cols_v[None, :],
+                mask=_state_mask(cols_a, cols_v, K, V),
+                other=0.0,
+            )
             dk_ta = tl.dot(v_tv, tl.trans(ds_av.to(dt)), input_precision=DOT_PREC)
             dk_ta = dk_ta * tl.exp(_to_end(g_ta))
             for s in range(0, BT):
@@ -184,9 +187,23 @@ def _gla_bwd_dv_kernel(
         for kk in range(0, BK, BKA):
             cols_a = kk + tl.arange(0, BKA)
             q_ta, k_ta, g_ta, ds_av = _key_tile(
-                q_bh, k_bh, g_bh, dh0_bh, rows_t, cols_a, cols_v, N, K, V,
-                stride_qn, stride_qk, stride_kn, stride_kk, stride_gn, stride_gk,
-            )  # fmt: skip
+                q_bh,
+                k_bh,
+                g_bh,
+                dh0_bh,
+                rows_t,
+                cols_a,
+                cols_v,
+                N,
+                K,
+                V,
+                stride_qn,
+                stride_qk,
+                stride_kn,
+                stride_kk,
+                stride_gn,
+                stride_gk,
+            )
             k_end = (k_ta * tl.exp(_to_end(g_ta))).to(dt)
             dv_tv += tl.dot(k_end, ds_av.to(dt), input_precision=DOT_PREC)
             a_tt += _block_part(q_ta, k_ta, g_ta, offs_t, BT)

@@ -55,9 +55,10 @@ def spec(name: str, fn, switch: str, dtype: torch.dtype, w: int, bv: int) -> Aot
         **({"BKA": key_tile(w)} if "BKA" in names else {}),
     }
     hinted = [
-        j for j, n in enumerate(names)
+        j
+        for j, n in enumerate(names)
         if signature[n] != "constexpr" and (n.endswith("_ptr") or n in ("K", "V"))
-    ]  # fmt: skip
+    ]
     warps = num_warps(dtype, w, w)
     return AotSpec(
         name=name,

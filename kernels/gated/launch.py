@@ -96,9 +96,13 @@ def _state(t: torch.Tensor | None, device: torch.device) -> torch.Tensor:
 def _switches(q_bhnk: torch.Tensor, v_bhnv: torch.Tensor) -> dict:
     dtype, bk, bv = q_bhnk.dtype, width(q_bhnk.shape[-1]), width(v_bhnv.shape[-1])
     return dict(
-        DOT_PREC=dot_precision(dtype), BK=bk, BV=value_tile(dtype, bk, bv), BT=BT,
-        num_warps=num_warps(dtype, bk, bv), num_stages=1,
-    )  # fmt: skip
+        DOT_PREC=dot_precision(dtype),
+        BK=bk,
+        BV=value_tile(dtype, bk, bv),
+        BT=BT,
+        num_warps=num_warps(dtype, bk, bv),
+        num_stages=1,
+    )
 
 
 def _grid(b: int, h: int, dv: int, switches: dict) -> tuple[int, int]:
@@ -126,11 +130,26 @@ def gated_linear_attention_forward(
         return out_bhnv.zero_(), ht_bhkv
     switches = _switches(q_bhnk, v_bhnv)
     _gla_fwd_kernel[_grid(b, h, dv, switches)](
-        q_bhnk, k_bhnk, v_bhnv, g_bhnk, _state(initial_state, device), out_bhnv, ht_bhkv,
-        float(scale), h, n, kd, dv,
-        *q_bhnk.stride(), *k_bhnk.stride(), *v_bhnv.stride(), *g_bhnk.stride(),
-        HAS_H0=initial_state is not None, BKA=key_tile(switches["BK"]), **switches,
-    )  # fmt: skip
+        q_bhnk,
+        k_bhnk,
+        v_bhnv,
+        g_bhnk,
+        _state(initial_state, device),
+        out_bhnv,
+        ht_bhkv,
+        float(scale),
+        h,
+        n,
+        kd,
+        dv,
+        *q_bhnk.stride(),
+        *k_bhnk.stride(),
+        *v_bhnv.stride(),
+        *g_bhnk.stride(),
+        HAS_H0=initial_state is not None,
+        BKA=key_tile(switches["BK"]),
+        **switches,
+    )
     return out_bhnv, ht_bhkv
 
 
@@ -171,21 +190,64 @@ def gated_linear_attention_backward(
         h0, dht = _state(initial_state, device), _state(d_final, device)
         strides = (*g_bhnk.stride(), *d_out.stride())
         _gla_bwd_dq_kernel[grid](
-            k_bhnk, v_bhnv, g_bhnk, h0, d_out, dq_pbhnk, float(scale), h, n, kd, dv,
-            *k_bhnk.stride(), *v_bhnv.stride(), *strides, HAS_H0=initial_state is not None,
+            k_bhnk,
+            v_bhnv,
+            g_bhnk,
+            h0,
+            d_out,
+            dq_pbhnk,
+            float(scale),
+            h,
+            n,
+            kd,
+            dv,
+            *k_bhnk.stride(),
+            *v_bhnv.stride(),
+            *strides,
+            HAS_H0=initial_state is not None,
             **switches,
-        )  # fmt: skip
+        )
         ds_scratch = torch.empty((b, h, kd, dv), dtype=torch.float32, device=device)
         _gla_bwd_dk_kernel[grid](
-            q_bhnk, v_bhnv, g_bhnk, d_out, dht, dk_pbhnk, ds_scratch, float(scale), h, n, kd, dv,
-            *q_bhnk.stride(), *v_bhnv.stride(), *strides, HAS_DHT=d_final is not None,
-            BKA=key_tile(switches["BK"]), **switches,
-        )  # fmt: skip
+            q_bhnk,
+            v_bhnv,
+            g_bhnk,
+            d_out,
+            dht,
+            dk_pbhnk,
+            ds_scratch,
+            float(scale),
+            h,
+            n,
+            kd,
+            dv,
+            *q_bhnk.stride(),
+            *v_bhnv.stride(),
+            *strides,
+            HAS_DHT=d_final is not None,
+            BKA=key_tile(switches["BK"]),
+            **switches,
+        )
         _gla_bwd_dv_kernel[grid](
-            q_bhnk, k_bhnk, g_bhnk, d_out, dht, dv_bhnv, dh0_bhkv, float(scale), h, n, kd, dv,
-            *q_bhnk.stride(), *k_bhnk.stride(), *strides, HAS_DHT=d_final is not None,
-            BKA=key_tile(switches["BK"]), **switches,
-        )  # fmt: skip
+            q_bhnk,
+            k_bhnk,
+            g_bhnk,
+            d_out,
+            dht,
+            dv_bhnv,
+            dh0_bhkv,
+            float(scale),
+            h,
+            n,
+            kd,
+            dv,
+            *q_bhnk.stride(),
+            *k_bhnk.stride(),
+            *strides,
+            HAS_DHT=d_final is not None,
+            BKA=key_tile(switches["BK"]),
+            **switches,
+        )
         # the parts of the sums over V: the sums themselves when there is one tile
         dq_bhnk, dk_bhnk = (p.sum(dim=0) if nv > 1 else p[0] for p in (dq_pbhnk, dk_pbhnk))
         dg_bhnk = _log_decay_grad(q_bhnk, k_bhnk, dq_bhnk, dk_bhnk, final_state, d_final)

@@ -364,9 +364,18 @@ def _linear_bwd_dkdv_kernel(
             rows_t = c * BT + offs_t
             q_tf = _rows(q_bh, rows_t, cols_f, stride_qn, stride_qf, F, rows_t < N)
             g_tv, gy_t, den_t = _weights(
-                g_bh, o_bh, den_bh, rows_t, cols_v, stride_gn, stride_gd, stride_on, stride_od,
-                N, DV,
-            )  # fmt: skip
+                g_bh,
+                o_bh,
+                den_bh,
+                rows_t,
+                cols_v,
+                stride_gn,
+                stride_gd,
+                stride_on,
+                stride_od,
+                N,
+                DV,
+            )
             a_tv = _operand(g_tv.to(tl.float32) / den_t[:, None], dt)
             ds_fv += tl.dot(tl.trans(q_tf), a_tv, input_precision=DOT_PREC)
             dz_f -= tl.sum(q_tf.to(tl.float32) * (gy_t / den_t)[:, None], 0)
@@ -385,9 +394,18 @@ def _linear_bwd_dkdv_kernel(
         if CAUSAL:
             q_tf = _rows(q_bh, rows_t, cols_f, stride_qn, stride_qf, F, in_t)
             g_tv, gy_t, den_t = _weights(
-                g_bh, o_bh, den_bh, rows_t, cols_v, stride_gn, stride_gd, stride_on, stride_od,
-                N, DV,
-            )  # fmt: skip
+                g_bh,
+                o_bh,
+                den_bh,
+                rows_t,
+                cols_v,
+                stride_gn,
+                stride_gd,
+                stride_on,
+                stride_od,
+                N,
+                DV,
+            )
             a_tv = _operand(g_tv.to(tl.float32) / den_t[:, None], dt)
             c_t = -gy_t / den_t
             later_tt = offs_t[None, :] >= offs_t[:, None]  # [key j, query i]: i >= j

@@ -77,10 +77,25 @@ def linear_attention_forward(
         return out_bhnv.zero_(), den_xn.fill_(eps)
     pad, stride_pb, stride_pn = _mask_args(key_padding_mask, q_bhnf.device)
     _fwd[(b * h,)](
-        q_bhnf, k_bhnf, v_bhnv, pad, out_bhnv, den_xn, float(eps), h, n, f, dv,
-        *q_bhnf.stride(), *k_bhnf.stride(), *v_bhnv.stride(), stride_pb, stride_pn,
-        n_bucket(n), **_switches(q_bhnf, v_bhnv, causal, key_padding_mask),
-    )  # fmt: skip
+        q_bhnf,
+        k_bhnf,
+        v_bhnv,
+        pad,
+        out_bhnv,
+        den_xn,
+        float(eps),
+        h,
+        n,
+        f,
+        dv,
+        *q_bhnf.stride(),
+        *k_bhnf.stride(),
+        *v_bhnv.stride(),
+        stride_pb,
+        stride_pn,
+        n_bucket(n),
+        **_switches(q_bhnf, v_bhnv, causal, key_padding_mask),
+    )
     return out_bhnv, den_xn
 
 
@@ -107,13 +122,48 @@ def linear_attention_backward(
     pad, stride_pb, stride_pn = _mask_args(key_padding_mask, q_bhnf.device)
     switches = _switches(q_bhnf, v_bhnv, causal, key_padding_mask)
     _bwd_dq[(b * h,)](
-        k_bhnf, v_bhnv, pad, d_out, out_bhnv, den_xn, dq_bhnf, h, n, f, dv,
-        *k_bhnf.stride(), *v_bhnv.stride(), stride_pb, stride_pn, *d_out.stride(),
-        *out_bhnv.stride(), n_bucket(n), **switches,
-    )  # fmt: skip
+        k_bhnf,
+        v_bhnv,
+        pad,
+        d_out,
+        out_bhnv,
+        den_xn,
+        dq_bhnf,
+        h,
+        n,
+        f,
+        dv,
+        *k_bhnf.stride(),
+        *v_bhnv.stride(),
+        stride_pb,
+        stride_pn,
+        *d_out.stride(),
+        *out_bhnv.stride(),
+        n_bucket(n),
+        **switches,
+    )
     _bwd_dkdv[(b * h,)](
-        q_bhnf, k_bhnf, v_bhnv, pad, d_out, out_bhnv, den_xn, dk_bhnf, dv_bhnv, h, n, f, dv,
-        *q_bhnf.stride(), *k_bhnf.stride(), *v_bhnv.stride(), stride_pb, stride_pn,
-        *d_out.stride(), *out_bhnv.stride(), n_bucket(n), **switches,
-    )  # fmt: skip
+        q_bhnf,
+        k_bhnf,
+        v_bhnv,
+        pad,
+        d_out,
+        out_bhnv,
+        den_xn,
+        dk_bhnf,
+        dv_bhnv,
+        h,
+        n,
+        f,
+        dv,
+        *q_bhnf.stride(),
+        *k_bhnf.stride(),
+        *v_bhnv.stride(),
+        stride_pb,
+        stride_pn,
+        *d_out.stride(),
+        *out_bhnv.stride(),
+        n_bucket(n),
+        **switches,
+    )
     return dq_bhnf, dk_bhnf, dv_bhnv
