@@ -68,7 +68,6 @@ class Impl(enum.Enum):
     auto = "auto"
     torch = "torch"
     triton = "triton"
-    tune = "tune"  # auto, with the kernels' benchmark mode: timed on this GPU on first use
 
 
 class OnNonfinite(enum.Enum):

@@ -1,5 +1,12 @@
 """Token-mixing ops on Triton kernels, with PyTorch references beside them.
 
+One folder per op family (attention, pooling, linear, gated, delta), each holding everything
+about its ops: `ops.py` (the public function, its `torch.library` registration and its checks),
+`naive.py` (the PyTorch reference), and the Triton kernels with their launcher and AOT specs.
+Beside them only plumbing that names no op: `_op.py` (registration helpers, the dtype policy,
+the choice of implementation), `_checks.py`, `_host.py`, `_aot.py`, and the benchmark harness
+in `bench/`. docs/contributing.md says what a new family adds.
+
 Installed as `attnzoo.kernels`; imports nothing from the rest of attnzoo.
 
 Imported under any other name it stays empty: with a checkout's root on sys.path (`python -m
@@ -9,24 +16,18 @@ loading the modules a second time would register the `torch.ops.attnzoo` operato
 """
 
 if __name__ == "attnzoo.kernels":
-    from .ops import (
-        delta_rule,
-        gated_linear_attention,
-        linear_attention,
+    from .attention import (
         metric_attention,
-        pool_mix,
         quadratic_attention,
         scaled_dot_attention,
         sigmoid_attention,
     )
-
-    # Benchmark mode (kernels/dispatch.py), off by default as torch.backends.cudnn.benchmark is:
-    # on CUDA, impl="auto" then times the Triton kernel against PyTorch on the first call of each
-    # new key and keeps the faster, instead of following the committed table alone.
-    benchmark_mode = False
+    from .delta import delta_rule
+    from .gated import gated_linear_attention
+    from .linear import linear_attention
+    from .pooling import pool_mix
 
     __all__ = [
-        "benchmark_mode",
         "delta_rule",
         "gated_linear_attention",
         "linear_attention",

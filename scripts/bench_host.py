@@ -29,9 +29,10 @@ from collections import Counter  # noqa: E402
 
 import torch  # noqa: E402
 import triton.runtime.interpreter  # noqa: E402
-from attnzoo.kernels import ops  # noqa: E402
 from attnzoo.kernels.attention import launch as attention_launch  # noqa: E402
 from attnzoo.kernels.pooling import launch as pooling_launch  # noqa: E402
+
+from attnzoo import kernels  # noqa: E402
 
 LAUNCHES = {
     attention_launch: ("_fwd", "_attn_bwd_delta", "_bwd_dkdv", "_bwd_dq"),
@@ -82,10 +83,13 @@ def calls(b: int = 2, h: int = 2, n: int = 16, d: int = 64) -> dict:
     u = torch.randn(h, 16, 16, requires_grad=True)
     m = torch.randn(h, d, d, requires_grad=True)
     return {
-        "scaled_dot": ((q, k, v), lambda: ops.scaled_dot_attention(q, k, v, True, impl="triton")),
-        "quadratic": ((x, u, v), lambda: ops.quadratic_attention(x, u, v, True, impl="triton")),
-        "metric": ((q, m), lambda: ops.metric_attention(q, m, True, impl="triton")),
-        "pool_mix": ((x,), lambda: ops.pool_mix(x, 3, impl="triton")),
+        "scaled_dot": (
+            (q, k, v),
+            lambda: kernels.scaled_dot_attention(q, k, v, True, impl="triton"),
+        ),
+        "quadratic": ((x, u, v), lambda: kernels.quadratic_attention(x, u, v, True, impl="triton")),
+        "metric": ((q, m), lambda: kernels.metric_attention(q, m, True, impl="triton")),
+        "pool_mix": ((x,), lambda: kernels.pool_mix(x, 3, impl="triton")),
     }
 
 

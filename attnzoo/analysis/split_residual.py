@@ -47,7 +47,7 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo.analysis.controls import FrozenStochastic
-from attnzoo.kernels.reference import allowed_keys
+from attnzoo.kernels.attention.naive import allowed_keys
 from attnzoo.mixers.kernelized import Favor, LinearAttention
 from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
 from attnzoo.mixers.softmax import (

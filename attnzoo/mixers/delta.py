@@ -13,7 +13,7 @@ from einops import rearrange
 from torch import nn
 
 from attnzoo import kernels
-from attnzoo.kernels.ops import autocast_off
+from attnzoo.kernels._op import autocast_off
 from attnzoo.mixers.base import _check_input, _positive
 from attnzoo.mixers.recurrent import _HeadNorm, _Recurrent, scan_flops, segment_sums
 from attnzoo.mixers.registry import register

@@ -67,7 +67,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .. import ops, reference
+from .. import attention, delta, gated, linear, pooling
+from ..attention import naive as attention_naive
 from ..delta import naive as delta_naive
 from ..flops import ATTENTION_OPS, op_flops
 from ..gated import naive as gated_naive
@@ -347,7 +348,7 @@ def gated_in_torch_layout(q_bnhk, k_bnhk, v_bnhv, g, scale: float, impl: str = "
     (B, N, H, K)), read as (B, H, N, ...) views; impl "torch" is the path impl="auto" takes where
     the kernel is not chosen (the one benchmark mode times it against)."""
     qkvg = (heads_first(q_bnhk), heads_first(k_bnhk), heads_first(v_bnhv), heads_first(g))
-    return ops.gated_linear_attention(*qkvg, scale=scale, impl=impl)
+    return gated.gated_linear_attention(*qkvg, scale=scale, impl=impl)
 
 
 def gated_truth(q_bnhk, k_bnhk, v_bnhv, g, scale: float):
@@ -365,19 +366,21 @@ def sigmoid_bias(s: Shape) -> float:
 def sigmoid_op(q, k, v, causal: bool, bias: float, impl: str = "torch"):
     """attnzoo's sigmoid_attention at the default scale 1/sqrt(dk); impl "torch" is its
     reference, the path impl="auto" takes where the kernel is not chosen."""
-    return ops.sigmoid_attention(q, k, v, causal=causal, bias=bias, impl=impl)
+    return attention.sigmoid_attention(q, k, v, causal=causal, bias=bias, impl=impl)
 
 
 def sigmoid_truth(q, k, v, causal: bool, bias: float):
     """The reference in float64: the validation's truth for the sigmoid part."""
     q, k, v = q.double(), k.double(), v.double()
-    return reference.sigmoid_attention(q, k, v, causal, None, 1.0 / math.sqrt(q.shape[-1]), bias)
+    return attention_naive.sigmoid_attention(
+        q, k, v, causal, None, 1.0 / math.sqrt(q.shape[-1]), bias
+    )
 
 
 def delta_op(q, k, v, beta, g=None, impl: str = "torch"):
     """attnzoo's delta_rule at its default scale 1/sqrt(K): "torch" its chunked PyTorch path
     (the op's only one), "fla" flash-linear-attention's chunked kernels."""
-    return ops.delta_rule(q, k, v, beta, g, impl=impl)
+    return delta.delta_rule(q, k, v, beta, g, impl=impl)
 
 
 def delta_truth(q, k, v, beta, g=None):
@@ -508,28 +511,30 @@ def candidates(
         raise ValueError(f"part {part!r} is causal only, got the bidirectional shape {s.name!r}")
     if part == "scaled_dot":
         ours = Candidate(
-            "attnzoo", lambda q, k, v: ops.scaled_dot_attention(q, k, v, causal=c, impl=impl)
+            "attnzoo", lambda q, k, v: attention.scaled_dot_attention(q, k, v, causal=c, impl=impl)
         )
         theirs = [
             Candidate(f"sdpa {be}", lambda q, k, v: sdpa_scaled_dot(q, k, v, c), be)
             for be in backends
         ]
     elif part == "metric":
-        ours = Candidate("attnzoo", lambda p, m: ops.metric_attention(p, m, causal=c, impl=impl))
+        ours = Candidate(
+            "attnzoo", lambda p, m: attention.metric_attention(p, m, causal=c, impl=impl)
+        )
         theirs = [
             Candidate(f"sdpa(p@M,p,p) {be}", lambda p, m: sdpa_metric(p, m, c), be)
             for be in backends
         ]
     elif part == "quadratic":
         ours = Candidate(
-            "attnzoo", lambda x, u, v: ops.quadratic_attention(x, u, v, causal=c, impl=impl)
+            "attnzoo", lambda x, u, v: attention.quadratic_attention(x, u, v, causal=c, impl=impl)
         )
         theirs = [
             Candidate(f"sdpa(x@U,x,v) {be}", lambda x, u, v: sdpa_quadratic(x, u, v, c), be)
             for be in backends
         ]
     elif part == "pool":
-        ours = Candidate("attnzoo", lambda x: ops.pool_mix(x, window, impl=impl))
+        ours = Candidate("attnzoo", lambda x: pooling.pool_mix(x, window, impl=impl))
         theirs = [
             Candidate("avg_pool1d - x", lambda x: avg_pool_mix(x, window)),
             Candidate("copy", copy_of, reference=True),
@@ -538,7 +543,7 @@ def candidates(
         w = local_window(s)
         ours = Candidate(
             "attnzoo",
-            lambda q, k, v: ops.scaled_dot_attention(q, k, v, causal=c, impl=impl, window=w),
+            lambda q, k, v: attention.scaled_dot_attention(q, k, v, causal=c, impl=impl, window=w),
         )
         theirs = [
             Candidate(f"sdpa(band) {be}", lambda q, k, v: sdpa_band(q, k, v, w), be)
@@ -589,7 +594,7 @@ def linear_in_torch_layout(q_bnhf, k_bnhf, v_bnhv, causal: bool, impl: str = "to
     """attnzoo's linear_attention on (B, N, H, F) inputs, read as (B, H, N, F) views; impl
     "torch" is the path impl="auto" takes where the kernel is not chosen."""
     qkv = (heads_first(q_bnhf), heads_first(k_bnhf), heads_first(v_bnhv))
-    return ops.linear_attention(*qkv, causal=causal, eps=LINEAR_EPS, impl=impl)
+    return linear.linear_attention(*qkv, causal=causal, eps=LINEAR_EPS, impl=impl)
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from ..gated.naive import compute_dtype
+from .._op import accumulate_dtype
 
 CHUNK = 64  # tokens per chunk of the PyTorch path
 
@@ -86,7 +86,7 @@ def chunked(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunked form of `recurrent` (the module docstring): (o in q's dtype, final state in
     fp32, or fp64 for fp64 inputs)."""
-    dtype, ct = q_bhnk.dtype, compute_dtype(q_bhnk)
+    dtype, ct = q_bhnk.dtype, accumulate_dtype(q_bhnk)
     b, h, n, kd = q_bhnk.shape
     dv = v_bhnv.shape[-1]
     s_bhkv = q_bhnk.new_zeros(b, h, kd, dv, dtype=ct)

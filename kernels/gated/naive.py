@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
+from .._op import accumulate_dtype
+
 # Tokens per chunk of the PyTorch path. A per-key decay materialises a chunk × chunk × K decay
 # tensor, so its cost per token grows with the chunk; a per-token one is chunk × chunk, and there
 # longer chunks mean fewer, larger matrix products and fewer steps of the loop over chunks. On a
@@ -79,10 +81,6 @@ def sample_log_decay(*size: int, generator: torch.Generator | None = None) -> to
     return -F.softplus(torch.randn(*size, generator=generator) - 1)
 
 
-def compute_dtype(t: torch.Tensor) -> torch.dtype:
-    return torch.float64 if t.dtype == torch.float64 else torch.float32
-
-
 def chunked(
     q_bhnk: torch.Tensor,
     k_bhnk: torch.Tensor,
@@ -97,7 +95,7 @@ def chunked(
     for a per-key one."""
     if chunk is None:
         chunk = CHUNK if log_decay.dim() == 3 else KEY_CHUNK
-    dtype, ct = q_bhnk.dtype, compute_dtype(q_bhnk)
+    dtype, ct = q_bhnk.dtype, accumulate_dtype(q_bhnk)
     b, h, n, kd = q_bhnk.shape
     dv = v_bhnv.shape[-1]
     q_bhnk, k_bhnk, v_bhnv = q_bhnk.to(ct), k_bhnk.to(ct), v_bhnv.to(ct)
