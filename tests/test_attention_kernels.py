@@ -15,13 +15,15 @@ import functools
 import math
 from dataclasses import dataclass
 
+import attnzoo.kernels as ops
 import pytest
 import torch
 import triton
 import triton.language as tl
-from attnzoo.kernels import attention, ops, reference
+from attnzoo.kernels import attention
 from attnzoo.kernels._checks import TRITON_DTYPES
 from attnzoo.kernels.attention import launch, tuning
+from attnzoo.kernels.attention import naive as reference
 
 from attnzoo import Model, ModelConfig
 
@@ -335,29 +337,27 @@ def _qkv(n: int = 8, dk: int = 16, dv: int = 16, dtype: torch.dtype = torch.floa
         (lambda q, k, v: (q[0], k, v), "q must have 4 dims"),
     ],
 )
-def test_operator_rejects_bad_operands(change, match) -> None:
-    """torch.ops.attnzoo.scaled_dot_attention, which a compiled graph (or a user) calls without
-    the public op's checks, checks its operands itself."""
+def test_the_public_op_rejects_bad_operands_for_the_kernels(change, match) -> None:
     q, k, v = change(*_qkv())
     with pytest.raises(ValueError, match=match):
-        torch.ops.attnzoo.scaled_dot_attention(q, k, v, None, False, 0.25, 0.0, None)
+        ops.scaled_dot_attention(q, k, v, impl="triton")
 
 
-def test_metric_and_quadratic_operators_check_their_arguments() -> None:
+def test_metric_and_quadratic_check_their_arguments() -> None:
     p, m = torch.randn(1, 2, 8, 16), torch.randn(2, 16, 16)
-    metric = torch.ops.attnzoo.metric_attention
+    metric = functools.partial(ops.metric_attention, impl="triton")
     with pytest.raises(ValueError, match=r"m must have shape \(heads, dk, dk\)"):
-        metric(p, m[..., :8], None, False, 0.25, 0.0, None)
+        metric(p, m[..., :8])
     with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\)"):
-        metric(p, m, None, False, 0.25, 1.0, None)
+        metric(p, m, dropout_p=1.0)
     with pytest.raises(ValueError, match="scale must be a finite real number"):
-        metric(p, m, None, False, float("inf"), 0.0, None)
+        metric(p, m, scale=float("inf"))
     x, v = torch.randn(1, 8, 16), torch.randn(1, 2, 8, 8)
     with pytest.raises(ValueError, match="u must have shape"):
-        torch.ops.attnzoo.quadratic_attention(x, m[..., :12], v, None, False, 0.25, 0.0, None)
+        ops.quadratic_attention(x, m[..., :12], v, impl="triton")
     x64, u64, v64 = x.double(), m[..., :16].double(), v.double()
     with pytest.raises(ValueError, match="x has dtype torch.float64; the Triton kernels take"):
-        torch.ops.attnzoo.quadratic_attention(x64, u64, v64, None, False, 0.25, 0.0, None)
+        ops.quadratic_attention(x64, u64, v64, impl="triton")
 
 
 def test_operator_backward_rejects_what_the_forward_did_not_save() -> None:

@@ -87,7 +87,7 @@ def test_auto_keeps_half_precision_on_the_reference() -> None:
 
 def test_auto_takes_the_fused_path_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fused path is really taken (the reference is not called) for fp32 on CPU."""
-    from attnzoo.kernels import reference
+    from attnzoo.kernels.attention import naive as reference
 
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("impl='auto' fell back to the reference")

@@ -4,7 +4,6 @@ checks on the device. Kill-and-resume on a GPU is in tests/test_hard_kill.py."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -61,29 +60,8 @@ def train_20_steps(
     assert all(bool(torch.isfinite(w).all()) for w in state.values())
 
 
-@pytest.mark.parametrize("impl", ["auto", "triton"])  # auto: as the GPU's dispatch table says
+@pytest.mark.parametrize("impl", ["auto", "triton"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
 def test_every_mixer_trains_on_cuda_under_bf16_autocast(tmp_path, mixer, compiled, impl):
     train_20_steps(tmp_path, mixer, compiled, impl=impl)
-
-
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_impl_tune_times_each_key_once_and_trains(tmp_path, monkeypatch, compiled):
-    """impl=tune: the kernels' benchmark mode decides on this GPU (while tracing, when compiled)
-    and writes its decisions to the user's cache directory."""
-    from attnzoo.kernels import dispatch
-
-    monkeypatch.setenv("ATTNZOO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(dispatch, "TUNER", dispatch.Tuner())
-    dispatch.clear()
-    try:
-        train_20_steps(tmp_path / "run", "metric", compiled, impl="tune")
-    finally:
-        dispatch.clear()
-    (cache,) = (tmp_path / "cache" / "tune").glob("*.json")
-    decisions = json.loads(cache.read_text())["decisions"]
-    assert decisions and {d["impl"] for d in decisions} <= {"triton", "torch"}
-    assert {d["key"]["op"] for d in decisions} == {"metric_attention"}
-    keys = [tuple(sorted(d["key"].items())) for d in decisions]
-    assert len(keys) == len(set(keys))  # each key timed once

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import functools
 
+import attnzoo.kernels as ops
 import pytest
 import torch
-from attnzoo.kernels import attention, library, ops, reference
+from attnzoo.kernels import attention
 from attnzoo.kernels.attention import launch
+from attnzoo.kernels.attention import naive as reference
 
 from attnzoo import Model, ModelConfig
 from attnzoo.mixers import MIXERS as REGISTRY
@@ -82,6 +84,9 @@ def op_inputs(
     return (leaf(b, n, d), 3, False, mask)
 
 
+# the custom ops this file checks: the attention family's and pool_mix (linear_attention's and
+# gated_linear_attention's are checked in their own files)
+OPS = (*attention.ops.AUTO_TRITON, "pool_mix")
 # the ops that take dropout and a sink (a softmax over keys)
 SOFTMAX_OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention")
 
@@ -93,7 +98,7 @@ SOFTMAX_OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention"
 
 @pytest.mark.parametrize(
     "name,dropout_p,sink",
-    [(op, 0.0, False) for op in library.OPS]
+    [(op, 0.0, False) for op in OPS]
     + [(op, 0.25, False) for op in SOFTMAX_OPS]
     + [(op, 0.0, True) for op in SOFTMAX_OPS],
 )
@@ -105,26 +110,6 @@ def test_opcheck_passes_for_every_op(name: str, dropout_p: float, sink: bool) ->
     assert set(results.values()) == {"SUCCESS"}, results
 
 
-@pytest.mark.parametrize(
-    "name,sink", [(op, False) for op in library.OPS] + [(op, True) for op in SOFTMAX_OPS]
-)
-def test_eager_calls_skip_the_dispatcher_but_compute_exactly_what_the_op_computes(
-    name, sink
-) -> None:
-    """Eager mode runs the ops' implementation and autograd formula without torch.ops (less host
-    time per call); both give bitwise the same outputs and gradients (the sink's included)."""
-    args = op_inputs(name, 0.25 if name in SOFTMAX_OPS else 0.0, sink=sink)
-    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-    results = []
-    for call in (library.run, lambda n, *a: getattr(torch.ops.attnzoo, n)(*a)):
-        out = call(name, *args)
-        out = out[0] if isinstance(out, tuple) else out
-        grads = torch.autograd.grad(out, leaves, torch.ones_like(out))
-        results.append([out, *grads])
-    for eager, op in zip(*results, strict=True):
-        assert torch.equal(eager, op)
-
-
 @pytest.mark.parametrize("name", ["scaled_dot_attention", "metric_attention", "pool_mix"])
 def test_the_statistic_output_gets_no_gradient_and_no_zero_filled_one(name) -> None:
     """lse and rcount are the backward's statistics, not outputs to differentiate: they do not
@@ -132,34 +117,16 @@ def test_the_statistic_output_gets_no_gradient_and_no_zero_filled_one(name) -> N
     (autograd's default: one allocation and one fill kernel per backward call)."""
     args = op_inputs(name, 0.0)
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-    for call in (library.run, lambda n, *a: getattr(torch.ops.attnzoo, n)(*a)):
-        out, statistic = call(name, *args)
-        assert out.requires_grad and not statistic.requires_grad
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            torch.autograd.grad(out, leaves, torch.ones_like(out))
-        ops = {event.name for event in prof.events()}
-        assert not ops & {"aten::zeros", "aten::zero_"}, sorted(ops)
-
-
-@pytest.mark.parametrize("name", library.OPS)
-def test_calls_that_record_no_graph_skip_the_autograd_function(name, monkeypatch) -> None:
-    """Under no_grad, or with no input that requires grad, an eager call runs the
-    implementation directly (autograd.Function.apply costs host time for nothing there) and
-    returns what the recorded call returns."""
-    args = op_inputs(name, 0.0)
-    want = library.run(name, *args)
-    want = want[0] if isinstance(want, tuple) else want
-    monkeypatch.setattr(library._Eager, "apply", None)  # calling it would raise a TypeError
-    detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-    with torch.no_grad():
-        recorded_off = library.run(name, *args)
-    for got in (recorded_off, library.run(name, *detached)):
-        got = got[0] if isinstance(got, tuple) else got
-        assert got.grad_fn is None and torch.equal(got, want)
+    out, statistic = getattr(torch.ops.attnzoo, name)(*args)
+    assert out.requires_grad and not statistic.requires_grad
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.autograd.grad(out, leaves, torch.ones_like(out))
+    events = {event.name for event in prof.events()}
+    assert not events & {"aten::zeros", "aten::zero_"}, sorted(events)
 
 
 def test_the_public_ops_are_registered_in_the_attnzoo_namespace() -> None:
-    for name in library.OPS:
+    for name in OPS:
         assert isinstance(getattr(torch.ops.attnzoo, name).default, torch._ops.OpOverload)
 
 

@@ -25,7 +25,10 @@ import torch
 pytest.importorskip("hypothesis")
 pytest.importorskip("triton")
 
-from attnzoo.kernels import ops, pooling, reference  # noqa: E402
+import attnzoo.kernels as ops  # noqa: E402
+from attnzoo.kernels import pooling  # noqa: E402
+from attnzoo.kernels.attention import naive as reference  # noqa: E402
+from attnzoo.kernels.pooling import naive as pool_reference  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -173,7 +176,7 @@ def test_pool_mix_matches_reference(case: dict) -> None:
     window, causal = case["window"], case["causal"]
     check_against_reference(
         lambda x: ops.pool_mix(x, window, causal, mask, impl="triton"),
-        lambda x: reference.pool_mix(x, window, causal, mask),
+        lambda x: pool_reference.pool_mix(x, window, causal, mask),
         [x],
         ["x"],
         gen,

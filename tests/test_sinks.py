@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from attnzoo.kernels import attention, reference
+from attnzoo.kernels import attention
 from attnzoo.kernels.attention import launch
+from attnzoo.kernels.attention import naive as reference
 
 from attnzoo import build_mixer, kernels
 from attnzoo.model import Model, ModelConfig

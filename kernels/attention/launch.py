@@ -1,12 +1,10 @@
 """The attention launchers: the kernels' own limits, the outputs, the grid.
 
-The arguments arrive checked (shapes, dtypes, devices, mask, scale: kernels/_checks.py, at the
-public op or the torch.ops.attnzoo operator the call came in by); what is checked here are the
-limits of these kernels: head widths, unit feature strides, int32 row offsets, the dropout
-counter. `_Problem` gathers what the three kernels share for one call; `attention_forward` and
-`attention_backward` launch them; the six `*_forward` / `*_backward` functions at the end are
-what the custom ops in kernels/library.py run.
-"""
+The arguments arrive checked (shapes, dtypes, devices, mask, scale) by the public op (ops.py);
+what is checked here are the limits of these kernels: head widths, unit feature strides, int32 row
+offsets, the dropout counter. `_Problem` gathers what the three kernels share for one call;
+`attention_forward` and `attention_backward` launch them; the six `*_forward` / `*_backward`
+functions at the end are what the custom ops in ops.py run."""
 
 from __future__ import annotations
 
@@ -328,7 +326,7 @@ def _sink_gradient(p: _Problem, lse: torch.Tensor, delta: torch.Tensor) -> torch
 
 
 # --------------------------------------------------------------------------------------------
-# Forward and backward of each op: what the custom ops in kernels/library.py run
+# Forward and backward of each op: what the custom ops in ops.py run
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,10 +1,9 @@
 """The gated_linear_attention launchers: the kernels' own limits, output allocation, the grid.
 
-The arguments arrive checked (kernels/_checks.py, at the public op or the torch.ops.attnzoo
-operator the call came in by); what is checked here are the kernels' limits: K and V up to
-MAX_WIDTH, rows of one head indexed in int32, no bf16 under the interpreter. q, k, v, the log
-decay and the upstream gradient are read through their strides (a decay per token as a
-zero-stride view over K, no copy); the log decay and the states are fp32 in the kernels, and
+The arguments arrive checked by the public op (ops.py); what is checked here are the kernels'
+limits: K and V up to MAX_WIDTH, rows of one head indexed in int32, no bf16 under the interpreter.
+q, k, v, the log decay and the upstream gradient are read through their strides (a decay per token
+as a zero-stride view over K, no copy); the log decay and the states are fp32 in the kernels, and
 each gradient is returned in its input's dtype. Outputs are contiguous.
 
 The grid is (B·H, NV), one program per (batch, head) and V tile of BV columns, NV = cdiv(V, BV);

@@ -75,8 +75,7 @@ def recurrent(
 
 def sample_log_decay(*size: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """A log decay as the mixers' gates give one: −softplus(x − 1), x standard normal, fp32 on
-    the CPU, in about (−2.5, 0) with median −0.31. What benchmark mode and the kernel benchmark
-    time the op on; `size` (B, H, N) draws one decay per token, (B, H, N, K) one per key
+    the CPU, in about (−2.5, 0) with median −0.31. What the kernel benchmark times the op on; `size` (B, H, N) draws one decay per token, (B, H, N, K) one per key
     dimension."""
     return -F.softplus(torch.randn(*size, generator=generator) - 1)
 

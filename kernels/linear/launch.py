@@ -1,11 +1,9 @@
 """The linear_attention launchers: the kernels' own limits, output allocation, the grid.
 
-The arguments arrive checked (kernels/_checks.py, at the public op or the torch.ops.attnzoo
-operator the call came in by); what is checked here are the kernels' limits: F and dv up to
-MAX_WIDTH, rows of one head indexed in int32, no bf16 under the interpreter. Inputs are read
-through their strides (no copies); outputs are contiguous. `linear_attention_forward` and
-`linear_attention_backward` are what the custom op in kernels/library.py runs.
-"""
+The arguments arrive checked by the public op (ops.py); what is checked here are the kernels'
+limits: F and dv up to MAX_WIDTH, rows of one head indexed in int32, no bf16 under the
+interpreter. Inputs are read through their strides (no copies); outputs are contiguous.
+`linear_attention_forward` and `linear_attention_backward` are what the custom op in ops.py runs."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """The pool_mix launchers: the kernels' own limits, output allocation, the grid.
 
-The arguments arrive checked (kernels/_checks.py, at the public op or the torch.ops.attnzoo
-operator the call came in by); what is checked here are the kernels' int32 offsets. Per call
-nothing is allocated but the outputs: no zero mask tensor without a mask, no copy of a strided
-input. `pool_mix_forward` and `pool_mix_backward` are what the custom op in kernels/library.py
-runs.
+The arguments arrive checked by the public op (ops.py); what is checked here are the kernels'
+int32 offsets. Per call nothing is allocated but the outputs: no zero mask tensor without a mask,
+no copy of a strided input. `pool_mix_forward` and `pool_mix_backward` are what the custom op in
+ops.py runs.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ _pool_bwd = autotuned(_pool_bwd_kernel, KEY[:2])
 
 
 def _check_limits(name: str, t: torch.Tensor, window: int) -> None:
-    """The kernels' own limits (the arguments arrive checked, see kernels/_checks.py): the
+    """The kernels' own limits (the arguments arrive checked by the public op): the
     window is an int32 offset, and so is every element of one sequence (_check_int32_offsets)."""
     if window >= 2**31:
         raise ValueError(f"window must be below 2**31, got {window}")
