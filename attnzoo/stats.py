@@ -46,19 +46,20 @@ Holm's step-down (the default: with the p-values sorted, p₍ᵢ₎ is multiplie
 made non-decreasing; never less powerful than Bonferroni), Bonferroni (m · p), or none. Tests
 that could not be made (NaN) are not counted in m.
 
-The t distribution is computed here (regularised incomplete beta function by Lentz's continued
-fraction, quantiles by bisection) so that the library needs no SciPy; tests/test_stats.py checks
-it against printed table values.
+The t distribution (`t_cdf`, `t_ppf`) is SciPy's special functions: `scipy.special.stdtr`, and
+for the quantile the inverse incomplete beta function `betaincinv`; both take the fractional
+degrees of freedom of Welch's test. tests/test_stats.py checks them against printed table
+values and closed forms, and the tests against SciPy's own t-tests.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 
 __all__ = [
     "CORRECTIONS",
@@ -79,79 +80,27 @@ __all__ = [
 # ---- the t distribution ---------------------------------------------------------------------
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz, Numerical Recipes)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
 def t_cdf(t: float, df: float) -> float:
-    """P(T ≤ t) for Student's t with `df` degrees of freedom (df may be fractional, as Welch's):
-    P(|T| > |t|) = I_{df / (df + t²)}(df / 2, 1 / 2)."""
+    """P(T ≤ t) for Student's t with `df` degrees of freedom (df may be fractional, as Welch's)."""
     if df <= 0:
         raise ValueError(f"degrees of freedom must be positive, got {df}")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
+    return float(special.stdtr(df, t))
 
 
-@functools.lru_cache(maxsize=1024)
 def t_ppf(q: float, df: float) -> float:
-    """The q-quantile of Student's t with `df` degrees of freedom (bisection on `t_cdf`)."""
+    """The q-quantile of Student's t with `df` degrees of freedom: the t with P(T ≤ t) = q.
+
+    Read off the inverse of the regularised incomplete beta function, P(|T| > |t|) =
+    I_{df / (df + t²)}(df / 2, 1 / 2): `scipy.special.betaincinv` gives t to about 1e-14 at the
+    degrees of freedom a study's seeds give, in every SciPy this package admits, where SciPy's own
+    t quantile (`stdtrit`) is accurate to only about 1e-9 before SciPy 1.17, enough to move the
+    last digits of a committed table."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"quantile level must be in (0, 1), got {q}")
-    if q == 0.5:
-        return 0.0
-    if q < 0.5:
-        return -t_ppf(1.0 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < q:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    x = float(special.betaincinv(df / 2.0, 0.5, 2.0 * min(q, 1.0 - q)))
+    return math.copysign(math.sqrt(df * (1.0 - x) / x), q - 0.5)
 
 
 # ---- an interval for one configuration -------------------------------------------------------

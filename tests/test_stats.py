@@ -1,10 +1,12 @@
-"""attnzoo.stats: the t distribution against table values, intervals and their coverage over
-seeded synthetic draws, and the paired / Welch / TOST tests against hand computations."""
+"""attnzoo.stats: the t distribution against table values and closed forms, intervals and their
+coverage over seeded synthetic draws, and the paired / Welch / TOST tests against hand
+computations and SciPy's own t-tests."""
 
 import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from attnzoo.stats import (
     adjust,
@@ -26,6 +28,7 @@ from attnzoo.stats import (
         (2, 0.975, 4.302652730),  # (2q - 1) sqrt(2 / (1 - (2q - 1)^2))
         (4, 0.975, 2.776445105),
         (9, 0.975, 2.262157163),
+        (10, 0.975, 2.228138852),
         (30, 0.975, 2.042272456),
         (4, 0.95, 2.131846786),
         (10, 0.995, 3.169272673),
@@ -33,16 +36,32 @@ from attnzoo.stats import (
     ],
 )
 def test_t_quantiles_match_tables(df, q, expected):
-    assert t_ppf(q, df) == pytest.approx(expected, rel=1e-6)
-    assert t_cdf(expected, df) == pytest.approx(q, abs=1e-7)
-    assert t_ppf(1 - q, df) == pytest.approx(-expected, rel=1e-6)
+    """The tables print ten significant digits; the distribution is symmetric about 0."""
+    tol = 1e-6 if df == 1e6 else 1e-9
+    assert t_ppf(q, df) == pytest.approx(expected, abs=tol)
+    assert t_ppf(1 - q, df) == pytest.approx(-expected, abs=tol)
+    assert t_cdf(expected, df) == pytest.approx(q, abs=tol)
+    assert t_cdf(-expected, df) == pytest.approx(1 - q, abs=tol)
 
 
-def test_t_cdf_closed_form_for_two_degrees_of_freedom():
+def test_t_cdf_closed_forms_for_one_and_two_degrees_of_freedom():
+    """df = 1 is the Cauchy distribution; df = 2 has P(T ≤ t) = 1/2 + t / (2 √(2 + t²))."""
     for t in (-7.0, -1.3, 0.0, 0.4, 2.5, 40.0):
+        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
         assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
-    with pytest.raises(ValueError, match="quantile level"):
-        t_ppf(1.0, 3)
+        assert t_cdf(t, 3.7) + t_cdf(-t, 3.7) == pytest.approx(1.0, abs=1e-12)
+    assert (t_cdf(math.inf, 4), t_cdf(-math.inf, 4), t_ppf(0.5, 4)) == (1.0, 0.0, 0.0)
+
+
+def test_t_refuses_levels_outside_0_1_and_non_positive_degrees_of_freedom():
+    for q in (0.0, 1.0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="quantile level"):
+            t_ppf(q, 3)
+    for df in (0, -2.5):
+        with pytest.raises(ValueError, match="degrees of freedom"):
+            t_cdf(1.0, df)
+        with pytest.raises(ValueError, match="degrees of freedom"):
+            t_ppf(0.975, df)
 
 
 def test_interval_by_hand():
@@ -108,6 +127,7 @@ def test_paired_t_by_hand():
     assert c.method == "paired t" and c.df == 2
     assert c.diff == pytest.approx(0.2)
     assert c.p_value == pytest.approx(2 * (1 - (0.5 + t / (2 * math.sqrt(2 + t * t)))))
+    assert c.p_value == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue)
     half = 4.302652730 * 0.1 / math.sqrt(3)
     assert (c.low, c.high) == (pytest.approx(0.2 - half), pytest.approx(0.2 + half))
     assert c.verdict == "not resolved"  # p = 0.074 with three seeds
@@ -120,8 +140,7 @@ def test_welch_by_hand():
     df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 2)
     assert c.method == "Welch t" and c.df == pytest.approx(df)
     assert c.diff == pytest.approx(2.5 - 4.0)
-    se = math.sqrt(va + vb)
-    assert c.p_value == pytest.approx(2 * (1 - t_cdf(1.5 / se, df)))
+    assert c.p_value == pytest.approx(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def test_compare_pairs_matching_seeds_and_falls_back_to_welch():
@@ -210,8 +229,12 @@ def test_one_sided_test_against_the_margin_by_hand():
     a, b = [1.3, 1.4, 1.5], [1.0, 1.0, 1.0]  # differences 0.3, 0.4, 0.5: mean 0.4, se 0.1/sqrt(3)
     se = 0.1 / math.sqrt(3)
     c = paired_t(a, b, margin=0.1)
-    # H0: diff <= 0.1, one-sided p = P(T_2 > (0.4 - 0.1) / se), counted for both sides
-    assert c.p_margin == pytest.approx(2 * (1 - t_cdf(0.3 / se, 2)))
+    # H0: diff <= 0.1, one-sided p = P(T_2 > t), t = (0.4 - 0.1) / se, counted for both sides;
+    # P(T_2 > t) = 1/2 - t / (2 sqrt(2 + t^2)), and SciPy's one-sided paired test says the same
+    t = 0.3 / se
+    assert c.p_margin == pytest.approx(2 * (0.5 - t / (2 * math.sqrt(2 + t * t))))
+    shifted = scipy_stats.ttest_rel(np.subtract(a, 0.1), b, alternative="greater").pvalue
+    assert c.p_margin == pytest.approx(2 * shifted)
     assert c.p_margin < 0.05 and c.half_width == pytest.approx(4.302652730 * se)
     # the mirror image: better by more than the margin, the same p
     assert paired_t(b, a, margin=0.1).p_margin == pytest.approx(c.p_margin)
