@@ -17,6 +17,7 @@ from attnzoo.stats import (
     paired_t,
     t_cdf,
     t_ppf,
+    t_sf,
     welch_t,
 )
 
@@ -51,6 +52,28 @@ def test_t_cdf_closed_forms_for_one_and_two_degrees_of_freedom():
         assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
         assert t_cdf(t, 3.7) + t_cdf(-t, 3.7) == pytest.approx(1.0, abs=1e-12)
     assert (t_cdf(math.inf, 4), t_cdf(-math.inf, 4), t_ppf(0.5, 4)) == (1.0, 0.0, 0.0)
+
+
+def test_small_p_values_are_exact_to_their_last_digits():
+    """The upper tail is computed as such, not as 1 − P(T ≤ t): that difference keeps only the
+    digits below 1, so a p of 1e-10 would carry about 6 correct ones. The truths have no
+    cancellation: for df = 1, P(T > t) = atan(1 / t) / π; for df = 2, P(T > t) =
+    1 / ((√(2 + t²) + t) √(2 + t²))."""
+    for t in (3.0, 1e3, 2.0**33, 1e12):
+        root = math.sqrt(2 + t * t)
+        assert t_sf(t, 1) == pytest.approx(math.atan(1 / t) / math.pi, rel=1e-13)
+        assert t_sf(t, 2) == pytest.approx(1 / ((root + t) * root), rel=1e-13)
+        assert t_sf(-t, 3.7) == t_cdf(t, 3.7)
+    # two seeds (df = 1), differences 1 ± 2⁻³³: d̄ = 1, se = 2⁻³³, t = 2³³,
+    # p = 2 atan(2⁻³³) / π ≈ 7e-11
+    k = 2.0**-33
+    up = paired_t([1 + k, 1 - k], [0.0, 0.0], margin=0.5)
+    down = paired_t([0.0, 0.0], [1 + k, 1 - k], margin=0.5)
+    for c in (up, down):
+        assert c.df == 1 and c.p_value == pytest.approx(2 * math.atan(k) / math.pi, rel=1e-12)
+        # beyond ±0.5: the one-sided tail at (1 − 0.5) / se = 2³², doubled
+        assert c.p_margin == pytest.approx(2 * math.atan(2 * k) / math.pi, rel=1e-12)
+        assert c.p_tost == pytest.approx(1.0)
 
 
 def test_t_refuses_levels_outside_0_1_and_non_positive_degrees_of_freedom():
