@@ -388,10 +388,10 @@ def test_launcher_rejects_a_feature_stride_other_than_one() -> None:
         (torch.zeros(1, 7, dtype=torch.bool), r"= \(1, 8\), got \(1, 7\)"),
     ],
 )
-def test_operator_rejects_bad_masks(mask, match) -> None:
+def test_bad_masks_are_refused(mask, match) -> None:
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=match):
-        torch.ops.attnzoo.scaled_dot_attention(q, k, v, mask, False, 0.25, 0.0, None)
+        ops.scaled_dot_attention(q, k, v, key_padding_mask=mask, impl="triton")
 
 
 def test_metric_and_quadratic_reject_bad_shapes() -> None:

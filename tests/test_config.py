@@ -78,6 +78,7 @@ COMPOSE_ERRORS = [
     (["model.norm=batchnorm"], ["model.norm", "layernorm", "rmsnorm", "none"]),
     (["train.device=tpu"], ["train.device", "auto", "cpu", "cuda"]),
     (["impl=cuda_c"], ["impl", "auto", "torch", "triton"]),
+    (["impl=tune"], ["impl", "auto", "torch", "triton"]),
     (["logger.mode=sometimes"], ["logger.mode", "offline", "online", "disabled"]),
     (["mixer=pooling", "mixer.window=wide"], ["mixer.window", "Integer"]),
     (["train.on_nonfinite=ignore"], ["train.on_nonfinite", "stop", "skip"]),

@@ -92,9 +92,7 @@ def test_bad_sinks_are_refused_with_what_is_allowed():
     with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(2,\) torch.int64"):
         kernels.metric_attention(q, q[0], sink=torch.zeros(2, dtype=torch.long), impl="triton")
     with pytest.raises(ValueError, match=r"one logit per head, \(2,\), got \(1, 2\)"):
-        torch.ops.attnzoo.scaled_dot_attention(
-            q, q, q, None, False, 0.5, 0.0, None, None, torch.zeros(1, 2)
-        )
+        kernels.scaled_dot_attention(q, q, q, sink=torch.zeros(1, 2), impl="triton")
     with pytest.raises(ValueError, match="sink must be one of"):
         build_mixer("scaled_dot", dim=8, heads=2, sink="first_token")
 
