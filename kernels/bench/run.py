@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -16,10 +17,10 @@ from .cases import BACKENDS, attention_shapes, part, part_names, step_shares
 from .report import auto_table, paths_table, print_model, results_table, verdict_table, write_out
 from .timing import (
     Budget,
-    PartTimeout,
     Result,
     Timer,
     first_line,
+    stopped_by_limit,
     time_limit,
     time_part,
     wall_timer,
@@ -77,6 +78,11 @@ MIN_STEP_S = 1.0  # a step is not started with less than this of the budget left
 def run(opts: Options) -> int:
     """Validate every comparison, time them where there is a GPU (or `smoke`), print the tables
     and write the files; exit status 1 if a validation fails, else 0."""
+    # the first call of any op imports torch._dynamo (torch.library's custom ops reach it),
+    # seconds on a busy machine: imported before the steps' time limits, so that an alarm never
+    # stops it halfway and leaves a half-initialised module to every later part
+    importlib.import_module("torch._dynamo")
+
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     gpu = torch.cuda.is_available() and not interpret
     timing = gpu and not opts.dry_run
@@ -116,9 +122,12 @@ def run(opts: Options) -> int:
         try:
             with time_limit(limit, f"validation of {name}"):
                 checks += validate([name], "cuda" if gpu else "cpu", impl, opts.window, opts.tol)
-        except PartTimeout as err:
-            notes.append(str(err))
-            print(err, flush=True)
+        except Exception as err:
+            stopped = stopped_by_limit(err)
+            if stopped is None:
+                raise
+            notes.append(str(stopped))
+            print(stopped, flush=True)
     failed = [c for c in checks if not c.ok]
     print()
 
@@ -146,10 +155,12 @@ def run(opts: Options) -> int:
             try:
                 with time_limit(limit, f"part {name}"):
                     time_part(name, timed, impl, opts.window, timer, emit, *where, backends)
-            except PartTimeout as err:
-                notes.append(f"{err}; its results so far are kept")
-                print(err, flush=True)
             except Exception as err:  # noqa: BLE001 - report and go on with the next part
+                stopped = stopped_by_limit(err)
+                if stopped is not None:
+                    notes.append(f"{stopped}; its results so far are kept")
+                    print(stopped, flush=True)
+                    continue
                 notes.append(f"part {name} failed: {first_line(err)}")
                 print(f"part {name} failed: {first_line(err)}", flush=True)
     else:

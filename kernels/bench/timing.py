@@ -33,6 +33,16 @@ class PartTimeout(Exception):
     pass
 
 
+def stopped_by_limit(err: BaseException) -> PartTimeout | None:
+    """The PartTimeout behind `err`, if a time limit raised it: the alarm can fire inside code
+    that wraps what it raises (Triton's interpreter raises InterpreterError from it)."""
+    while err is not None:
+        if isinstance(err, PartTimeout):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str) -> Iterator[None]:
     """Raise PartTimeout in this (main) thread after `seconds`; no limit where SIGALRM is not
