@@ -26,7 +26,8 @@ head dim 64, causal) and batch 2, 8 heads, head dim 64 at N = 1024 / 4096 / 8192
 bidirectional; pool_mix on x of (batch, N, heads x head dim), plus one large x (8 x 8192 x 1024).
 Two numbers per call: device ms (CUDA events, L2 flushed, launches hidden behind a sleep kernel)
 and host us (the launch path's wall time). The verdict table at the end judges the targets. The
-method, the targets and the FLOP and byte model are the package's: `attnzoo.kernels.bench`.
+method is the package's, `attnzoo.kernels.bench`; each family's parts, targets and FLOP and byte
+model are in its `kernels/<family>/bench.py`.
 
 Before timing, and alone under `--dry-run`, under TRITON_INTERPRET=1 or without a GPU, every
 comparison is validated at a tiny fp32 shape: the attnzoo op against each formulation above
@@ -42,11 +43,11 @@ formulations the benchmark times are proven to compute the ops. Without a GPU it
 Each step (a part's validation, a part's timing) runs under its own time limit (SIGALRM):
 `--timeout` seconds each, or with `--budget` its share of the time left, so that what one step
 leaves unused goes to the steps after it (the shares are each part's expected seconds on an H100,
-`attnzoo.kernels.bench.cases.PART_S`). Results print as they come, a short table of ratios and
-verdicts comes last, and `--out DIR` writes bench_kernels.json and bench_kernels.md. Exit status 1 if a validation fails. The JSON also holds `dispatch`: one row per
-op, dtype, causal, width, forward-only or forward+backward and N, with the attnzoo op's time and
-the fastest PyTorch formulation's: what `scripts/gpu_check.py` turns into the dispatch table of
-`impl="auto"` (`attnzoo.kernels.dispatch.make_table`).
+`share_s` where its family declares it in `kernels/<family>/bench.py`). Results print as they
+come, then a short table of ratios and verdicts, and per op and shape which path won: the
+attnzoo op's Triton time against the fastest PyTorch formulation's, and the `AUTO_TRITON` value
+(in the op's `kernels/<family>/ops.py`) that would follow. `--out DIR` writes bench_kernels.json
+and bench_kernels.md. Exit status 1 if a validation fails.
 
 `--smoke` runs the timing loop without a GPU (fp32 on CPU, a wall-clock timer, the Triton kernels
 in the interpreter under TRITON_INTERPRET=1) so that the timing, the verdicts and the files are
@@ -59,12 +60,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnzoo.kernels.bench import PARTS, Options, run
+from attnzoo.kernels.bench import Options, part_names, run
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--only", nargs="+", choices=part_names(), default=list(part_names()))
     parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 8192])
     parser.add_argument(
         "--modes",

@@ -9,13 +9,13 @@ one and the whole check ends inside the budget:
 
 1. env: GPU name and compute capability, driver, CUDA, Python, torch and triton versions;
 2. bench-kernels: `scripts/bench_kernels.py` at the training shape and N = 1k/4k, with its
-   verdicts and the per-key timings that become the dispatch table of `impl="auto"`;
-3. dispatch-table: the card's table, `kernels/dispatch_tables/<device name>.json`, from stage 2's
-   measurements (`attnzoo.kernels.dispatch.make_table`);
-4. cuda-tests: a curated part of the `cuda` test tier (every op, forward and backward);
-5. bench-train: `scripts/bench_train.py` on nanoGPT's GPU Shakespeare recipe cut to 300 steps,
+   verdicts and, per op and shape, which path won (the Triton kernel or the fastest PyTorch
+   formulation) and the `AUTO_TRITON` value that would follow in the op's
+   `kernels/<family>/ops.py`;
+3. cuda-tests: a curated part of the `cuda` test tier (every op, forward and backward);
+4. bench-train: `scripts/bench_train.py` on nanoGPT's GPU Shakespeare recipe cut to 300 steps,
    attnzoo's attention and the plain GPT first, one subprocess per model and mode;
-6. default-job: `python -m attnzoo.train` end to end on cuda.
+5. default-job: `python -m attnzoo.train` end to end on cuda.
 
 The report folder (`--out`) holds `<date>-<gpu>.md` (tables, verdicts, what failed with its
 error), `<date>-<gpu>.json` and `<date>-<gpu>-logs.tar.gz` (every stage's output), rewritten the
@@ -25,7 +25,7 @@ status: 0 when every stage passed, 1 when one failed or ran out of time, 2 witho
 
 `--dry-run` runs the same stages on CPU at tiny sizes (the Triton kernels in the interpreter, a
 synthetic corpus unless --data-dir holds Tiny Shakespeare, bench_kernels --smoke) to prove the
-script itself works; it writes its table into `<out>/dispatch_tables/`, never into kernels/.
+script itself works.
 
 The stages and the report are `attnzoo.bench.gpu_check` and `attnzoo.bench.gpu_report`; this
 script is their command line.
@@ -39,13 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from attnzoo.kernels.dispatch import TABLE_DIR
-
 from attnzoo.bench.gpu_check import BUDGET, SHARES, run_check
 
 ROOT = Path(__file__).resolve().parents[1]
-# The folder impl="auto" reads, in this checkout (kernels/ is installed as attnzoo.kernels)
-CHECKOUT_TABLE_DIR = ROOT / "kernels" / TABLE_DIR.name
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,13 +49,6 @@ def parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--dry-run", action="store_true", help="every stage at tiny sizes on CPU")
     add("--out", type=Path, default=None, help="report folder (default results/gpu)")
-    add(
-        "--table-dir",
-        type=Path,
-        default=CHECKOUT_TABLE_DIR,
-        help="where the card's dispatch table goes (default: the folder impl=auto reads, "
-        f"kernels/{TABLE_DIR.name})",
-    )
     add("--data-dir", type=Path, default=None, help="holds tinyshakespeare/")
     add("--budget", type=float, default=BUDGET, help=f"seconds for all stages (default {BUDGET})")
     add(
@@ -95,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     data = args.data_dir or Path(
         os.environ.get("ATTNZOO_DATA_DIR") or (ROOT.parent / "shared" / "data")
     )
-    return run_check(
-        ROOT, out, args.dry_run, args.table_dir, data, args.budget, args.only, args.setup_s
-    )
+    return run_check(ROOT, out, args.dry_run, data, args.budget, args.only, args.setup_s)
 
 
 if __name__ == "__main__":

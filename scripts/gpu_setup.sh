@@ -2,8 +2,8 @@
 # Install attnzoo on an offline GPU machine and run scripts/gpu_check.py there, in one command
 # that ends within --total seconds, the installation included.
 #
-#   bash scripts/gpu_setup.sh [--wheels DIR] [--data DIR] [--out DIR] [--tables DIR]
-#                             [--total SECONDS] [-- OPTIONS]
+#   bash scripts/gpu_setup.sh [--wheels DIR] [--data DIR] [--out DIR] [--total SECONDS]
+#                             [-- OPTIONS]
 #
 # Such a machine has Python with torch, triton, numpy, einops, tiktoken, tokenizers, matplotlib
 # and pytest, but no network and no hydra-core, omegaconf or antlr4-python3-runtime (W&B is not
@@ -17,10 +17,9 @@
 # and scripts import attnzoo the way a user's environment does. The commands then run outside
 # the checkout (whose attnzoo/ folder, lacking kernels/, would shadow the installed package).
 #
-# --out: the report folder (default results/gpu); --tables: where the card's dispatch table is
-# written (default: gpu_check's, the folder impl="auto" reads in this checkout); --total: the
-# seconds the whole command may take (default 360): what the installation leaves, less 10 s for
-# Python's start and the last report, is gpu_check's --budget. OPTIONS after -- go to
+# --out: the report folder (default results/gpu); --total: the seconds the whole command may take
+# (default 360): what the installation leaves, less 10 s for Python's start and the last report,
+# is gpu_check's --budget. OPTIONS after -- go to
 # gpu_check.py (e.g. --budget 900, --dry-run) and win over the ones this script passes.
 set -euo pipefail
 
@@ -29,7 +28,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WHEELS="$ROOT/.gpu/wheels"
 DATA=""
 OUT="$ROOT/results/gpu"
-TABLES=""
 TOTAL=360
 PY="${PYTHON:-python3}"
 PREFIX="${TMPDIR:-/tmp}/attnzoo-gpu-$$"
@@ -39,7 +37,6 @@ while [ $# -gt 0 ]; do
     --wheels) WHEELS="$2"; shift 2 ;;
     --data) DATA="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    --tables) TABLES="$2"; shift 2 ;;
     --total) TOTAL="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "gpu_setup.sh: unknown option $1 (see the comment at the top)" >&2; exit 2 ;;
@@ -78,7 +75,6 @@ if [ "$BUDGET" -le 0 ]; then
   exit 2
 fi
 ARGS=(--out "$OUT" --budget "$BUDGET" --setup-s "$SETUP")
-if [ -n "$TABLES" ]; then ARGS+=(--table-dir "$TABLES"); fi
 if [ -n "$DATA" ]; then ARGS+=(--data-dir "$DATA"); fi
 set +e
 "$PY" "$ROOT/scripts/gpu_check.py" "${ARGS[@]}" "$@"

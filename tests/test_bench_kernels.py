@@ -1,6 +1,7 @@
-"""scripts/bench_kernels.py and attnzoo.kernels.bench without a GPU: the comparisons it times
-compute the ops it compares them with, its verdicts read the ratios the right way round, its FLOP
-figures are the shared op formula's, and a part stops at its time limit.
+"""scripts/bench_kernels.py and attnzoo.kernels.bench without a GPU: the parts each family
+declares in kernels/<family>/bench.py are found and ordered, the comparisons it times compute the
+ops it compares them with, its verdicts and path rows read the ratios the right way round, its
+FLOP figures are the families' formulas, and a part stops at its time limit.
 
 conftest sets TRITON_INTERPRET=1, so the validation runs the Triton kernels in the interpreter.
 """
@@ -90,12 +91,12 @@ def test_dry_run_proves_every_formulation_equal_to_its_triton_op(script, tmp_pat
 
 def test_a_formulation_that_differs_from_the_op_fails_validation(script, monkeypatch, tmp_path):
     """avg_pool1d counting the zero padding at the sequence ends is not pool_mix: caught, exit 1."""
-    from attnzoo.kernels.bench import cases
+    from attnzoo.kernels.pooling import bench as pooling
 
     def counts_padding(x, window):
         return torch.nn.functional.avg_pool1d(x.mT, window, 1, window // 2).mT - x
 
-    monkeypatch.setattr(cases, "avg_pool_mix", counts_padding)
+    monkeypatch.setattr(pooling, "avg_pool_mix", counts_padding)
     assert script.main(["--dry-run", "--only", "pool", "--out", str(tmp_path)]) == 1
     (check,) = json.loads((tmp_path / "bench_kernels.json").read_text())["validation"]
     assert not check["ok"] and check["err_out"] > 1e-2
@@ -184,7 +185,7 @@ def test_cost_model_reads_fewer_bytes_for_metric_and_a_copy_for_pool(bench):
 
 def _flops_before(op, b, h, n, d, causal):
     """The benchmark's FLOP formulas as they were written inline in scripts/bench_kernels.py
-    before attnzoo.kernels.flops held them: the figures it prints must not move."""
+    before the attention family's bench.py held them: the figures it prints must not move."""
     bh, frac, width = b * h, 0.5 if causal else 1.0, h * d
     if op == "scaled_dot":
         attn = 2 * bh * n * n * (d + d) * frac
@@ -207,8 +208,8 @@ def _flops_before(op, b, h, n, d, causal):
         (3, 5, 1000, 128, True),
     ],
 )
-def test_benchmark_flops_are_the_shared_op_formula_and_unchanged(bench, op, shape):
-    from attnzoo.kernels.flops import op_flops
+def test_benchmark_flops_are_the_families_formula_and_unchanged(bench, op, shape):
+    from attnzoo.kernels.attention.bench import op_flops
 
     b, h, n, d, causal = shape
     fwd, bwd = _flops_before(op, b, h, n, d, causal)
@@ -221,7 +222,7 @@ def test_benchmark_flops_are_the_shared_op_formula_and_unchanged(bench, op, shap
 def test_attention_flops_follow_the_documented_convention():
     """2 FLOPs per multiply-add of q kᵀ and of the weights times v; causal half; the backward
     2.5x with the scores recomputed (a flash kernel), 2x without (the model's work)."""
-    from attnzoo.kernels.flops import attention_flops, op_flops
+    from attnzoo.kernels.attention.bench import attention_flops, op_flops
 
     b, h, n, dk, dv = 2, 3, 10, 4, 6
     forward = 2 * b * h * n * n * dk + 2 * b * h * n * n * dv
@@ -253,7 +254,10 @@ def test_shapes_include_the_training_shape_and_a_large_pool(bench):
         64,
         True,
     )
-    pools = bench.pool_shapes(shapes, large=True)
+    from attnzoo.kernels.pooling.bench import pool_shapes
+
+    pools = pool_shapes(shapes, large=True)
+    assert bench.part("pool").shapes_for(shapes, True) == pools
     assert [(p.name, p.batch, p.n, p.head_dim) for p in pools] == [
         ("train-pool", 64, 256, 384),
         ("N1024-pool", 2, 1024, 512),
@@ -474,21 +478,23 @@ def test_fla_is_called_in_its_own_layout_and_matches_the_op(bench, monkeypatch):
     fake = types.ModuleType("fla.ops.linear_attn")
     fake.chunk_linear_attn = chunk_linear_attn
     monkeypatch.setitem(sys.modules, "fla.ops.linear_attn", fake)
-    run, why = bench.cases.fla_linear()
+    from attnzoo.kernels.linear import bench as linear
+
+    run, why = linear.fla_linear()
     assert why == ""
     s = bench.Shape("tiny", 2, 3, 37, 16, True, elt=4)
     q, k, v = bench.cases.make_inputs("linear", s, "cpu", torch.float32)
     got = run(q, k, v)
     assert seen == {"shape": (2, 37, 3, 16), "scale": 1.0, "normalize": True, "head_first": False}
-    want = bench.cases.linear_in_torch_layout(q, k, v, True)
+    want = linear.linear_in_torch_layout(q, k, v, True)
     assert got.shape == want.shape == (2, 3, 37, 16)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_linear_and_local_verdicts_and_dispatch_rows(bench):
-    """The verdicts read linear's and local's ratios the right way round; the dispatch rows
-    compare the kernel with the path impl="auto" runs instead (never the cumsum formulation or
-    fla-core, however fast), and local's rows are scaled_dot_attention's windowed key."""
+def test_linear_and_local_verdicts_and_path_rows(bench):
+    """The verdicts read linear's and local's ratios the right way round; the path rows compare
+    the kernel with the path impl="auto" runs instead (never the cumsum formulation or fla-core,
+    however fast), and local's rows inform the windowed op's AUTO_TRITON."""
     R = bench.Result
     shape = "N4096-causal"
     results = [
@@ -514,37 +520,87 @@ def test_linear_and_local_verdicts_and_dispatch_rows(bench):
         "not measured"
     )
 
-    s = bench.Shape(shape, 2, 8, 4096, 64, True)
-    rows = {r["op"]: r for r in bench.dispatch_rows(results, [s], torch.bfloat16)}
-    assert rows["linear_attention"]["torch_path"] == "torch path"
-    assert rows["linear_attention"]["ratio"] == pytest.approx(3.0)
-    assert "windowed" not in rows["linear_attention"]
-    local = rows["scaled_dot_attention"]
-    assert local["windowed"] is True and local["torch_path"] == "sdpa(band) cudnn"
-    assert (local["dim"], local["n"], local["grad"], local["causal"]) == (64, 4096, True, True)
+    rows = {r["part"]: r for r in bench.path_rows(results)}
+    assert set(rows) == {"linear", "local"}
+    assert rows["linear"]["op"] == "linear_attention"
+    assert rows["linear"]["torch_path"] == "torch path" and rows["linear"]["won"] == "triton"
+    assert rows["linear"]["ratio"] == pytest.approx(3.0)
+    local = rows["local"]
+    assert local["op"] == "scaled_dot_attention" and local["torch_path"] == "sdpa(band) cudnn"
+    assert local["ratio"] == pytest.approx(0.5) and local["won"] == "torch"
+    assert (local["shape"], local["mode"], local["triton_ms"]) == (shape, "fwd+bwd", 2.0)
+    auto = {a["op"]: a for a in bench.auto_rows(list(rows.values()))}
+    assert auto["linear_attention"]["follows"] is True
+    assert auto["linear_attention"]["file"] == "kernels/linear/ops.py"
+    assert auto["scaled_dot_attention"]["follows"] is False
+    assert auto["scaled_dot_attention"]["file"] == "kernels/attention/ops.py"
 
 
-def test_every_part_has_an_op_a_share_and_a_dispatch_key(bench):
-    """Each part names the op whose dispatch-table entries it measures (one that the table
-    accepts) and has its share of a budget; the gated parts and sigmoid measure the ops whose
-    entries impl="auto" reads for gated_linear_attention and sigmoid_attention."""
-    from attnzoo.kernels import dispatch
+def test_every_part_names_a_public_op_a_share_and_its_family(bench):
+    """The parts, found in the families' bench.py, come in the report's order; each names an op
+    that attnzoo.kernels exports, its family, a share of a budget, and how AUTO_TRITON reads
+    now (the delta rule, without a kernel, none); the gated parts measure one op."""
+    import attnzoo.kernels as kernels
+
+    assert bench.part_names() == (
+        "scaled_dot",
+        "metric",
+        "quadratic",
+        "pool",
+        "linear",
+        "local",
+        "gated",
+        "gated_key",
+        "sigmoid",
+        "delta",
+        "delta_gated",
+    )
+    root = Path(kernels.__path__[0])
+    for p in bench.parts():
+        assert p.op in kernels.__all__ and p.share_s > 0, p.name
+        assert (root / p.family / "ops.py").is_file() and (root / p.family / "bench.py").is_file()
+        has_kernel = p.auto_triton is not None
+        assert has_kernel == (p.op != "delta_rule"), p.name
+        assert not has_kernel or p.auto_triton() is False  # PyTorch everywhere today
+    assert bench.part("gated").op == bench.part("gated_key").op == "gated_linear_attention"
+    assert bench.part("local").op == "scaled_dot_attention"
+    with pytest.raises(ValueError, match=r"unknown part 'nope'; known: \('scaled_dot'"):
+        bench.part("nope")
+
+
+def test_a_new_family_with_a_bench_module_joins_the_benchmark(bench, monkeypatch, tmp_path):
+    """A package under attnzoo.kernels with a bench.py is found with no change to kernels/bench:
+    its part takes its place by `order`, shares the budget and is validated."""
+    import attnzoo.kernels as kernels
     from attnzoo.kernels.bench import cases
 
-    verdicts = importlib.import_module("attnzoo.kernels.bench.verdicts")  # the module
-    assert set(bench.PARTS) == set(cases.PART_S)
-    assert (
-        set(verdicts.OP_NAMES)
-        == set(cases.DISPATCH_PARTS)
-        == set(bench.PARTS)
-        - {
-            "delta",
-            "delta_gated",
-        }
-    )  # the delta rule has no kernel: nothing to dispatch
-    assert set(verdicts.OP_NAMES.values()) <= set(dispatch.OPS)
-    assert verdicts.OP_NAMES["gated"] == verdicts.OP_NAMES["gated_key"] == "gated_linear_attention"
-    assert verdicts.OP_NAMES["sigmoid"] == "sigmoid_attention"
+    family = tmp_path / "zzfamily"
+    family.mkdir()
+    (family / "__init__.py").write_text("")
+    (family / "bench.py").write_text(
+        "from attnzoo.kernels.bench.cases import Candidate, Part, randn_leaf, seeded\n"
+        "def inputs(s, device, dtype, seed=0):\n"
+        "    return (randn_leaf(seeded(seed), device, dtype, s.batch, s.n, s.head_dim),)\n"
+        "def candidates(s, impl, window, backends=(), device='cuda'):\n"
+        "    return [Candidate('attnzoo', lambda x: 2 * x), Candidate('x + x', lambda x: x + x)]\n"
+        "PARTS = [Part('double', order=45, op='double', share_s=1, inputs=inputs,\n"
+        "              candidates=candidates, auto_triton=lambda: False, modes=(False,))]\n"
+    )
+    monkeypatch.setattr(kernels, "__path__", [*kernels.__path__, str(tmp_path)])
+    cases.parts.cache_clear()
+    try:
+        names = bench.part_names()
+        assert names.index("double") == names.index("pool") + 1
+        assert bench.part("double").family == "zzfamily"
+        assert bench.step_shares(["double"]) == {"validate double": 3, "double": 1}
+        (check,) = bench.validate(["double"], "cpu", "torch", 3, 1e-6)
+        assert check.ok and check.formulation == "x + x" and check.mode == "bidirectional"
+    finally:
+        monkeypatch.undo()
+        cases.parts.cache_clear()
+        sys.modules.pop("attnzoo.kernels.zzfamily.bench", None)
+        sys.modules.pop("attnzoo.kernels.zzfamily", None)
+    assert "double" not in bench.part_names()
 
 
 def test_sigmoid_costs_scaled_dots_flops_and_the_gated_parts_have_no_cost(bench):
@@ -559,11 +615,11 @@ def test_sigmoid_costs_scaled_dots_flops_and_the_gated_parts_have_no_cost(bench)
     assert sig["bwd_flop"] == 2.5 * sig["fwd_flop"]
     assert sd["fwd_bytes"] - sig["fwd_bytes"] == 4 * 2 * 8 * 4096  # the fp32 lse
     assert bench.cost("gated", s) is None and bench.cost("gated_key", s) is None
-    with pytest.raises(ValueError, match=r"unknown op 'nope'; known: \('scaled_dot'"):
+    with pytest.raises(ValueError, match=r"unknown part 'nope'; known: \('scaled_dot'"):
         bench.cost("nope", s)
     shapes = bench.attention_shapes([64], ["causal", "bidirectional"], 1, 2, 16, True)
-    assert [x.name for x in cases.part_shapes("gated_key", shapes, [])] == ["train", "N64-causal"]
-    assert cases.part_shapes("sigmoid", shapes, []) == shapes
+    assert [x.name for x in cases.part_shapes("gated_key", shapes)] == ["train", "N64-causal"]
+    assert cases.part_shapes("sigmoid", shapes) == shapes
     with pytest.raises(ValueError, match="part 'gated' is causal only, got .*'N64-bidirectional'"):
         cases.candidates("gated", shapes[2], "torch", 3)
 
@@ -574,14 +630,14 @@ def test_a_candidate_that_departs_from_the_float64_truth_fails_validation(
     """The gated parts check every candidate against the float64 recurrence, not against each
     other: a PyTorch path that reads the log decay doubled is caught (exit 1) while the kernel
     still agrees."""
-    from attnzoo.kernels.bench import cases
+    from attnzoo.kernels.gated import bench as gated
 
-    real = cases.gated_in_torch_layout
+    real = gated.gated_in_torch_layout
 
     def doubled_decay(q, k, v, g, scale, impl="torch"):
         return real(q, k, v, 2 * g if impl == "torch" else g, scale, impl)
 
-    monkeypatch.setattr(cases, "gated_in_torch_layout", doubled_decay)
+    monkeypatch.setattr(gated, "gated_in_torch_layout", doubled_decay)
     assert script.main(["--dry-run", "--only", "gated", "--out", str(tmp_path)]) == 1
     saved = json.loads((tmp_path / "bench_kernels.json").read_text())["validation"]
     checks = {c["formulation"]: c for c in saved}
@@ -599,16 +655,15 @@ def _without_fla(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
 
 
-def test_smoke_times_the_gated_and_sigmoid_parts_into_dispatch_rows(
+def test_smoke_times_the_gated_and_sigmoid_parts_into_path_rows(
     script, monkeypatch, tmp_path, capsys
 ):
     """--smoke on CPU (the kernels in the interpreter): gated (a log decay per head), gated_key
     (per key dimension) and sigmoid time the attnzoo op and its PyTorch path, fwd and fwd+bwd,
     the gated parts at the causal shapes only; fla-core's rows say why they were skipped (absent
-    here); the dispatch rows are gated_linear_attention's, one per key (both decay forms measure
-    it), and sigmoid_attention's, and they make a table impl="auto" can read."""
-    from attnzoo.kernels import dispatch
-
+    here); the path rows are gated_linear_attention's, one per decay form, and
+    sigmoid_attention's, each against the PyTorch path, and the report says per op which
+    AUTO_TRITON would follow and where it is."""
     _without_fla(monkeypatch)
     args = [
         "--smoke",
@@ -645,18 +700,30 @@ def test_smoke_times_the_gated_and_sigmoid_parts_into_dispatch_rows(
         assert row["note"].startswith("skipped: fla-core is not importable"), row
     assert by[("sigmoid", "N32-causal", "attnzoo", "fwd")]["rate"] > 0  # the cost model's
     assert by[("gated", "N32-causal", "attnzoo", "fwd")]["rate"] is None  # none for gated
-    rows = saved["dispatch"]
-    assert sorted((r["op"], r["causal"], r["grad"]) for r in rows) == sorted(
-        [("gated_linear_attention", True, grad) for grad in (False, True)]
-        + [("sigmoid_attention", c, grad) for c in (False, True) for grad in (False, True)]
+    rows = saved["paths"]
+    assert sorted((r["part"], r["shape"], r["mode"]) for r in rows) == sorted(
+        [(p, "N32-causal", mode) for p in ("gated", "gated_key") for mode in ("fwd", "fwd+bwd")]
+        + [
+            ("sigmoid", s, mode)
+            for s in ("N32-causal", "N32-bidirectional")
+            for mode in ("fwd", "fwd+bwd")
+        ]
     )
-    assert all(r["torch_path"] == "torch path" and r["dim"] == 16 for r in rows)
-    path = tmp_path / "table.json"
-    path.write_text(json.dumps(dispatch.make_table(rows, {"device": "cpu"})))
-    entries = dispatch.load_table(path)
-    assert {e.op for e in entries} == {"gated_linear_attention", "sigmoid_attention"}
+    assert all(r["torch_path"] == "torch path" and r["won"] in ("triton", "torch") for r in rows)
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["torch_ms"] / r["triton_ms"])
+        assert r["won"] == ("triton" if r["ratio"] > 1 else "torch")
+    auto = {a["op"]: a for a in saved["auto"]}
+    assert set(auto) == {"gated_linear_attention", "sigmoid_attention"}
+    assert auto["gated_linear_attention"]["parts"] == ["gated", "gated_key"]
+    assert auto["gated_linear_attention"]["measured"] == 4
+    assert auto["sigmoid_attention"]["file"] == "kernels/attention/ops.py"
+    assert all(a["auto_triton"] is False for a in auto.values())
     printed = capsys.readouterr().out
     assert "| gated_key | N32-causal | fla chunk_gla | fwd+bwd |" in printed
+    assert "| gated_linear_attention | gated | N32-causal | fwd+bwd |" in printed
+    md = (tmp_path / "bench_kernels.md").read_text()
+    assert '## Which path won (impl="auto")' in md and "| kernels/gated/ops.py |" in md
 
 
 def _fla_semantics(q, k, v, g, scale):
@@ -713,10 +780,10 @@ def test_fla_gated_is_called_in_its_layout_and_skipped_without_a_gpu(bench, monk
         assert row.skip == "flash-linear-attention's kernels need a GPU"
 
 
-def test_gated_and_sigmoid_verdicts_and_dispatch_rows(bench):
-    """The gated and sigmoid verdicts read the ratios the right way round; the dispatch rows
-    compare the kernel with its PyTorch path (never fla-core, however fast), and where the two
-    decay forms measured one gated_linear_attention key, the kernel's worse ratio is kept."""
+def test_gated_and_sigmoid_verdicts_and_path_rows(bench):
+    """The gated and sigmoid verdicts read the ratios the right way round; the path rows
+    compare the kernel with its PyTorch path (never fla-core, however fast), and AUTO_TRITON
+    follows True for gated_linear_attention only where the kernel won for both decay forms."""
     results = [
         _r(bench, "gated", "train", "attnzoo", 1.0),
         _r(bench, "gated", "train", "torch path", 4.0),
@@ -739,14 +806,22 @@ def test_gated_and_sigmoid_verdicts_and_dispatch_rows(bench):
     v = got["sigmoid fwd+bwd vs its PyTorch path, N4096-bidirectional"]
     assert v.verdict == "MISSED" and v.measured.startswith("0.75×")
 
-    shapes = [bench.TRAIN] + bench.attention_shapes(
-        [4096], ["causal", "bidirectional"], 2, 8, 64, False
+    rows = bench.path_rows(results)
+    gated = {r["part"]: r for r in rows if r["op"] == "gated_linear_attention"}
+    assert gated["gated"]["ratio"] == pytest.approx(4.0) and gated["gated"]["won"] == "triton"
+    assert gated["gated_key"]["ratio"] == pytest.approx(1.5)
+    assert (
+        gated["gated_key"]["torch_path"] == "torch path" and gated["gated_key"]["torch_ms"] == 3.0
     )
-    rows = bench.dispatch_rows(results, shapes, torch.bfloat16)
-    (gated,) = [r for r in rows if r["op"] == "gated_linear_attention"]
-    assert gated["part"] == "gated_key" and gated["ratio"] == pytest.approx(1.5)
-    assert gated["torch_path"] == "torch path" and gated["torch_ms"] == 3.0
-    assert (gated["dim"], gated["n"], gated["grad"], gated["causal"]) == (64, 256, True, True)
-    sig = {r["causal"]: r for r in rows if r["op"] == "sigmoid_attention"}
-    assert sig[True]["ratio"] == pytest.approx(2.5) and sig[False]["ratio"] == pytest.approx(0.75)
-    assert all("windowed" not in r for r in rows)
+    sig = {r["shape"]: r for r in rows if r["op"] == "sigmoid_attention"}
+    assert sig["N4096-causal"]["ratio"] == pytest.approx(2.5)
+    assert sig["N4096-bidirectional"]["won"] == "torch"
+    auto = {a["op"]: a for a in bench.auto_rows(rows)}
+    assert auto["gated_linear_attention"]["follows"] is True  # won for both decay forms
+    assert (auto["sigmoid_attention"]["follows"], auto["sigmoid_attention"]["triton_won"]) == (
+        False,
+        1,
+    )
+    slower = [{**r, "triton_ms": 10.0} if r["part"] == "gated_key" else r for r in rows]
+    slower = [{**r, "won": "torch"} if r["part"] == "gated_key" else r for r in slower]
+    assert bench.auto_rows(slower)[0]["follows"] is False  # one form lost: keep PyTorch

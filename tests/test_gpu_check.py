@@ -1,16 +1,14 @@
 """scripts/gpu_check.py (attnzoo.bench.gpu_check) on CPU: `--dry-run` runs every stage at tiny
-sizes and writes the report, its JSON twin, the log archive and a dispatch table that
-`impl="auto"` can read; the stages share one budget and the report is on disk after each stage,
-so a check killed mid-stage keeps what came before; the table is written where the dispatch
-reads it; without a GPU and without `--dry-run` it refuses at once."""
+sizes and writes the report, its JSON twin and the log archive, the report saying per op and
+shape which path won and the `AUTO_TRITON` value that would follow; the stages share one budget
+and the report is on disk after each stage, so a check killed mid-stage keeps what came before;
+without a GPU and without `--dry-run` it refuses at once."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from attnzoo.kernels import dispatch
 
 from attnzoo.bench import gpu_check as checker
 from attnzoo.mixers import causal_mixers
@@ -59,7 +56,6 @@ def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
     assert list(stages) == [  # most valuable first
         "env",
         "bench-kernels",
-        "dispatch-table",
         "cuda-tests",
         "bench-train",
         "default-job",
@@ -71,24 +67,29 @@ def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
     # the curated part of the cuda tier was collected (and skipped on CPU), test by test
     assert len(report["tests"]) == len(checker.CUDA_TESTS)
     assert {t["outcome"] for t in report["tests"]} == {"SKIPPED"}
-    # the kernel benchmark's timed keys became a readable dispatch table
-    rows = report["bench_kernels"]["dispatch"]
-    assert {(r["op"], r["grad"]) for r in rows} >= {
-        ("scaled_dot_attention", True),
-        ("scaled_dot_attention", False),
-        ("pool_mix", True),
+    # the kernel benchmark says per op and shape which path won, and what AUTO_TRITON follows
+    rows = report["bench_kernels"]["paths"]
+    assert {(r["op"], r["part"], r["mode"]) for r in rows} >= {
+        ("scaled_dot_attention", "scaled_dot", "fwd+bwd"),
+        ("scaled_dot_attention", "scaled_dot", "fwd"),
+        ("scaled_dot_attention", "local", "fwd+bwd"),
+        ("pool_mix", "pool", "fwd+bwd"),
+        ("linear_attention", "linear", "fwd+bwd"),
     }
-    table = out / "dispatch_tables" / "cpu.json"
-    entries = dispatch.load_table(table)
-    assert len(entries) == len(rows) and report["dispatch_table"]["path"] == str(table)
-    assert not list(dispatch.TABLE_DIR.glob("cpu.json"))  # never into the package
+    assert all(r["won"] in ("triton", "torch") and r["ratio"] > 0 for r in rows)
+    auto = {a["op"]: a for a in report["bench_kernels"]["auto"]}
+    assert set(auto) == {"scaled_dot_attention", "pool_mix", "linear_attention"}
+    assert auto["pool_mix"]["file"] == "kernels/pooling/ops.py"
     # every mixer and the plain GPT trained; the default job completed
     trained = {r["mixer"] for r in report["bench_train"] if r["status"] == "ok"}
     assert trained == {*causal_mixers(), "gpt"}  # the bench's tasks are causal
     assert report["default_job"]["status"] == "completed" and report["default_job"]["step"] == 4
-    # the verdict table: one row per table entry and per benchmark target, printed last
+    # the verdict table: one row per path timing, one per op, one per benchmark target
     verdicts = report["verdicts"]
-    assert sum(v["verdict"] in ("triton", "torch") for v in verdicts) == len(entries)
+    assert sum(v["verdict"].endswith(" won") for v in verdicts) == len(rows)
+    per_op = [v for v in verdicts if v["what"].startswith("impl=auto ")]
+    assert len(per_op) == len(auto)
+    assert all(v["verdict"].startswith(("keep ", "flip to ")) for v in per_op)
     assert any(v["what"].startswith("pool_mix fwd+bwd vs avg_pool1d") for v in verdicts)
     printed = done.stdout.rstrip().splitlines()
     assert printed[-1].startswith("| host time per fwd+bwd call")
@@ -101,7 +102,6 @@ def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
             md.name,
             md.with_suffix(".json").name,
             f"{md.stem}-logs.tar.gz",
-            "dispatch_tables/cpu.json",
         ]
     )
     assert all(p.stat().st_size < 16 * 2**20 for p in files)
@@ -146,8 +146,8 @@ def test_a_check_killed_mid_stage_keeps_the_stages_before_it(tmp_path, sig):
     stages = {s["name"]: s for s in report["stages"]}
     assert stages["env"]["status"] == "ok" and report["env"]["gpu"] == "cpu"
     assert stages["env"]["summary"].startswith("cpu")
-    later = ("dispatch-table", "cuda-tests", "bench-train", "default-job")
-    assert [stages[n]["status"] for n in later] == ["not reached"] * 4
+    later = ("cuda-tests", "bench-train", "default-job")
+    assert [stages[n]["status"] for n in later] == ["not reached"] * 3
     md = next(out.glob("*-cpu-dry-run.md")).read_text()
     with tarfile.open(next(out.glob("*-logs.tar.gz"))) as tar:
         assert any(n.endswith("/logs/env.log") for n in tar.getnames())
@@ -226,7 +226,7 @@ def fake_stages(monkeypatch, tmp_path):
     seen: dict[str, float] = {}
     plan: dict = {}
 
-    def run_stage(check, stage, env, data, table_dir):
+    def run_stage(check, stage, env, data):
         seen[stage.name] = stage.limit_s
         if stage.name == "env":
             check.env = {"gpu": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
@@ -242,7 +242,7 @@ def fake_stages(monkeypatch, tmp_path):
         seen.clear()
         start = clock.now
         out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
-        code = checker.run_check(tmp_path, out, False, tmp_path, tmp_path, budget)
+        code = checker.run_check(tmp_path, out, False, tmp_path, budget)
         (report,) = out.glob("*-NVIDIA-H100-80GB-HBM3.json")
         stages = {s["name"]: s for s in json.loads(report.read_text())["stages"]}
         return code, dict(seen), stages, clock.now - start
@@ -270,9 +270,9 @@ def test_the_stages_share_the_budget_in_order_and_pass_on_what_they_leave(fake_s
 
 
 def test_stages_the_budget_does_not_reach_are_marked_not_run(fake_stages):
-    # the table stage (in-process: no subprocess timeout) overruns past the deadline
-    code, limits, stages, took = fake_stages(100, {"dispatch-table": 200}, ["dispatch-table"])
-    assert list(limits) == ["env", "bench-kernels", "dispatch-table"]
+    # a stage the timeout cannot stop (stuck in a C call) overruns past the deadline
+    code, limits, stages, took = fake_stages(100, {"bench-kernels": 200}, ["bench-kernels"])
+    assert list(limits) == ["env", "bench-kernels"]
     assert code == 1
     for name in ("cuda-tests", "bench-train", "default-job"):
         assert stages[name]["status"] == "not run"
@@ -282,7 +282,7 @@ def test_stages_the_budget_does_not_reach_are_marked_not_run(fake_stages):
 def test_sigterm_cuts_the_stage_running_and_keeps_the_ones_before(monkeypatch, tmp_path):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
 
-    def run_stage(check, stage, env, data, table_dir):
+    def run_stage(check, stage, env, data):
         if stage.name == "env":
             check.env = {"gpu": "NVIDIA H200", "capability": "9.0"}
             stage.status, stage.summary = "ok", "NVIDIA H200"
@@ -294,7 +294,7 @@ def test_sigterm_cuts_the_stage_running_and_keeps_the_ones_before(monkeypatch, t
     monkeypatch.setattr(checker, "run_stage", run_stage)
     before = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "out"
-    code = checker.run_check(tmp_path, out, False, tmp_path, tmp_path)
+    code = checker.run_check(tmp_path, out, False, tmp_path)
     assert code == 128 + signal.SIGTERM
     (report,) = out.glob("*-NVIDIA-H200.json")
     stages = {s["name"]: s for s in json.loads(report.read_text())["stages"]}
@@ -319,7 +319,7 @@ def test_a_report_is_on_disk_while_env_runs_and_is_renamed_once_the_gpu_is_named
     out = tmp_path / "out"
     seen_during_env: dict = {}
 
-    def run_stage(check, stage, env, data, table_dir):
+    def run_stage(check, stage, env, data):
         if stage.name == "env":
             (report,) = out.glob("*-unnamed-gpu.json")  # what a kill now would leave
             seen_during_env.update(json.loads(report.read_text()))
@@ -327,7 +327,7 @@ def test_a_report_is_on_disk_while_env_runs_and_is_renamed_once_the_gpu_is_named
         stage.status = "ok"
 
     monkeypatch.setattr(checker, "run_stage", run_stage)
-    assert checker.run_check(tmp_path, out, False, tmp_path, tmp_path, 60) == 0
+    assert checker.run_check(tmp_path, out, False, tmp_path, 60) == 0
     stages = {s["name"]: s["status"] for s in seen_during_env["stages"]}
     assert stages["env"] == "running" and stages["bench-kernels"] == "not reached"
     day = time.strftime("%Y-%m-%d", time.gmtime())
@@ -339,7 +339,7 @@ def test_a_gpu_env_did_not_name_is_named_by_the_kernel_benchmark(monkeypatch, tm
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     out = tmp_path / "out"
 
-    def run_stage(check, stage, env, data, table_dir):
+    def run_stage(check, stage, env, data):
         if stage.name == "env":
             stage.status, stage.error = "timeout", "stopped at 14 s"
             return
@@ -350,7 +350,7 @@ def test_a_gpu_env_did_not_name_is_named_by_the_kernel_benchmark(monkeypatch, tm
         stage.status = "ok"
 
     monkeypatch.setattr(checker, "run_stage", run_stage)
-    assert checker.run_check(tmp_path, out, False, tmp_path, tmp_path, 60) == 1
+    assert checker.run_check(tmp_path, out, False, tmp_path, 60) == 1
     names = _reports(out)
     assert len(names) == 3 and all("-NVIDIA-H200" in n for n in names), names
 
@@ -370,14 +370,13 @@ def test_bad_options_are_refused_with_the_value_and_exit_2(gpu_check, capsys, ar
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------------ the table
+# ------------------------------------------------------------------------------------ gpu_setup.sh
 
 
-def test_the_table_is_written_where_the_dispatch_reads_it(gpu_check, tmp_path):
-    """One folder: dispatch.TABLE_DIR. gpu_check's default, what gpu_setup.sh hands gpu_check,
-    and the folder docs/gpu.md tells a user to commit are that folder."""
-    assert gpu_check.parser().parse_args([]).table_dir == dispatch.TABLE_DIR
-    # gpu_setup.sh, with a stand-in python that records the gpu_check command it is given
+def test_gpu_setup_hands_gpu_check_the_budget_the_installation_leaves(gpu_check, tmp_path):
+    """gpu_setup.sh, with a stand-in python that records the gpu_check command it is given:
+    --total less the installation (and 10 s) is the budget, --out the report folder; no option
+    names a dispatch table any more."""
     record = tmp_path / "argv"
     fake = tmp_path / "python"
     fake.write_text(
@@ -386,28 +385,48 @@ def test_the_table_is_written_where_the_dispatch_reads_it(gpu_check, tmp_path):
     )
     fake.chmod(0o755)
 
-    def setup(*options: str) -> argparse.Namespace:
-        done = subprocess.run(
+    def setup(*options: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
             ["bash", str(ROOT / "scripts" / "gpu_setup.sh"), "--wheels", str(tmp_path), *options],
             env={**os.environ, "PYTHON": str(fake), "TMPDIR": str(tmp_path)},
             capture_output=True,
             text=True,
             timeout=60,
         )
-        assert done.returncode == 0, done.stderr
-        return gpu_check.parser().parse_args(record.read_text().splitlines())
 
-    args = setup()
-    assert args.table_dir == dispatch.TABLE_DIR
+    done = setup()
+    assert done.returncode == 0, done.stderr
+    args = gpu_check.parser().parse_args(record.read_text().splitlines())
     assert 0 < args.budget <= 350 and args.setup_s >= 0  # --total 360, less the installation
-    args = setup("--out", str(tmp_path / "o"), "--tables", str(tmp_path / "t"), "--total", "100")
-    assert args.table_dir == tmp_path / "t" and args.out == tmp_path / "o"
-    assert args.budget <= 90
-    # the docs name the same folder, and no other
+    done = setup("--out", str(tmp_path / "o"), "--total", "100")
+    assert done.returncode == 0, done.stderr
+    args = gpu_check.parser().parse_args(record.read_text().splitlines())
+    assert args.out == tmp_path / "o" and args.budget <= 90
+    assert not hasattr(args, "table_dir")
+    refused = setup("--tables", str(tmp_path / "t"))
+    assert refused.returncode == 2 and "unknown option --tables" in refused.stderr
+
+
+def test_the_docs_name_where_auto_is_chosen_and_no_dispatch_table():
+    """docs/gpu.md sends a reader to AUTO_TRITON in the family's ops.py, which holds it for
+    every op with a kernel, and names no dispatch table, benchmark mode or impl="tune"."""
+    import attnzoo.kernels as kernels
+    from attnzoo.kernels.bench import parts
+
     docs = (ROOT / "docs" / "gpu.md").read_text()
-    folder = f"kernels/{dispatch.TABLE_DIR.name}/"
-    assert folder in docs
-    assert set(re.findall(r"kernels/dispatch\w*/", docs)) == {folder}
+    assert "AUTO_TRITON" in docs and "kernels/<family>/ops.py" in docs
+    for banned in (
+        "dispatch_tables",
+        "dispatch table",
+        "benchmark mode",
+        'impl="tune"',
+        "impl=tune",
+    ):
+        assert banned not in docs.lower(), banned
+    for p in parts():
+        if p.auto_triton is not None:
+            ops = Path(kernels.__path__[0]) / p.family / "ops.py"
+            assert "AUTO_TRITON" in ops.read_text(), ops
 
 
 def test_bad_total_for_gpu_setup_is_refused(tmp_path):

@@ -377,7 +377,8 @@ def test_compiles_with_fullgraph(impl):
 
 
 def test_flops_follow_the_documented_counts():
-    from attnzoo.kernels.flops import linear_attention_flops, op_flops
+    from attnzoo.kernels import bench
+    from attnzoo.kernels.linear.bench import linear_attention_flops
 
     b, h, n, f, dv, c = 2, 3, 256, 32, 16, 64
     state = 2 * b * h * n * f * dv
@@ -386,7 +387,8 @@ def test_flops_follow_the_documented_counts():
     assert linear_attention_flops(b, h, n, f, dv, True) == 2 * state + blocks
     assert linear_attention_flops(b, h, n, f, dv, True, True) == 5 * state + 3 * blocks
     assert linear_attention_flops(b, h, n, f, dv, True, True, recompute=False) == 4 * state
-    assert op_flops("linear", b, h, n, f, True) == linear_attention_flops(b, h, n, f, f, True)
+    flops = bench.cost("linear", bench.Shape("s", b, h, n, f, True))["fwd_flop"]
+    assert flops == linear_attention_flops(b, h, n, f, f, True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,18 +3,16 @@
 
 The stages run most valuable first, each a subprocess with a share of one time budget, so that a
 hang or a crash in one loses only that one and the whole check ends inside the budget: the
-environment probe, the kernel benchmark (`scripts/bench_kernels.py`), the dispatch table of
-`impl="auto"` made from its timings (`attnzoo.kernels.dispatch.make_table`), a curated part of
-the `cuda` test tier, the training benchmark (`scripts/bench_train.py`) and the default training
-job. The report (Markdown and JSON) and the archive of every stage's output are rewritten the
+environment probe, the kernel benchmark (`scripts/bench_kernels.py`: its targets, and per op and
+shape which path won, the Triton kernel or the fastest PyTorch formulation, with the
+`AUTO_TRITON` value that would follow), a curated part of the `cuda` test tier, the training
+benchmark (`scripts/bench_train.py`) and the default training job. The report (Markdown and JSON) and the archive of every stage's output are rewritten the
 moment each stage ends, so a check killed in the middle keeps what the stages before it found.
 
 The stages run the checkout's tests and scripts (`root`), from a scratch folder outside it, and
 keep their working files there; the report folder only ever holds the report, its JSON twin and
-the log archive (and the table, where `--table-dir` points into it). `--dry-run` runs the same
-stages on CPU at tiny sizes (the Triton kernels in the interpreter, a synthetic corpus unless the
-data folder holds Tiny Shakespeare) and writes its table into `<out>/dispatch_tables/`, never
-into the package.
+the log archive. `--dry-run` runs the same stages on CPU at tiny sizes (the Triton kernels in the
+interpreter, a synthetic corpus unless the data folder holds Tiny Shakespeare).
 
 The report itself (the Markdown and JSON files and the verdict table) is
 `attnzoo.bench.gpu_report`.
@@ -43,7 +41,7 @@ from attnzoo.bench.gpu_report import (
     verdict_table_md,
     write_report,
 )
-from attnzoo.kernels.bench.cases import DISPATCH_PARTS
+from attnzoo.kernels.bench import parts
 from attnzoo.mixers import causal_mixers
 
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
@@ -55,8 +53,7 @@ CORPUS = "tinyshakespeare/input.txt"
 # what one stage leaves unused goes to the stages after it.
 SHARES = {
     "env": 10,
-    "bench-kernels": 130,
-    "dispatch-table": 5,
+    "bench-kernels": 135,
     "cuda-tests": 55,
     "bench-train": 100,
     "default-job": 30,
@@ -65,8 +62,7 @@ BUDGET = sum(SHARES.values())  # 330 s
 # --dry-run's shares (CPU, tiny sizes: `--dry-run --budget 60` takes 15-30 s on two cores)
 DRY_SHARES = {
     "env": 10,
-    "bench-kernels": 15,
-    "dispatch-table": 5,
+    "bench-kernels": 20,
     "cuda-tests": 10,
     "bench-train": 10,
     "default-job": 10,
@@ -74,14 +70,14 @@ DRY_SHARES = {
 UNNAMED_GPU = "unnamed-gpu"  # the report's name for the GPU until a stage has named it
 BENCH_REPS = 10  # timed calls per kernel-benchmark measurement
 # of the kernel benchmark's limit, what its start-up and its files take (not its parts' budget)
-BENCH_START_S, DRY_BENCH_START_S = 10.0, 3.0
+BENCH_START_S, DRY_BENCH_START_S = 10.0, 6.0
 RESERVE_S = 2.0  # kept back from the stages for the last report and the log archive
 MIN_STAGE_S = 3.0  # no stage is started with less than this left of the budget
 
 # The part of the `cuda` tier the check runs: every op forward and backward against float64 in
 # bf16 (causal, padded), dropout, a mixer per op training under bf16 autocast with the Triton
-# kernels (linear_attention through `linear`, the sliding window through `local`), one compiled,
-# and benchmark mode. `TRITON_INTERPRET=0 python -m pytest -m cuda` runs the whole tier.
+# kernels (linear_attention through `linear`, the sliding window through `local`), and one
+# compiled. `TRITON_INTERPRET=0 python -m pytest -m cuda` runs the whole tier.
 CUDA_TESTS = (
     *(
         "test_cuda_ops.py::test_kernels_match_the_float64_reference"
@@ -96,7 +92,6 @@ CUDA_TESTS = (
     ),
     "test_cuda_ops.py::test_every_mixer_trains_20_steps_under_bf16_autocast"
     "[scaled_dot-triton-compiled]",
-    "test_cuda_ops.py::test_benchmark_mode_decides_on_this_gpu_and_keeps_the_result_exact",
 )
 
 ENV_PROBE = r"""
@@ -158,7 +153,6 @@ class Check:
     bench: dict = field(default_factory=dict)
     train: list[dict] = field(default_factory=list)
     default_job: dict = field(default_factory=dict)
-    table: dict = field(default_factory=dict)
     day: str = field(default_factory=lambda: time.strftime("%Y-%m-%d", time.gmtime()))
 
     def limit(self, stage: str, left: Sequence[str]) -> float:
@@ -306,8 +300,9 @@ def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str]) -> None
         # metric and quadratic take scaled_dot's path, slower; linear has the skipped rows
         cmd += ["--only", "scaled_dot", "pool", "linear", "local"]
         cmd += ["--no-train-shape", "--no-pool-large", "--reps", "1"]
-    else:  # N = 1k and 4k (and the training shape); the parts that decide the dispatch table
-        cmd += ["--n", "1024", "4096", "--reps", str(BENCH_REPS), "--only", *DISPATCH_PARTS]
+    else:  # N = 1k and 4k (and the training shape); the parts with a kernel for auto to choose
+        kernels = [p.name for p in parts() if p.auto_triton is not None]
+        cmd += ["--n", "1024", "4096", "--reps", str(BENCH_REPS), "--only", *kernels]
     # the parts share the stage's limit, less the process's start (torch, triton) and its files
     start_s = DRY_BENCH_START_S if check.dry_run else BENCH_START_S
     cmd += ["--budget", f"{max(stage.limit_s - start_s, stage.limit_s / 2):.1f}"]
@@ -319,11 +314,15 @@ def stage_bench_kernels(check: Check, stage: Stage, env: dict[str, str]) -> None
     saved = out / "bench_kernels.json"
     if saved.exists():
         check.bench = json.loads(saved.read_text())
-    rows = check.bench.get("dispatch", [])
+    rows = check.bench.get("paths", [])
     verdicts = check.bench.get("verdicts", [])
     met = sum(v["verdict"] == "met" for v in verdicts)
     missed = sum(v["verdict"] == "MISSED" for v in verdicts)
-    stage.summary = f"{len(rows)} timed keys; targets: {met} met, {missed} missed"
+    won = sum(r["won"] == "triton" for r in rows)
+    stage.summary = (
+        f"Triton won {won} of {len(rows)} op/shape/mode timings; "
+        f"targets: {met} met, {missed} missed"
+    )
     notes = check.bench.get("notes", [])
     if code is None:
         stage.status, stage.error = "timeout", f"stopped at {stage.limit_s:.0f} s"
@@ -446,42 +445,6 @@ def stage_default_job(check: Check, stage: Stage, env: dict[str, str]) -> None:
         stage.status = "ok"
 
 
-def stage_table(check: Check, stage: Stage, table_dir: Path) -> None:
-    """The card's dispatch table from bench_kernels' rows, `<table_dir>/<device name>.json`;
-    under --dry-run `<out>/dispatch_tables/cpu.json`."""
-    rows = check.bench.get("dispatch", [])
-    if not rows:
-        stage.status, stage.error = "skipped", "no kernel timings (see bench-kernels)"
-        return
-    from attnzoo.kernels import dispatch
-
-    meta = check.bench.get("meta", {})
-    capability = meta.get("capability") or check.env.get("capability")
-    device = meta.get("device") or check.env.get("gpu")
-    if check.dry_run:
-        capability = device = "cpu"
-        table_dir = check.out / dispatch.TABLE_DIR.name
-    table = dispatch.make_table(
-        rows,
-        {
-            "capability": capability,
-            "device": device,
-            "torch": meta.get("torch"),
-            "triton": meta.get("triton"),
-            "measured_utc": meta.get("time_utc"),
-            "command": "python scripts/gpu_check.py" + (" --dry-run" if check.dry_run else ""),
-        },
-    )
-    table_dir.mkdir(parents=True, exist_ok=True)
-    path = table_dir / dispatch.table_file(device)
-    path.write_text(json.dumps(table, indent=1) + "\n")
-    entries = dispatch.load_table(path)  # what impl="auto" will read, checked
-    check.table = {"path": str(path), **table}
-    triton = sum(e.impl == "triton" for e in entries)
-    stage.summary = f"{path.name}: {len(entries)} entries, Triton chosen in {triton}"
-    stage.status = "ok"
-
-
 # ------------------------------------------------------------------------------------ the check
 
 
@@ -489,7 +452,6 @@ def run_check(
     root: Path,
     out: Path,
     dry_run: bool,
-    table_dir: Path,
     data: Path,
     budget: float = BUDGET,
     only: Sequence[str] = tuple(SHARES),
@@ -539,7 +501,7 @@ def run_check(
             print(f"== {stage.name} (limit {stage.limit_s:.0f} s)", flush=True)
             start = time.monotonic()
             try:
-                run_stage(check, stage, env, data, table_dir)
+                run_stage(check, stage, env, data)
             except Stopped as err:
                 stage.status, stage.error = "cut", f"the check was stopped by {err}"
                 stopped = err
@@ -589,13 +551,11 @@ def rewrite_report(check: Check, stem: str) -> str:
     return now
 
 
-def run_stage(check: Check, stage: Stage, env: dict[str, str], data: Path, table_dir: Path) -> None:
+def run_stage(check: Check, stage: Stage, env: dict[str, str], data: Path) -> None:
     if stage.name == "env":
         stage_env(check, stage, env)
     elif stage.name == "bench-kernels":
         stage_bench_kernels(check, stage, env)
-    elif stage.name == "dispatch-table":
-        stage_table(check, stage, table_dir)
     elif stage.name == "cuda-tests":
         stage_tests(check, stage, env)
     elif stage.name == "bench-train":

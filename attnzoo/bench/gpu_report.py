@@ -1,5 +1,6 @@
-"""The GPU check's report: the stage table, the verdict table (what impl="auto" now does per
-key, then the kernel benchmark's targets), and the files of the report folder, rewritten after
+"""The GPU check's report: the stage table, the verdict table (per op and shape which path won,
+the Triton kernel or the fastest PyTorch formulation; per op the `AUTO_TRITON` value that would
+follow; then the kernel benchmark's targets), and the files of the report folder, rewritten after
 each stage: `<date>-<gpu>.md`, its JSON twin `.json`, and `-logs.tar.gz`, every stage's output.
 
 Each file is written to a temporary name and renamed, so a check killed while writing leaves
@@ -21,20 +22,33 @@ if TYPE_CHECKING:  # gpu_check runs the stages and calls this module
     from attnzoo.bench.gpu_check import Check
 
 
+def auto_verdict(a: dict) -> str:
+    """What to do with an op's AUTO_TRITON, given the value that follows from the timings."""
+    if a["follows"] == a["auto_triton"]:
+        return f"keep {a['auto_triton']}"
+    return f"flip to {a['follows']} in {a['file']}"
+
+
 def verdict_rows(check: Check) -> list[dict[str, str]]:
-    """The verdict table: what impl="auto" now does per op and key, then bench_kernels' targets."""
+    """The verdict table: which path won per op, shape and mode; per op the AUTO_TRITON that
+    would follow (True only where Triton won every timing of the op: one constant covers every
+    shape); then bench_kernels' targets."""
     rows = []
-    for e in check.table.get("entries", []):
+    for r in check.bench.get("paths", []):
         rows.append(
             {
-                "what": f"impl=auto {e['op']} {e['dtype']} "
-                f"{'causal' if e['causal'] else 'bidirectional'}"
-                f"{' windowed' if e.get('windowed') else ''} dim {e['dim']} "
-                f"N {e['measured_n']} (covers {e['n_min']}..{e['n_max']}) "
-                f"{'fwd+bwd' if e['grad'] else 'fwd'}",
-                "measured": f"{e['ratio']:.2f}× (triton {e['triton_ms']:.3f} ms, "
-                f"{e['torch_path']} {e['torch_ms']:.3f} ms)",
-                "verdict": e["impl"],
+                "what": f"{r['op']} ({r['part']}) {r['shape']} {r['mode']}",
+                "measured": f"{r['ratio']:.2f}× (triton {r['triton_ms']:.3f} ms, "
+                f"{r['torch_path']} {r['torch_ms']:.3f} ms)",
+                "verdict": f"{r['won']} won",
+            }
+        )
+    for a in check.bench.get("auto", []):
+        rows.append(
+            {
+                "what": f"impl=auto {a['op']}: AUTO_TRITON = {a['auto_triton']}",
+                "measured": f"Triton won {a['triton_won']}/{a['measured']}",
+                "verdict": auto_verdict(a),
             }
         )
     for v in check.bench.get("verdicts", []):
@@ -90,8 +104,13 @@ def report_md(check: Check, title: str) -> str:
     if check.default_job:
         md += ["## Default job", "", "```", json.dumps(check.default_job, indent=1), "```", ""]
     md += ["## Verdicts", ""]
-    if check.table:
-        md += [f"Dispatch table written: `{Path(check.table['path']).name}`.", ""]
+    md += [
+        "Per op, shape and mode, which path won: the Triton kernel or the fastest PyTorch "
+        "formulation (the ratio is PyTorch's time over Triton's); per op, the `AUTO_TRITON` "
+        "value that would follow (one constant per op covers every shape: True only where "
+        "Triton won every timing); then the kernel benchmark's targets.",
+        "",
+    ]
     md += [verdict_table_md(check), ""]
     return "\n".join(md)
 
@@ -152,10 +171,11 @@ def write_report(check: Check, stem: str) -> None:
         "env": check.env,
         "stages": [asdict(s) for s in check.stages],
         "tests": check.tests,
-        "bench_kernels": {k: check.bench.get(k) for k in ("meta", "verdicts", "dispatch", "notes")},
+        "bench_kernels": {
+            k: check.bench.get(k) for k in ("meta", "verdicts", "paths", "auto", "notes")
+        },
         "bench_train": check.train,
         "default_job": check.default_job,
-        "dispatch_table": check.table,
         "verdicts": verdict_rows(check),
     }
     write_archive(check, check.out / f"{stem}-logs.tar.gz")

@@ -5,42 +5,43 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .cases import BACKENDS, PARTS, attention_shapes, part_shapes, pool_shapes, step_shares
-from .report import print_model, results_table, verdict_table, write_out
+from .cases import BACKENDS, attention_shapes, part, part_names, step_shares
+from .report import auto_table, paths_table, print_model, results_table, verdict_table, write_out
 from .timing import (
     Budget,
-    PartTimeout,
     Result,
     Timer,
     first_line,
+    stopped_by_limit,
     time_limit,
     time_part,
     wall_timer,
 )
 from .validate import Check, validate
-from .verdicts import dispatch_rows, verdicts
+from .verdicts import auto_rows, path_rows, verdicts
 
 
 @dataclass(frozen=True)
 class Options:
     """What to run; the command-line options of scripts/bench_kernels.py."""
 
-    parts: tuple[str, ...] = PARTS
+    parts: tuple[str, ...] = field(default_factory=part_names)  # every part, in order
     ns: tuple[int, ...] = (1024, 4096, 8192)
     modes: tuple[str, ...] = ("causal", "bidirectional")
     batch: int = 2
     heads: int = 8
     head_dim: int = 64
     train_shape: bool = True  # nanoGPT's training shape (batch 64 x N 256)
-    pool_large: bool = True  # pool's 8 x 8192 x 1024
-    window: int = 3  # pool_mix window (odd)
+    pool_large: bool = True  # the large shape of a part that has one (pool's 8 x 8192 x 1024)
+    window: int = 3  # the window of a part that takes one (pooling's, odd)
     reps: int = 30  # timed calls per measurement
     timeout: float = 600  # seconds per part (0: none), where there is no budget
     budget: float = 0  # seconds for every part together, shared as `Budget` says (0: none)
@@ -59,7 +60,9 @@ def _emit(results: list[Result]):
         dev = "" if r.device_ms is None else f"device {r.device_ms:8.3f} ms"
         host = "" if r.host_us is None else f"host {r.host_us:7.0f} µs"
         rate = (
-            "" if r.rate is None else f"{r.rate:8.1f} {'GB/s' if r.part == 'pool' else 'TFLOP/s'}"
+            ""
+            if r.rate is None
+            else f"{r.rate:8.1f} {'GB/s' if part(r.part).bandwidth else 'TFLOP/s'}"
         )
         print(
             f"{r.part:10s} {r.shape:18s} {r.candidate:24s} {r.mode:8s} {dev} {host} {rate} {r.note}",
@@ -75,6 +78,11 @@ MIN_STEP_S = 1.0  # a step is not started with less than this of the budget left
 def run(opts: Options) -> int:
     """Validate every comparison, time them where there is a GPU (or `smoke`), print the tables
     and write the files; exit status 1 if a validation fails, else 0."""
+    # the first call of any op imports torch._dynamo (torch.library's custom ops reach it),
+    # seconds on a busy machine: imported before the steps' time limits, so that an alarm never
+    # stops it halfway and leaves a half-initialised module to every later part
+    importlib.import_module("torch._dynamo")
+
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     gpu = torch.cuda.is_available() and not interpret
     timing = gpu and not opts.dry_run
@@ -82,7 +90,6 @@ def run(opts: Options) -> int:
     shapes = attention_shapes(
         list(opts.ns), list(opts.modes), opts.batch, opts.heads, opts.head_dim, opts.train_shape
     )
-    pools = pool_shapes(shapes, opts.pool_large)
     notes: list[str] = []
     device = torch.cuda.get_device_name() if gpu else "cpu"
     print(f"bench_kernels on {device}; parts {', '.join(opts.parts)}\n", flush=True)
@@ -108,16 +115,19 @@ def run(opts: Options) -> int:
         return limit
 
     checks: list[Check] = []
-    for part in opts.parts:
-        limit = step_limit(f"validate {part}")
+    for name in opts.parts:
+        limit = step_limit(f"validate {name}")
         if limit is None:
             continue
         try:
-            with time_limit(limit, f"validation of {part}"):
-                checks += validate([part], "cuda" if gpu else "cpu", impl, opts.window, opts.tol)
-        except PartTimeout as err:
-            notes.append(str(err))
-            print(err, flush=True)
+            with time_limit(limit, f"validation of {name}"):
+                checks += validate([name], "cuda" if gpu else "cpu", impl, opts.window, opts.tol)
+        except Exception as err:
+            stopped = stopped_by_limit(err)
+            if stopped is None:
+                raise
+            notes.append(str(stopped))
+            print(stopped, flush=True)
     failed = [c for c in checks if not c.ok]
     print()
 
@@ -133,26 +143,28 @@ def run(opts: Options) -> int:
             notes.append(
                 "--smoke: fp32 on CPU with a wall-clock timer; the numbers measure nothing"
             )
-        for part in opts.parts:
-            limit = step_limit(part)
+        for name in opts.parts:
+            limit = step_limit(name)
             if limit is None:
                 continue
-            timed = part_shapes(part, shapes, pools)
+            timed = part(name).shapes_for(shapes, opts.pool_large)
             if not timed:
-                notes.append(f"part {part}: no shape to time it at (causal only)")
+                notes.append(f"part {name}: no shape to time it at (causal only)")
                 print(notes[-1], flush=True)
                 continue
             try:
-                with time_limit(limit, f"part {part}"):
-                    time_part(part, timed, impl, opts.window, timer, emit, *where, backends)
-            except PartTimeout as err:
-                notes.append(f"{err}; its results so far are kept")
-                print(err, flush=True)
+                with time_limit(limit, f"part {name}"):
+                    time_part(name, timed, impl, opts.window, timer, emit, *where, backends)
             except Exception as err:  # noqa: BLE001 - report and go on with the next part
-                notes.append(f"part {part} failed: {first_line(err)}")
-                print(f"part {part} failed: {first_line(err)}", flush=True)
+                stopped = stopped_by_limit(err)
+                if stopped is not None:
+                    notes.append(f"{stopped}; its results so far are kept")
+                    print(stopped, flush=True)
+                    continue
+                notes.append(f"part {name} failed: {first_line(err)}")
+                print(f"part {name} failed: {first_line(err)}", flush=True)
     else:
-        print_model(shapes, pools, opts.window)
+        print_model(shapes, opts.window, opts.pool_large)
         print()
         why = (
             "--dry-run"
@@ -164,10 +176,14 @@ def run(opts: Options) -> int:
         notes.append(f"{why}: no timings")
 
     vs = verdicts(results) if results else []
-    rows = dispatch_rows(results, shapes + pools, dtype)
+    rows = path_rows(results)
+    auto = auto_rows(rows)
     if results:
         print("\n" + results_table(results))
         print("\n" + verdict_table(vs))
+    if rows:
+        print("\n" + paths_table(rows))
+        print("\n" + auto_table(auto))
     print(f"\nvalidation: {len(checks) - len(failed)}/{len(checks)} comparisons agree")
     for note in notes:
         print(f"note: {note}")
@@ -188,6 +204,6 @@ def run(opts: Options) -> int:
             meta["triton"] = triton.__version__
         except ImportError:  # pragma: no cover
             pass
-        write_out(opts.out, meta, checks, results, vs, notes, rows)
+        write_out(opts.out, meta, checks, results, vs, notes, rows, auto)
         print(f"wrote {opts.out / 'bench_kernels.json'} and bench_kernels.md")
     return 1 if failed else 0

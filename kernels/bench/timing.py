@@ -26,11 +26,21 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .cases import BACKENDS, Shape, backend_only, candidates, cost, make_inputs
+from .cases import BACKENDS, Shape, backend_only, candidates, cost, make_inputs, part
 
 
 class PartTimeout(Exception):
     pass
+
+
+def stopped_by_limit(err: BaseException) -> PartTimeout | None:
+    """The PartTimeout behind `err`, if a time limit raised it: the alarm can fire inside code
+    that wraps what it raises (Triton's interpreter raises InterpreterError from it)."""
+    while err is not None:
+        if isinstance(err, PartTimeout):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -152,7 +162,7 @@ class Result:
     mode: str  # "fwd" or "fwd+bwd"
     device_ms: float | None = None
     host_us: float | None = None
-    rate: float | None = None  # TFLOP/s (attention) or GB/s moved (pool, copy)
+    rate: float | None = None  # TFLOP/s, or GB/s moved (a bandwidth part, a copy)
     note: str = ""
 
 
@@ -161,7 +171,7 @@ def first_line(err: BaseException) -> str:
 
 
 def time_part(
-    part: str,
+    name: str,
     shapes: list[Shape],
     impl: str,
     window: int,
@@ -172,12 +182,13 @@ def time_part(
     backends: tuple[str, ...] = BACKENDS,
 ) -> None:
     """Time every candidate of one part at every shape, fwd and fwd+bwd, emitting as it goes."""
+    bandwidth = part(name).bandwidth
     for s in shapes:
-        inputs = make_inputs(part, s, device, dtype)
-        c = cost(part, replace(s, elt=dtype.itemsize), window)  # None: no rate
-        for cand in candidates(part, s, impl, window, backends, device):
+        inputs = make_inputs(name, s, device, dtype)
+        c = cost(name, replace(s, elt=dtype.itemsize), window)  # None: no rate
+        for cand in candidates(name, s, impl, window, backends, device):
             if cand.skip:
-                emit(Result(part, s.name, cand.name, "fwd+bwd", note=f"skipped: {cand.skip}"))
+                emit(Result(name, s.name, cand.name, "fwd+bwd", note=f"skipped: {cand.skip}"))
                 continue
             modes = ("fwd",) if cand.reference else ("fwd", "fwd+bwd")
             with backend_only(cand.backend):
@@ -189,7 +200,7 @@ def time_part(
                 except (RuntimeError, ValueError, NotImplementedError) as err:  # shape refused
                     reasons = "; ".join(str(w.message).splitlines()[0][:120] for w in caught[:2])
                     note = f"unavailable: {first_line(err)}" + (f" ({reasons})" if reasons else "")
-                    emit(Result(part, s.name, cand.name, "fwd+bwd", note=note))
+                    emit(Result(name, s.name, cand.name, "fwd+bwd", note=note))
                     continue
                 del out
 
@@ -205,11 +216,11 @@ def time_part(
                     try:
                         took = timer(forward if mode == "fwd" else forward_backward)
                     except RuntimeError as err:
-                        emit(Result(part, s.name, cand.name, mode, note=first_line(err)))
+                        emit(Result(name, s.name, cand.name, mode, note=first_line(err)))
                         continue
                     if c is None:  # no cost model for the part: no rate
                         rate = None
-                    elif part == "pool" or cand.reference:
+                    elif bandwidth or cand.reference:
                         rate = (
                             c["fwd_bytes"] * (1 if mode == "fwd" else 2) / took["device_ms"] / 1e6
                         )
@@ -217,7 +228,7 @@ def time_part(
                         flop = c["fwd_flop"] + (c["bwd_flop"] if mode == "fwd+bwd" else 0)
                         rate = flop / took["device_ms"] / 1e9
                     ms, us = took["device_ms"], took["host_us"]
-                    emit(Result(part, s.name, cand.name, mode, ms, us, rate))
+                    emit(Result(name, s.name, cand.name, mode, ms, us, rate))
         del inputs
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -1,10 +1,10 @@
 """The kernel benchmark's validation: the formulations it times compute the ops it compares.
 
 Before timing (and alone without a GPU), each attnzoo op is checked against each of its
-formulations in `cases` at a tiny fp32 shape, outputs and the gradients of every input, so that a
+formulations (its part's candidates) at a tiny fp32 shape, outputs and the gradients of every input, so that a
 ratio the benchmark reports compares two computations of the same thing. A part with a float64
-formula of its own (`cases.truth`: the gated recurrence, the sigmoid reference) has every
-candidate, the attnzoo op included, checked against that formula instead.
+formula of its own (`Part.truth`: a recurrence one token at a time, a reference in float64) has
+every candidate, the attnzoo op included, checked against that formula instead.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .cases import CAUSAL_ONLY, NO_KERNEL, Shape, candidates, make_inputs, truth
+from .cases import Shape, candidates, make_inputs, part, truth
 
 
 @dataclass
@@ -37,26 +37,21 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def validate(parts: list[str], device: str, impl: str, window: int, tol: float) -> list[Check]:
     """Each attnzoo op against each of its formulations at a tiny fp32 shape: outputs and the
-    gradients of every input for one random upstream gradient, causal and bidirectional (pool:
-    centred; the gated parts: causal). Where the part has a float64 truth (`cases.truth`), every
+    gradients of every input for one random upstream gradient, at each causality the part takes
+    (`Part.modes`). Where the part has a float64 truth (`Part.truth`), every
     candidate, the op included, is checked against it instead. The SDPA backend is left to
     PyTorch here: a backend changes the kernel, not the formula, and flash and cuDNN do not take
     fp32."""
     checks = []
-    for part in parts:
-        if part == "pool":
-            modes = (False,)  # centred only
-        elif part in CAUSAL_ONLY:
-            modes = (True,)
-        else:
-            modes = (False, True)
-        for causal in modes:
+    for name in parts:
+        declared = part(name)
+        for causal in declared.modes:
             s = Shape(**{**asdict(VALIDATION_SHAPE), "causal": causal})
-            ran = "torch" if part in NO_KERNEL else impl  # what the attnzoo row ran
-            cands = candidates(part, s, impl, window, device=device)
+            ran = "torch" if declared.auto_triton is None else impl  # what the attnzoo row ran
+            cands = candidates(name, s, impl, window, device=device)
             runnable = [c for c in cands if not c.reference and not c.skip]
-            inputs = make_inputs(part, s, device, torch.float32)
-            exact = truth(part, s)
+            inputs = make_inputs(name, s, device, torch.float32)
+            exact = truth(name, s)
             if exact is None:  # the attnzoo op is the reference of its formulations
                 against, ref_run, others, ref_inputs = "attnzoo", cands[0].run, runnable[1:], inputs
             else:  # every candidate against the float64 formula
@@ -78,7 +73,7 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
                 err_out = _rel_err(got, out)
                 err_grad = max(_rel_err(g, r) for g, r in zip(grads, ref_grads, strict=True))
                 check = Check(
-                    part,
+                    name,
                     "causal" if causal else "bidirectional",
                     label,
                     ran,
@@ -94,7 +89,7 @@ def validate(parts: list[str], device: str, impl: str, window: int, tol: float) 
                     else (f"{label}{f' (impl={ran})' if label == 'attnzoo' else ''} vs {against}")
                 )
                 print(
-                    f"validate {part:10s} {check.mode:13s} {what}: "
+                    f"validate {name:10s} {check.mode:13s} {what}: "
                     f"out {err_out:.1e}, grads {err_grad:.1e} "
                     f"{'ok' if check.ok else f'MISMATCH (tolerance {tol:.0e})'}",
                     flush=True,
