@@ -26,8 +26,8 @@ pytest.importorskip("hypothesis")
 pytest.importorskip("triton")
 
 import attnzoo.kernels as ops  # noqa: E402
-from attnzoo.kernels import pooling  # noqa: E402
 from attnzoo.kernels.attention import naive as reference  # noqa: E402
+from attnzoo.kernels.pooling import launch as pool_launch  # noqa: E402
 from attnzoo.kernels.pooling import naive as pool_reference  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -49,7 +49,7 @@ needs_attention = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fresh kernel outputs start as NaN, so an element a kernel never writes fails."""
-    monkeypatch.setattr(pooling.launch, "POISON_OUTPUTS", True)
+    monkeypatch.setattr(pool_launch, "POISON_OUTPUTS", True)
     if HAS_ATTENTION:
         launch = importlib.import_module("attnzoo.kernels.attention.launch")
         monkeypatch.setattr(launch, "POISON_OUTPUTS", True)
