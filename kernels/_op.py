@@ -108,17 +108,12 @@ def dropout_seed(t: Tensor, dropout_p: float) -> Tensor | None:
     return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=t.device)
 
 
-def check_impl(impl: str, allowed: tuple[str, ...] = IMPLS, op: str = "") -> None:
-    if impl not in allowed:
-        where = f" ({op} takes these)" if op else ""
-        raise ValueError(f"impl={impl!r} is not one of {allowed}{where}")
-
-
 def use_triton(impl: str, name: str, t: Tensor, auto_triton: bool) -> bool:
     """Whether a call runs the Triton kernel: impl="triton" (checked: `t`, the first activation
     called `name`, must be something the kernels take), or impl="auto" on CUDA where the op's
     `auto_triton` says the kernel was measured faster there."""
-    check_impl(impl)
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is not one of {IMPLS}")
     if impl == "triton":
         check_triton(name, t)
         return True
