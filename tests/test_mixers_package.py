@@ -218,7 +218,7 @@ def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
                 check_same_run(saved, now)
                 assert config_hash(saved) == config_hash(now)
         user = {**now, "mixer": {**now["mixer"], "_target_": "mine.Favor"}}
-        with pytest.raises(ConfigError, match="mixer="):
+        with pytest.raises(ConfigError, match="mixer._target_"):
             check_same_run(user, now)
 
 

@@ -1,0 +1,173 @@
+"""A run folder is enough to continue its run: the `continue` line a stopped run prints, pasted as
+it is, continues that run (default or not, a single run or a sweep's job) from the configuration
+it recorded, and a continuation with another configuration names each key that differs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attnzoo.checkpoint import read_checkpoint
+from attnzoo.tracking import read_metrics
+from attnzoo.train import compose, run
+from attnzoo.train.trainer import EXIT_INTERRUPTED
+
+TINY = [
+    "model.dim=16",
+    "model.depth=2",
+    "model.heads=2",
+    "train.batch_size=8",
+    "train.warmup_steps=5",
+    "train.log_every=5",
+    "train.eval_every=10",
+    "train.eval_batches=2",
+    "train.ckpt_every=10",
+    "train.probe_batch_size=4",
+    "train.progress=false",
+    "task.val_size=64",
+    "task.test_size=64",
+    "logger.mode=disabled",
+]
+# A run long enough to be stopped, short once continued: a budget of seconds, kept over a resume.
+STOPPABLE = ["train.max_steps=1000000", "train.max_seconds=3", "train.log_every=1"]
+
+
+@pytest.fixture(autouse=True)
+def _wandb_env(tmp_path, monkeypatch):
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def _env(cwd: Path) -> dict[str, str]:
+    return {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(cwd / "wandb-home")}
+
+
+def _shell(cwd: Path, line: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`line` as a user pastes it into a shell (with this interpreter as `python`)."""
+    command = line.replace("python -m attnzoo.train", f"{sys.executable} -m attnzoo.train", 1)
+    return subprocess.run(
+        command, shell=True, capture_output=True, text=True, env=_env(cwd), cwd=cwd, timeout=timeout
+    )
+
+
+def _summary(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _interrupt(cwd: Path, run_dir: Path, *args: str) -> str:
+    """Start `python -m attnzoo.train *args`, Ctrl-C it once `run_dir` has trained a few steps;
+    its stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnzoo.train", *args],
+        env=_env(cwd),
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    return err
+
+
+def _continue_line(stderr: str, folder: Path) -> str:
+    """The printed `continue` command for `folder`."""
+    commands = [
+        re.sub(r"^.*?(python -m attnzoo\.train --continue .*)$", r"\1", line).strip()
+        for line in stderr.splitlines()
+        if "python -m attnzoo.train --continue" in line
+    ]
+    mine = [c for c in commands if shlex.split(c)[-1] == str(folder.resolve())]
+    assert mine, stderr
+    return mine[-1]
+
+
+# ---- the printed continue line continues the run -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],  # the defaults (but for the budget that makes it short)
+        [*TINY, "mixer=pooling", "model.dim=24", "task=convex_hull"],  # a run of its own
+    ],
+    ids=["default", "non-default"],
+)
+def test_the_printed_continue_line_continues_the_run(tmp_path, overrides):
+    run_dir = tmp_path / "runs" / "x"
+    args = [*overrides, *STOPPABLE, "train.progress=false", "logger.mode=disabled"]
+    err = _interrupt(tmp_path, run_dir, *args, f"hydra.run.dir={run_dir}")
+    stopped = _summary(run_dir)
+    assert stopped["status"] == "interrupted" and stopped["step"] > 0
+    # the report names only files that exist: no rank figure before the extras drew one
+    assert ("rank_decay.png" in err) == (run_dir / "rank_decay.png").exists()
+    recorded = (run_dir / ".hydra" / "config.yaml").read_text()
+    line = _continue_line(err, run_dir)
+    out = _shell(tmp_path / "runs", line)  # pasted in another folder
+    assert out.returncode == 0, out.stderr
+    done = _summary(run_dir)
+    assert done["status"] == "completed" and done["resumed_from"] == stopped["step"]
+    config = read_checkpoint(run_dir / "checkpoints" / "last.pt")["config"]
+    assert config["model"]["dim"] == (24 if overrides else 64)
+    assert config["train"]["max_seconds"] == 3
+    assert (run_dir / ".hydra" / "config.yaml").read_text().replace(
+        "resume: true", "resume: false"
+    ) == recorded  # the configuration it recorded, nothing else
+    steps = [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) and steps[-1] == done["step"]
+
+
+def test_a_sweep_job_and_its_sweep_continue_from_their_printed_lines(tmp_path):
+    sweep = tmp_path / "multirun" / "s"
+    args = [*TINY, *STOPPABLE, "mixer=pooling,identity", "train.seed=0,1"]
+    err = _interrupt(
+        tmp_path, sweep / "mixer=pooling,train.seed=0", "-m", *args, f"hydra.sweep.dir={sweep}"
+    )
+    job = sweep / "mixer=pooling,train.seed=0"  # `=` and `,` in its name
+    assert _summary(job)["status"] == "interrupted"
+    job_line = _continue_line(err, job)
+    sweep_line = _continue_line(err, sweep)
+    assert job_line != sweep_line
+    # the sweep's line continues every unfinished job: here the one the Ctrl-C stopped
+    out = _shell(tmp_path, sweep_line)
+    assert out.returncode == 0, out.stderr
+    assert "1 unfinished" in out.stderr
+    done = _summary(job)
+    assert done["status"] == "completed" and done["resumed_from"] > 0
+    assert "sweep:s" in done["wandb"]["tags"]  # still the sweep's job
+    assert read_checkpoint(job / "checkpoints" / "last.pt")["config"]["mixer"]["name"] == "pooling"
+
+
+def test_a_refused_continuation_names_each_key_that_differs(tmp_path):
+    run(compose([*TINY, "train.max_steps=10"]), tmp_path)
+    with pytest.raises(ValueError) as err:
+        run(
+            compose(
+                [*TINY, "train.max_steps=10", "model.dim=32", "mixer=pooling", "train.resume=true"]
+            ),
+            tmp_path,
+        )
+    message = str(err.value)
+    assert "model.dim: the run has 16, this command 32" in message
+    assert "mixer.name: the run has 'scaled_dot', this command 'pooling'" in message
+    assert "{" not in message  # keys, not the whole model or mixer node
