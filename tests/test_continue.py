@@ -1,9 +1,11 @@
 """A run folder is enough to continue its run: the `continue` line a stopped run prints, pasted as
 it is, continues that run (default or not, a single run or a sweep's job) from the configuration
-it recorded, and a continuation with another configuration names each key that differs."""
+it recorded; continuing a completed run changes no byte of its folder; a continuation with
+another configuration names each key that differs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -58,6 +60,15 @@ def _shell(cwd: Path, line: str, timeout: float = 300) -> subprocess.CompletedPr
     return subprocess.run(
         command, shell=True, capture_output=True, text=True, env=_env(cwd), cwd=cwd, timeout=timeout
     )
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Every file under `folder` (hidden ones too) and the SHA-256 of its bytes."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _summary(run_dir: Path) -> dict:
@@ -156,6 +167,28 @@ def test_a_sweep_job_and_its_sweep_continue_from_their_printed_lines(tmp_path):
     assert done["status"] == "completed" and done["resumed_from"] > 0
     assert "sweep:s" in done["wandb"]["tags"]  # still the sweep's job
     assert read_checkpoint(job / "checkpoints" / "last.pt")["config"]["mixer"]["name"] == "pooling"
+    # the job's own line, now that it completed: nothing to do, nothing written
+    before = _tree(sweep)
+    again = _shell(tmp_path, job_line)
+    assert again.returncode == 0, again.stderr
+    assert "already completed" in again.stderr
+    assert _tree(sweep) == before
+
+
+# ---- continuing a completed run writes nothing ---------------------------------------------------
+
+
+def test_continuing_a_completed_run_changes_no_byte(tmp_path, capsys):
+    cfg = [*TINY, "train.max_steps=10", "logger.mode=offline"]
+    first = run(compose(cfg), tmp_path / "r")
+    assert first["status"] == "completed"
+    before = _tree(tmp_path / "r")
+    assert any("offline-run-" in f for f in before)
+    capsys.readouterr()
+    again = run(compose([*cfg, "train.resume=true"]), tmp_path / "r")
+    assert again["status"] == "completed"
+    assert "already completed" in capsys.readouterr().err
+    assert _tree(tmp_path / "r") == before  # summary timings, metrics, no new W&B folder
 
 
 def test_a_refused_continuation_names_each_key_that_differs(tmp_path):

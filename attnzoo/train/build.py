@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
 from attnzoo.tracking import WandbRun
 from attnzoo.train.budget import planned_steps
-from attnzoo.train.resume import checkpoint_to_resume
+from attnzoo.train.resume import checkpoint_to_resume, extended
 from attnzoo.train.trainer import Trainer
 
 
@@ -219,6 +220,15 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
                 record_refusal(run_dir, err)
             raise
         previous = read_summary(run_dir) if loaded is not None else {}
+        if loaded is not None and already_completed(previous, loaded[0], plain_cfg):
+            if distributed.is_main():
+                print(
+                    f"attnzoo.train: {run_dir} already completed at step {previous['step']}; "
+                    "nothing to do, nothing written (to train it further: train.extend=true "
+                    "with a larger train.max_steps)",
+                    file=sys.stderr,
+                )
+            return previous
         if distributed.is_main():
             save_configs(cfg, run_dir, resumed=loaded is not None)
         summary: dict[str, Any] = {
@@ -289,6 +299,18 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return summary if isinstance(summary, dict) else {}
+
+
+def already_completed(
+    previous: dict[str, Any], state: dict[str, Any], plain_cfg: dict[str, Any]
+) -> bool:
+    """Whether continuing the run is a no-op: it completed at its checkpoint's step, and this
+    command does not extend it (`train.extend` with another `train.max_steps` or budget)."""
+    return (
+        previous.get("status") == "completed"
+        and previous.get("step") == int(state["step"])
+        and not extended(state["config"], plain_cfg)
+    )
 
 
 def remove_if_empty(run_dir: Path, top: Path) -> bool:

@@ -199,6 +199,12 @@ def check_same_run(
         )
 
 
+def extended(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
+    """Whether `cfg` continues the run that recorded `saved` to another length (`LENGTH_KEYS`)."""
+    old, new = replicates.flatten(saved), replicates.flatten(cfg)
+    return any(old.get(k) != new.get(k) for k in LENGTH_KEYS)
+
+
 def continue_command(run_dir: Path) -> str:
     """The command that continues the run (or every unfinished job of the sweep) in `run_dir`,
     quoted for a POSIX shell: it pastes as it is printed, sweep job folders with `=` and `,`
