@@ -1,7 +1,7 @@
 """A run folder is enough to continue its run: the `continue` line a stopped run prints, pasted as
 it is, continues that run (default or not, a single run or a sweep's job) from the configuration
-it recorded; continuing a completed run changes no byte of its folder; a continuation with
-another configuration names each key that differs."""
+it recorded; continuing a completed run, or a refused continuation or sweep rerun, changes no
+byte of the folder; a refusal removes every folder it made."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 
 from attnzoo.checkpoint import read_checkpoint
 from attnzoo.tracking import read_metrics
-from attnzoo.train import compose, run
+from attnzoo.train import EXIT_CONFIG, compose, run
 from attnzoo.train.trainer import EXIT_INTERRUPTED
 
 TINY = [
@@ -52,6 +52,17 @@ def _wandb_env(tmp_path, monkeypatch):
 
 def _env(cwd: Path) -> dict[str, str]:
     return {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(cwd / "wandb-home")}
+
+
+def _cli(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "attnzoo.train", *args],
+        capture_output=True,
+        text=True,
+        env=_env(cwd),
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 def _shell(cwd: Path, line: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -189,6 +200,51 @@ def test_continuing_a_completed_run_changes_no_byte(tmp_path, capsys):
     assert again["status"] == "completed"
     assert "already completed" in capsys.readouterr().err
     assert _tree(tmp_path / "r") == before  # summary timings, metrics, no new W&B folder
+
+
+def test_a_finished_sweep_continued_or_refused_keeps_every_byte(tmp_path):
+    sweep = ["-m", *TINY, "train.max_steps=5", "train.seed=0,1", "hydra.sweep.dir=D"]
+    first = _cli(tmp_path, *sweep)
+    assert first.returncode == 0, first.stderr
+    before = _tree(tmp_path / "D")
+    assert "multirun.yaml" in before and len(before) > 10
+    refused = _cli(tmp_path, *sweep, "train.lr=0.05")  # every job refused
+    assert refused.returncode == EXIT_CONFIG, refused.stderr
+    assert _tree(tmp_path / "D") == before  # multirun.yaml included
+    resumed = _cli(tmp_path, *sweep, "train.resume=true")  # every job already completed
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.count("already completed") == 2
+    assert _tree(tmp_path / "D") == before
+    changed = _cli(tmp_path, *sweep, "train.resume=true", "train.lr=0.05")
+    assert changed.returncode == EXIT_CONFIG
+    assert "train.lr: the run has 0.003, this command 0.05" in changed.stderr
+    assert _tree(tmp_path / "D") == before
+    whole = _cli(tmp_path, "--continue", "D")
+    assert whole.returncode == 0, whole.stderr
+    assert "0 unfinished" in whole.stderr
+    assert _tree(tmp_path / "D") == before
+
+
+# ---- a refusal leaves no folder ------------------------------------------------------------------
+
+
+def test_a_refusal_removes_the_folders_it_made_and_nothing_else(tmp_path):
+    outside = tmp_path / "elsewhere"  # not under the folder the command runs in
+    (tmp_path / "cwd").mkdir()
+    (outside / "kept").mkdir(parents=True)
+    out = _cli(tmp_path / "cwd", "train.lr=-1", f"hydra.run.dir={outside}/kept/x/y")
+    assert out.returncode == EXIT_CONFIG and "train.lr" in out.stderr
+    assert sorted(p.name for p in outside.rglob("*")) == ["kept"]
+    out = _cli(
+        tmp_path / "cwd",
+        "-m",
+        "train.lr=-1",
+        "mixer=pooling,identity",
+        f"hydra.sweep.dir={outside}/s/t",
+    )
+    assert out.returncode == EXIT_CONFIG and "train.lr" in out.stderr
+    assert sorted(p.name for p in outside.rglob("*")) == ["kept"]
+    assert list((tmp_path / "cwd").iterdir()) == []
 
 
 def test_a_refused_continuation_names_each_key_that_differs(tmp_path):

@@ -33,6 +33,7 @@ from attnzoo.checkpoint import CheckpointError
 from attnzoo.config import ConfigError, check_mixer, register_configs
 from attnzoo.train.build import hydra_runtime, run
 from attnzoo.train.continuing import CONTINUE, continue_sweep
+from attnzoo.train.footprint import SWEEP_RECORDS, Footprint
 from attnzoo.train.resume import (
     continue_command,
     continued_config,
@@ -66,22 +67,27 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
 
 _exit_code = EXIT_OK
 _launched = False  # whether Hydra got as far as a run or a sweep (past the command line)
+_footprint: Footprint | None = None  # the run's or the sweep's folder before Hydra touched it
 _sweep_dir: Path | None = None
 
 
 class CheckMixer(Callback):
-    """Hydra callback (conf/config.yaml's `hydra.callbacks`): before a single run's folder is
-    made, the mixer's class must import and take the options given (`check_mixer`), else the
-    command exits 2 naming the key. A job of a multirun is checked by `run` and fails as a job."""
+    """Hydra callback (conf/config.yaml's `hydra.callbacks`): notes the run's or the sweep's
+    folder before Hydra makes it (`Footprint`: a command that trains nothing leaves it as it
+    was); before a single run's folder is made, the mixer's class must import and take the
+    options given (`check_mixer`), else the command exits 2 naming the key. A job of a multirun
+    is checked by `run` and fails as a job."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _launched, _sweep_dir
+        global _launched, _footprint, _sweep_dir
         _launched = True
         _sweep_dir = Path(str(config.hydra.sweep.dir))
+        _footprint = Footprint.before(_sweep_dir, SWEEP_RECORDS)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _launched
+        global _launched, _footprint
         _launched = True
+        _footprint = Footprint.before(Path(str(config.hydra.run.dir)))
         try:
             check_mixer(config.mixer)
         except ConfigError as err:
@@ -201,6 +207,8 @@ def main() -> None:
     finally:
         if full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+        if _footprint is not None:
+            _footprint.restore()  # trained nothing: leave the folders as they were
     sys.exit(_exit_code)
 
 
