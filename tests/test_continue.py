@@ -1,7 +1,7 @@
 """A run folder is enough to continue its run: the `continue` line a stopped run prints, pasted as
 it is, continues that run (default or not, a single run or a sweep's job) from the configuration
 it recorded; continuing a completed run, or a refused continuation or sweep rerun, changes no
-byte of the folder; a refusal removes every folder it made."""
+byte of the folder; a refusal removes every folder it made; a longer run needs train.extend."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 
 from attnzoo.checkpoint import read_checkpoint
 from attnzoo.tracking import read_metrics
-from attnzoo.train import EXIT_CONFIG, compose, run
+from attnzoo.train import EXIT_CONFIG, compose, lr_factor, run
 from attnzoo.train.trainer import EXIT_INTERRUPTED
 
 TINY = [
@@ -245,6 +245,73 @@ def test_a_refusal_removes_the_folders_it_made_and_nothing_else(tmp_path):
     assert out.returncode == EXIT_CONFIG and "train.lr" in out.stderr
     assert sorted(p.name for p in outside.rglob("*")) == ["kept"]
     assert list((tmp_path / "cwd").iterdir()) == []
+
+
+# ---- a longer run: train.extend ------------------------------------------------------------------
+
+
+def test_a_longer_run_needs_extend_and_then_decays_on_from_where_it_stopped(tmp_path):
+    cfg = [*TINY, "train.max_steps=20", "train.log_every=1"]
+    run(compose(cfg), tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match="train.max_steps: the run has 20, this command 30") as err:
+        run(
+            compose([*TINY, "train.max_steps=30", "train.log_every=1", "train.resume=true"]),
+            tmp_path,
+        )
+    assert "train.extend=true" in str(err.value)
+    assert _tree(tmp_path) == before
+    with pytest.raises(ValueError, match="allowed: >= 20"):
+        run(
+            compose(
+                [
+                    *cfg[:-2],
+                    "train.max_steps=15",
+                    "train.log_every=1",
+                    "train.resume=true",
+                    "train.extend=true",
+                ]
+            ),
+            tmp_path,
+        )
+    assert _tree(tmp_path) == before
+    longer = [
+        *TINY,
+        "train.max_steps=30",
+        "train.log_every=1",
+        "train.resume=true",
+        "train.extend=true",
+    ]
+    summary = run(compose(longer), tmp_path)
+    assert summary["status"] == "completed" and summary["step"] == 30
+    lrs = {r["step"]: r["train/lr"] for r in read_metrics(tmp_path / "metrics.jsonl") if r["step"]}
+    floor = 3e-3 * 0.1
+    assert lrs[20] == pytest.approx(floor)  # the 20-step run ended at its floor
+    assert all(lrs[s] == pytest.approx(floor) for s in range(21, 31))  # no jump back up
+    # stopped half way, a run extended from 10 to 30 steps decays from step 10's rate to the floor
+    half = tmp_path / "half"
+    run(compose([*TINY, "train.max_steps=10", "train.log_every=1"]), half)
+    run(
+        compose(
+            [
+                *TINY,
+                "train.max_steps=30",
+                "train.log_every=1",
+                "train.resume=true",
+                "train.extend=true",
+            ]
+        ),
+        half,
+    )
+    lrs = {r["step"]: r["train/lr"] for r in read_metrics(half / "metrics.jsonl") if r["step"]}
+    start = lr_factor(10, 5, 10, 0.1)
+    for step in range(11, 31):
+        expected = lr_factor(step, 5, 30, 0.1, decay_from=(10, start))
+        assert lrs[step] == pytest.approx(3e-3 * expected)
+    assert all(
+        a >= b for a, b in zip(list(lrs.values())[9:], list(lrs.values())[10:], strict=False)
+    )
+    assert lrs[30] == pytest.approx(floor)
 
 
 def test_a_refused_continuation_names_each_key_that_differs(tmp_path):

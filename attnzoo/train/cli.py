@@ -245,7 +245,8 @@ def _continue_argument(argv: list[str]) -> tuple[Path | None, list[str]]:
         )
         print(
             f"attnzoo.train: configuration error: {why}; allowed: {CONTINUE} RUN_OR_SWEEP_FOLDER "
-            "[key=value ...] (e.g. train.device=cpu, logger.mode=disabled)",
+            "[key=value ...] (e.g. train.device=cpu, logger.mode=disabled, or a larger "
+            "train.max_steps with train.extend=true)",
             file=sys.stderr,
         )
         sys.exit(EXIT_CONFIG)

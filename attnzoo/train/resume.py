@@ -143,9 +143,16 @@ def set_rng_state(state: dict[str, Any], train_gen: torch.Generator) -> None:
 
 
 # What a continued run may set differently from the run it continues: where and how it logs,
-# checkpoints and threads, its device (attnzoo.replicates.NON_SEMANTIC, the seed excepted).
-MAY_CHANGE = tuple(k for k in replicates.NON_SEMANTIC if k != replicates.REPLICATE_KEY)
-CHANGEABLE = "train.device, train.threads, train.progress, train.ckpt_every, logger.*, data_dir"
+# checkpoints and threads, its device (attnzoo.replicates.NON_SEMANTIC, the seed excepted), and
+# `train.extend`, which lets its length change (`LENGTH_KEYS`, `check_same_run`).
+MAY_CHANGE = (
+    *(k for k in replicates.NON_SEMANTIC if k != replicates.REPLICATE_KEY),
+    "train.extend",
+)
+CHANGEABLE = (
+    "train.device, train.threads, train.progress, train.ckpt_every, logger.*, data_dir, and "
+    "with train.extend=true train.max_steps (or a budget: train.max_flops, train.max_seconds)"
+)
 _ABSENT = "(not set)"
 _DELETED = object()
 
@@ -173,23 +180,28 @@ def config_changes(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str
     }
 
 
-# The keys that set how long a run trains: a run can be extended.
+# The keys that set how long a run trains: a continued run may change them with train.extend=true.
 LENGTH_KEYS = ("train.max_steps", "train.max_flops", "train.max_seconds")
 
 
 def check_same_run(
     saved: Mapping[str, Any], cfg: Mapping[str, Any], run_dir: Path | None = None, step: int = 0
-) -> None:
+) -> bool:
     """A run folder is only continued by the run it holds: `cfg` must equal the configuration the
-    run recorded (`saved`) but for the keys a continued run may change (`MAY_CHANGE`) and its
-    length (`LENGTH_KEYS`). ConfigError naming each key that differs, with its two values,
-    otherwise."""
+    run recorded (`saved`) but for the keys a continued run may change (`MAY_CHANGE`); its length
+    (`LENGTH_KEYS`) changes only with `train.extend=true`, and a step count may not end before
+    the run's `step`. ConfigError naming each key that differs, with its two values, otherwise.
+    Whether the run is extended (its length changes: `extended`)."""
     changes = config_changes(saved, cfg)
-    listed = [
-        f"{k}: the run has {o!r}, this command {n!r}"
-        for k, (o, n) in changes.items()
-        if k not in LENGTH_KEYS
-    ]
+    length = {k: changes.pop(k) for k in LENGTH_KEYS if k in changes}
+    extend = bool(cfg.get("train", {}).get("extend"))
+    listed = [f"{k}: the run has {o!r}, this command {n!r}" for k, (o, n) in changes.items()]
+    if length and not extend:
+        listed += [f"{k}: the run has {o!r}, this command {n!r}" for k, (o, n) in length.items()]
+        listed[-1] += (
+            " (to train the run on to another length add train.extend=true: the learning rate "
+            f"then decays from its value at step {step} to the floor at the new end)"
+        )
     where = run_dir if run_dir is not None else "this folder"
     if listed:
         how = f": {continue_command(run_dir)}" if run_dir is not None else ""
@@ -197,6 +209,13 @@ def check_same_run(
             f"{where} holds a run of another configuration: {'; '.join(listed)}. Continuing a "
             f"run may only change {CHANGEABLE}; to continue the run as it was{how}"
         )
+    steps = length.get("train.max_steps")
+    if steps is not None and cfg["train"].get("max_flops") is None and int(steps[1]) < step:
+        raise ConfigError(
+            f"train.max_steps={steps[1]} is not allowed with train.extend=true: the run in "
+            f"{where} is already at step {step}; allowed: >= {step}"
+        )
+    return bool(length)
 
 
 def extended(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:

@@ -44,6 +44,7 @@ from attnzoo.train.resume import (
     EvaluationInterrupted,
     Preemption,
     continue_command,
+    extended,
     rng_state,
     set_rng_state,
 )
@@ -325,6 +326,13 @@ class Trainer:
         self.budget.load_state_dict(state.get("budget", {}))
         self.last_good, self.saved_step = path, step
         print(f"resuming from {path} at step {step}", file=sys.stderr)
+        if extended(state["config"], self.plain_cfg):  # train.extend (resume.check_same_run)
+            self.train_step.extend(step)
+            print(
+                f"extending the run at step {step}: the learning rate decays from its value "
+                "there to the floor at the new end",
+                file=sys.stderr,
+            )
 
     # ---- the loop --------------------------------------------------------------------------
 
