@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from attnzoo.checkpoint import read_checkpoint
 from attnzoo.tracking import read_metrics
@@ -327,3 +329,46 @@ def test_a_refused_continuation_names_each_key_that_differs(tmp_path):
     assert "model.dim: the run has 16, this command 32" in message
     assert "mixer.name: the run has 'scaled_dot', this command 'pooling'" in message
     assert "{" not in message  # keys, not the whole model or mixer node
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_continued_only_as_recorded(tmp_path):
+    cfg = [*TINY, "train.max_steps=10"]
+    run(compose(cfg), tmp_path)
+    shutil.rmtree(tmp_path / "checkpoints")  # as a run killed before its first checkpoint
+    before = _tree(tmp_path)
+    with pytest.raises(ValueError, match="train.lr: the run has 0.003, this command 0.5"):
+        run(compose([*cfg, "train.lr=0.5", "train.resume=true"]), tmp_path)
+    assert _tree(tmp_path) == before
+    with pytest.warns(UserWarning, match="no checkpoint; starting fresh"):
+        again = run(compose([*cfg, "train.resume=true"]), tmp_path)
+    assert again["status"] == "completed" and again["step"] == 10
+
+
+def test_a_continuation_that_restates_a_preset_keeps_where_the_run_logs_and_reads_data():
+    """A preset on the command line may set any key: the command's configuration is trained
+    (and checked against the run's), but the keys that only say where and how the run logs,
+    checkpoints and reads its data stay the run's unless the command names them."""
+    from attnzoo.train.resume import continued_config, named_keys
+
+    run_cfg = compose(["experiment=san_sort", "data_dir=/data/here", "train.device=cpu"])
+    recorded = OmegaConf.create(OmegaConf.to_yaml(run_cfg))  # as read from .hydra/config.yaml
+    overrides = ["experiment=san_sort", "logger.mode=disabled", "train.resume=true"]
+    cfg = compose(overrides)
+    named, preset = named_keys(overrides, {"experiment": "san_sort", "mixer": "x"}, cfg)
+    assert preset and named == ["logger.mode", "train.resume"]
+    out = continued_config(cfg, recorded, named, preset)
+    assert out.data_dir == "/data/here" and out.train.device.value == "cpu"
+    assert out.logger.mode.value == "disabled" and out.train.resume is True
+    assert _plain(out.model) == _plain(recorded.model) and _plain(out.mixer) == _plain(
+        recorded.mixer
+    )
+    # without a preset: the run's recorded configuration, the named keys the command's
+    plain = compose(["train.resume=true", "train.lr=0.5"])
+    named, preset = named_keys(["train.resume=true", "train.lr=0.5"], {"mixer": "x"}, plain)
+    out = continued_config(plain, recorded, named, preset)
+    assert not preset and out.train.lr == 0.5 and _plain(out.model) == _plain(recorded.model)
+    assert out.data_dir == "/data/here"
+
+
+def _plain(node):
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)

@@ -126,8 +126,8 @@ def _continued(cfg: DictConfig, hc: Any) -> DictConfig:
     recorded = recorded_config(run_dir)
     if recorded is None:
         return cfg
-    named = named_keys(list(hc.overrides.task), dict(hc.runtime.choices), cfg)
-    return continued_config(cfg, recorded, named)
+    named, preset = named_keys(list(hc.overrides.task), dict(hc.runtime.choices), cfg)
+    return continued_config(cfg, recorded, named, preset)
 
 
 def _keys(node: Any, prefix: str = "") -> Iterator[str]:

@@ -5,6 +5,7 @@ checks that a checkpoint belongs to the run that resumes it."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from attnzoo import replicates
 from attnzoo.checkpoint import load_checkpoint
@@ -224,6 +225,16 @@ def extended(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> bool:
     return any(old.get(k) != new.get(k) for k in LENGTH_KEYS)
 
 
+def _keys_of(cfg: DictConfig) -> set[str]:
+    """Every dotted key of `cfg`, nodes included."""
+    out = set()
+    for key, value in cfg.items():
+        out.add(str(key))
+        if isinstance(value, DictConfig):
+            out |= {f"{key}.{k}" for k in _keys_of(value)}
+    return out
+
+
 def continue_command(run_dir: Path) -> str:
     """The command that continues the run (or every unfinished job of the sweep) in `run_dir`,
     quoted for a POSIX shell: it pastes as it is printed, sweep job folders with `=` and `,`
@@ -253,11 +264,12 @@ def checkpoint_to_resume(
         check_same_run(loaded[0]["config"], plain_cfg, run_dir, int(loaded[0]["step"]))
         return loaded
     recorded = recorded_config(run_dir) if resume else None
+    saved: Any = None
     if recorded is not None:
         with contextlib.suppress(Exception):  # a record that does not resolve here: not compared
             saved = OmegaConf.to_container(recorded, resolve=True, enum_to_str=True)
-            assert isinstance(saved, dict)
-            check_same_run(saved, plain_cfg, run_dir, 0)
+    if isinstance(saved, dict):
+        check_same_run(saved, plain_cfg, run_dir, 0)
     if resume:
         warnings.warn(
             f"train.resume=true but {ckpt_dir} has no checkpoint; starting fresh", stacklevel=3
@@ -290,34 +302,44 @@ def recorded_config(run_dir: Path) -> DictConfig | None:
 
 def named_keys(
     overrides: Sequence[str], groups: Mapping[str, Any], cfg: DictConfig
-) -> list[str] | None:
+) -> tuple[list[str], bool]:
     """The config keys a command line's `overrides` set: a key (`train.lr=0.1`, `~model.x`), or
-    the node of a group it chooses (`mixer=pooling`: every `mixer.*`); None where one chooses a
+    the node of a group it chooses (`mixer=pooling`: every `mixer.*`); and whether one chooses a
     group whose package is global (a preset, `experiment=...`), which may set any key. `groups`
     are Hydra's group choices (`hydra.runtime.choices`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    keys = []
+    keys, preset = [], False
     for override in OverridesParser.create().parse_overrides([str(o) for o in overrides]):
         key = override.key_or_group
         if key.startswith("hydra"):
             continue
         if key in groups and key not in cfg:
-            return None
-        keys.append(key)
-    return keys
+            preset = True
+        else:
+            keys.append(key)
+    return keys, preset
 
 
 def continued_config(
-    cfg: DictConfig, recorded: DictConfig, named: Sequence[str] | None
+    cfg: DictConfig, recorded: DictConfig, named: Sequence[str], preset: bool = False
 ) -> DictConfig:
     """The configuration a command that continues a run trains: the run's `recorded` one, with
     the keys the command line `named` (a key, or the node of a group it chose) taken from the
-    command's `cfg`; None for `named`: every key (a preset, which may set any). So
-    `hydra.run.dir=RUN train.resume=true` continues the run in RUN as it was, whatever the
-    defaults; whether a named key may differ is `check_same_run`'s to say."""
-    if named is None:
-        return cfg
+    command's `cfg`. So `hydra.run.dir=RUN train.resume=true` continues the run in RUN as it
+    was, whatever the defaults; whether a named key may differ is `check_same_run`'s to say. A
+    command that chooses a `preset`, which may set any key, trains its own `cfg`, but where and
+    how the run logs, checkpoints and reads its data (`MAY_CHANGE`) stay as the run recorded
+    them unless named."""
+    if preset:
+        out = copy.deepcopy(cfg)
+        with read_write(out), open_dict(out):
+            for key in MAY_CHANGE:
+                value = OmegaConf.select(recorded, key, default=_DELETED)
+                mine = any(f"{n}.".startswith(f"{key}.") or key.startswith(f"{n}.") for n in named)
+                if value is not _DELETED and not mine and key in _keys_of(out):
+                    OmegaConf.update(out, key, value, merge=True)
+        return out
     from attnzoo.config import Config
 
     try:
