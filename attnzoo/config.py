@@ -190,6 +190,9 @@ class TrainConfig:
     # process may use; see attnzoo.train.threads_for)
     threads: Any = "auto"
     resume: bool = False
+    # a continued run may change max_steps only with extend=true: the learning rate then decays
+    # from its value where the run is continued to the floor at the new max_steps
+    extend: bool = False
     on_nonfinite: OnNonfinite = OnNonfinite.stop
     progress: bool = True  # tqdm bar with loss and tokens/s
     deterministic: bool = False  # torch.use_deterministic_algorithms (CPU runs are already)

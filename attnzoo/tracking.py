@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -203,6 +204,7 @@ class WandbRun:
         self.wandb = None
         self.mode = mode
         self.group, self.job_type, self.tags = group, job_type, list(tags)
+        self.name, self.sweep = name, config.get("sweep")
         if mode == "disabled":
             return
         kwargs = dict(
@@ -361,6 +363,11 @@ def log_attention_media(wb: WandbRun, model: nn.Module, probe: Batch, step: int)
         wb.log(media, step=step)
 
 
+# The statuses of a run that `python -m attnzoo.train --continue RUN` takes further (a completed
+# run is done; a diverged one would diverge again from its last good checkpoint).
+UNFINISHED = ("running", "interrupted", "preempted", "failed")
+
+
 def report(run_dir: Path, summary: dict[str, Any]) -> None:
     """Print where everything a run left is, and how to look at it."""
     d = run_dir.resolve()
@@ -376,10 +383,14 @@ def report(run_dir: Path, summary: dict[str, Any]) -> None:
         f"  run directory  {d}",
         f"  metrics        {d / 'metrics.jsonl'}",
         f"  summary        {d / 'summary.json'}",
-        f"  checkpoint     {d / 'checkpoints' / 'last.pt'}   "
-        f"(continue: python -m attnzoo.train hydra.run.dir={d} train.resume=true)",
-        f"  rank plot      {d / 'rank_decay.png'}",
     ]
+    checkpoint = d / "checkpoints" / "last.pt"
+    if checkpoint.exists():
+        lines.append(f"  checkpoint     {checkpoint}")
+    if summary["status"] in UNFINISHED:  # quoted: a sweep job's folder holds `=` and `,`
+        lines.append(f"  continue       python -m attnzoo.train --continue {shlex.quote(str(d))}")
+    if (d / "rank_decay.png").exists():  # drawn with the extras: not yet, in a stopped run
+        lines.append(f"  rank plot      {d / 'rank_decay.png'}")
     wandb_info = summary.get("wandb") or {}
     if wandb_info.get("mode") != "disabled" and wandb_info.get("dir"):
         run_folder = Path(wandb_info["dir"]).parent

@@ -306,6 +306,6 @@ def test_ctrl_c_stops_a_sweep_not_just_its_job(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_INTERRUPTED, err
-    assert "Traceback" not in err and "train.resume=true" in err
+    assert "Traceback" not in err and "--continue" in err
     assert _summary(first)["status"] == "interrupted"
     assert not (tmp_path / "sw" / "mixer=pooling").exists()  # the sweep stopped there

@@ -511,7 +511,8 @@ def test_a_run_resumed_with_its_budget_spent_is_evaluated_on_its_last_line(
         with pytest.raises(RuntimeError, match="simulated"):
             run(compose(TINY), tmp_path)
     count_final.clear()
-    summary = run(compose([*TINY, "train.resume=true", "train.max_seconds=1e-9"]), tmp_path)
+    spent = ["train.resume=true", "train.extend=true", "train.max_seconds=1e-9"]
+    summary = run(compose([*TINY, *spent]), tmp_path)
     assert summary["status"] == "completed" and summary["step"] == 8 and len(count_final) == 1
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 4, 8]  # one line per step still

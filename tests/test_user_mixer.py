@@ -246,5 +246,5 @@ def test_a_package_mixer_is_the_same_configuration_as_before_its_yaml_named_the_
     check_same_run(before, now)
     other = {**now, "mixer": {"name": "metric", "_target_": "mine.Metric"}}
     assert config_hash(other) != config_hash(now)
-    with pytest.raises(ConfigError, match="mixer="):
+    with pytest.raises(ConfigError, match="mixer._target_"):
         check_same_run(now, other)

@@ -206,7 +206,7 @@ def load_job(name: str, folder: Path) -> Job:
             if job.status == "running":
                 job.notes.append(
                     f"still running, or killed: its last checkpoint is step {summary.get('step')}"
-                    " (train.resume=true continues it)"
+                    " (python -m attnzoo.train --continue on its folder continues it)"
                 )
             if summary.get("error"):
                 job.notes.append(str(summary["error"]).strip().splitlines()[-1][:120])

@@ -14,6 +14,8 @@ The rooms, in the order a run passes through them:
 - `rank_probe`: the rank probe's batch and the collapse measures it logs;
 - `step`: one training step, its optimiser and LR schedule (also what scripts/bench_train.py runs);
 - `resume`: pre-emption signals, random state, and the checks that a checkpoint is this run's;
+- `continuing`: `--continue FOLDER`, a run or every unfinished job of a sweep from its folder;
+- `footprint`: a command that trains nothing leaves every folder as it found it;
 - `system`: how many threads a run uses on this machine.
 """
 

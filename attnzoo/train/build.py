@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
 from attnzoo.tracking import WandbRun
 from attnzoo.train.budget import planned_steps
-from attnzoo.train.resume import checkpoint_to_resume
+from attnzoo.train.resume import checkpoint_to_resume, extended
 from attnzoo.train.trainer import Trainer
 
 
@@ -166,11 +167,20 @@ def group_of(plain_cfg: dict[str, Any], run_dir: Path) -> str:
 
 
 def open_wandb(
-    cfg: DictConfig, plain_cfg: dict[str, Any], run_dir: Path, resume_id: str | None
+    cfg: DictConfig,
+    plain_cfg: dict[str, Any],
+    run_dir: Path,
+    resume_id: str | None,
+    recorded: dict[str, Any] | None = None,
 ) -> WandbRun:
     """The run's W&B run (disabled off the main process), named by `wandb_identity`; the config
-    is logged flat, with `config_group` (the replicates' group) and `sweep` beside it."""
+    is logged flat, with `config_group` (the replicates' group) and `sweep` beside it. A resumed
+    run keeps the identity it `recorded` in summary.json (its group, job type, tags, name and
+    sweep), however it is continued: a sweep's job continued on its own stays in its sweep."""
     lg, who = cfg.logger, wandb_identity(cfg, plain_cfg, run_dir)
+    for key in ("group", "job_type", "tags", "name", "sweep"):
+        if recorded and recorded.get(key) is not None:
+            who[key] = recorded[key]
     config = {**_flat(plain_cfg), "config_group": who["config_group"], "sweep": who["sweep"]}
     return WandbRun(
         mode=enum_value(lg.mode) if distributed.is_main() else "disabled",
@@ -209,8 +219,18 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             if distributed.is_main() and made_for_us and remove_if_empty(run_dir, launch_dir()):
                 record_refusal(run_dir, err)
             raise
+        previous = read_summary(run_dir) if loaded is not None else {}
+        if loaded is not None and already_completed(previous, loaded[0], plain_cfg):
+            if distributed.is_main():
+                print(
+                    f"attnzoo.train: {run_dir} already completed at step {previous['step']}; "
+                    "nothing to do, nothing written (to train it further: train.extend=true "
+                    "with a larger train.max_steps)",
+                    file=sys.stderr,
+                )
+            return previous
         if distributed.is_main():
-            save_configs(cfg, run_dir)
+            save_configs(cfg, run_dir, resumed=loaded is not None)
         summary: dict[str, Any] = {
             "status": "failed",
             "step": 0,
@@ -221,9 +241,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None) -> dict[str, Any]:
             "best": {},
             "run_dir": str(run_dir.resolve()),
         }
-        summary["config_group"] = group_of(plain_cfg, run_dir)
+        summary["config_group"] = previous.get("config_group") or group_of(plain_cfg, run_dir)
         resume_id = loaded[0].get("wandb_id") if loaded is not None else None
-        wb = open_wandb(cfg, plain_cfg, run_dir, resume_id)
+        wb = open_wandb(cfg, plain_cfg, run_dir, resume_id, previous.get("wandb"))
         trainer = Trainer(cfg, plain_cfg, task, model, device, run_dir, loaded, wb, summary)
         return trainer.fit()
     finally:
@@ -253,19 +273,44 @@ def _prepare(
     return plain_cfg, task, model, loaded
 
 
-def save_configs(cfg: DictConfig, run_dir: Path) -> None:
+def save_configs(cfg: DictConfig, run_dir: Path, resumed: bool = False) -> None:
     """`.hydra/config.yaml` (and, under Hydra, `hydra.yaml` and `overrides.yaml`): what Hydra
     writes into a job's folder, written here once the run is accepted, since conf/config.yaml
-    turns Hydra's own early write off (`hydra.output_subdir: null`)."""
+    turns Hydra's own early write off (`hydra.output_subdir: null`). A `resumed` run outside a
+    sweep keeps the command line its run was started with (`overrides.yaml`, `hydra.yaml`:
+    what the sweep summary places a job by); a sweep job rerun writes them with its sweep's
+    `multirun.yaml`."""
     folder = run_dir / ".hydra"
     folder.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, folder / "config.yaml")
     hc = hydra_runtime()
-    if hc is not None:
+    keep = resumed and sweep_name() is None and (folder / "overrides.yaml").exists()
+    if hc is not None and not keep:
         from hydra.core.hydra_config import HydraConfig
 
         OmegaConf.save(HydraConfig.instance().cfg, folder / "hydra.yaml")
         OmegaConf.save(hc.overrides.task, folder / "overrides.yaml")
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """The run's `summary.json` ({} where there is none, or it does not read)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def already_completed(
+    previous: dict[str, Any], state: dict[str, Any], plain_cfg: dict[str, Any]
+) -> bool:
+    """Whether continuing the run is a no-op: it completed at its checkpoint's step, and this
+    command does not extend it (`train.extend` with another `train.max_steps` or budget)."""
+    return (
+        previous.get("status") == "completed"
+        and previous.get("step") == int(state["step"])
+        and not extended(state["config"], plain_cfg)
+    )
 
 
 def remove_if_empty(run_dir: Path, top: Path) -> bool:

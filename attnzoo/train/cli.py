@@ -1,12 +1,13 @@
-"""The command line: `python -m attnzoo.train key=value ...` (Hydra), and `compose`, the same
-configuration from Python.
+"""The command line: `python -m attnzoo.train key=value ...` (Hydra), `python -m attnzoo.train
+--continue FOLDER` (a run's or a sweep's folder is enough to continue it:
+`attnzoo.train.continuing`), and `compose`, the same configuration from Python.
 
 Exit codes of a single run: 0 completed, 1 failed (an exception; see summary.json), 2 bad
 configuration (nothing was trained, nothing written: a key, value or group choice Hydra cannot
 compose, a value attnzoo refuses, a folder that holds another run's checkpoint), 3 diverged
 (non-finite loss or gradient with `train.on_nonfinite=stop`), 75 pre-empted (SIGTERM/SIGUSR1: a
 checkpoint was written at the next step boundary; run again and it resumes), 130 interrupted
-(Ctrl-C: a checkpoint of the last completed step; continue with `train.resume=true`). In a
+(Ctrl-C: a checkpoint of the last completed step; continue with `--continue RUN_DIR`). In a
 multirun a failed job is Hydra's to record, and the sweep goes on; the command then exits 2 if a
 job was refused for its configuration, else 1. A mixer that cannot be built as configured (its
 class does not import, or does not take an option given) is found before Hydra makes a single
@@ -21,6 +22,7 @@ import re
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -30,6 +32,16 @@ from omegaconf import DictConfig
 from attnzoo.checkpoint import CheckpointError
 from attnzoo.config import ConfigError, check_mixer, register_configs
 from attnzoo.train.build import hydra_runtime, run
+from attnzoo.train.continuing import CONTINUE, continue_sweep
+from attnzoo.train.footprint import SWEEP_RECORDS, Footprint
+from attnzoo.train.resume import (
+    continue_command,
+    continued_config,
+    named_keys,
+    recorded_config,
+    requeued,
+    was_preempted,
+)
 from attnzoo.train.trainer import EXIT_CODES, EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 register_configs()
@@ -55,20 +67,27 @@ def compose(overrides: Sequence[str] = ()) -> DictConfig:
 
 _exit_code = EXIT_OK
 _launched = False  # whether Hydra got as far as a run or a sweep (past the command line)
+_footprint: Footprint | None = None  # the run's or the sweep's folder before Hydra touched it
+_sweep_dir: Path | None = None
 
 
 class CheckMixer(Callback):
-    """Hydra callback (conf/config.yaml's `hydra.callbacks`): before a single run's folder is
-    made, the mixer's class must import and take the options given (`check_mixer`), else the
-    command exits 2 naming the key. A job of a multirun is checked by `run` and fails as a job."""
+    """Hydra callback (conf/config.yaml's `hydra.callbacks`): notes the run's or the sweep's
+    folder before Hydra makes it (`Footprint`: a command that trains nothing leaves it as it
+    was); before a single run's folder is made, the mixer's class must import and take the
+    options given (`check_mixer`), else the command exits 2 naming the key. A job of a multirun
+    is checked by `run` and fails as a job."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _launched
+        global _launched, _footprint, _sweep_dir
         _launched = True
+        _sweep_dir = Path(str(config.hydra.sweep.dir))
+        _footprint = Footprint.before(_sweep_dir, SWEEP_RECORDS)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _launched
+        global _launched, _footprint
         _launched = True
+        _footprint = Footprint.before(Path(str(config.hydra.run.dir)))
         try:
             check_mixer(config.mixer)
         except ConfigError as err:
@@ -83,7 +102,7 @@ def task_function(cfg: DictConfig) -> dict[str, Any] | None:
     hc = hydra_runtime()
     multirun = hc is not None and str(hc.mode).endswith("MULTIRUN")
     try:
-        summary = run(cfg)
+        summary = run(_continued(cfg, hc))
     except (ConfigError, CheckpointError) as err:
         if multirun:
             raise  # Hydra records the failed job and goes on with the others
@@ -94,6 +113,21 @@ def task_function(cfg: DictConfig) -> dict[str, Any] | None:
     if multirun and summary["status"] == "interrupted":
         raise KeyboardInterrupt  # Ctrl-C stops the sweep, not just this job
     return summary
+
+
+def _continued(cfg: DictConfig, hc: Any) -> DictConfig:
+    """The configuration of a job that continues the run in its folder (`train.resume=true`, a
+    requeued or pre-empted job): the run's recorded one, changed only where the command line
+    names a key (`continued_config`), so that `hydra.run.dir=RUN train.resume=true` continues
+    the run in RUN as it was, default or not."""
+    run_dir = Path(hc.runtime.output_dir)
+    if not (cfg.train.resume or requeued() or was_preempted(run_dir)):
+        return cfg
+    recorded = recorded_config(run_dir)
+    if recorded is None:
+        return cfg
+    named, preset = named_keys(list(hc.overrides.task), dict(hc.runtime.choices), cfg)
+    return continued_config(cfg, recorded, named, preset)
 
 
 def _keys(node: Any, prefix: str = "") -> Iterator[str]:
@@ -141,19 +175,23 @@ def _is_config_error(err: BaseException) -> bool:
 
 
 def main() -> None:
-    """`python -m attnzoo.train key=value ...`; see the module docstring for exit codes."""
+    """`python -m attnzoo.train key=value ...`, or `python -m attnzoo.train --continue FOLDER
+    [key=value ...]`; see the module docstring for exit codes."""
+    folder, extra = _continue_argument(sys.argv[1:])
+    if folder is not None:
+        if not (folder / ".hydra" / "config.yaml").is_file():
+            sys.exit(continue_sweep(folder, extra))
+        # one run: Hydra's run in its folder, from the configuration it recorded (`_continued`)
+        sys.argv = [sys.argv[0], *extra, f"hydra.run.dir={_hydra_quote(str(folder))}"]
+        sys.argv.append("train.resume=true")
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's errors reach us, to be exit 2, not its 1
     try:
-        hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
-            task_function
-        )()
+        _hydra_main()
     except KeyboardInterrupt:
-        print(
-            "attnzoo.train: interrupted (the stopped job kept a checkpoint; rerun the same "
-            "command with train.resume=true to continue)",
-            file=sys.stderr,
-        )
+        print("attnzoo.train: interrupted: the stopped job kept a checkpoint", file=sys.stderr)
+        if _sweep_dir is not None:
+            print(f"  continue       {continue_command(_sweep_dir)}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as err:
         if full_error:
@@ -169,4 +207,54 @@ def main() -> None:
     finally:
         if full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+        if _footprint is not None:
+            _footprint.restore()  # trained nothing: leave the folders as they were
     sys.exit(_exit_code)
+
+
+def _hydra_main() -> None:
+    hydra.main(config_path="pkg://attnzoo.conf", config_name="config", **_VERSION_BASE)(
+        task_function
+    )()
+
+
+# Keys `--continue` sets itself, or that would make it another command.
+_NOT_WITH_CONTINUE = ("hydra.run.dir", "hydra.sweep.dir", "train.resume", "-m", "--multirun")
+
+
+def _continue_argument(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """`--continue FOLDER` (or `--continue=FOLDER`) and the other arguments; exits 2 for a
+    folder that is missing, or arguments that cannot go with it."""
+    for i, arg in enumerate(argv):
+        if arg == CONTINUE or arg.startswith(f"{CONTINUE}="):
+            if arg == CONTINUE:
+                rest = argv[:i] + argv[i + 2 :]
+                value = argv[i + 1] if i + 1 < len(argv) else ""
+            else:
+                rest, value = argv[:i] + argv[i + 1 :], arg.split("=", 1)[1]
+            break
+    else:
+        return None, argv
+    bad = [a for a in rest if a.lstrip("+~").split("=", 1)[0] in _NOT_WITH_CONTINUE]
+    if not value or not Path(value).is_dir() or bad:
+        why = (
+            f"{' '.join(bad)} cannot go with {CONTINUE}: it continues the run in its folder as "
+            "it was"
+            if bad
+            else f"{CONTINUE} {value or '(nothing)'}: no such folder"
+        )
+        print(
+            f"attnzoo.train: configuration error: {why}; allowed: {CONTINUE} RUN_OR_SWEEP_FOLDER "
+            "[key=value ...] (e.g. train.device=cpu, logger.mode=disabled, or a larger "
+            "train.max_steps with train.extend=true)",
+            file=sys.stderr,
+        )
+        sys.exit(EXIT_CONFIG)
+    return Path(value), rest
+
+
+def _hydra_quote(value: str) -> str:
+    """`value` as a quoted string of Hydra's override grammar: a folder name with `=` and `,`
+    (a sweep job's) is one value, not a sweep."""
+    escaped = value.replace("'", "\\'").replace("${", "\\${")
+    return f"'{escaped}'"

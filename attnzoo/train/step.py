@@ -18,8 +18,21 @@ from attnzoo.config import TrainConfig, enum_value
 from attnzoo.tasks import Batch, Task
 
 
-def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """Linear warmup over `warmup` steps, then cosine from 1 down to `min_ratio` at `total`."""
+def lr_factor(
+    step: int,
+    warmup: int,
+    total: int,
+    min_ratio: float,
+    decay_from: tuple[int, float] | None = None,
+) -> float:
+    """Linear warmup over `warmup` steps, then cosine from 1 down to `min_ratio` at `total`. A run
+    extended at step `s` with the factor `f` there (`decay_from=(s, f)`, `train.extend`) goes on
+    from `f` along a cosine down to `min_ratio` at its new `total`: no jump, and a run that had
+    reached its floor trains on at it."""
+    if decay_from is not None and step >= decay_from[0]:
+        start, factor = decay_from
+        progress = min(1.0, (step - start) / max(1, total - start))
+        return min_ratio + (factor - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
     if step < warmup:
         return (step + 1) / (warmup + 1)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
@@ -133,9 +146,12 @@ class TrainStep:
         self.on_device = checks_on_device(device)
         self.optimizer = build_optimizer(model, train, fused=self.on_device)
         warmup, floor = int(train.warmup_steps), float(train.min_lr_ratio)
+        self.warmup = warmup
         self.total_steps = int(train.max_steps)  # the schedule's length; a budget may set it
+        self.decay_from: tuple[int, float] | None = None  # where an extended run's decay starts
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, warmup, self.total_steps, floor)
+            self.optimizer,
+            lambda s: lr_factor(s, warmup, self.total_steps, floor, self.decay_from),
         )
         compiled = torch.compile(model) if train.compile else model
         self.forward = distributed.wrap(compiled, device)  # DDP under torchrun
@@ -167,9 +183,23 @@ class TrainStep:
         self.scheduler.step()
         return loss.detach(), ok
 
+    def extend(self, step: int) -> None:
+        """The schedule of a run extended at `step` (`train.extend`): from the learning rate it
+        has there down to the floor at the new `total_steps` (`lr_factor`). During warmup the
+        schedule needs no change: warmup does not depend on the step count."""
+        if step >= self.warmup:
+            factor = self.scheduler.get_last_lr()[0] / self.scheduler.base_lrs[0]
+            self.decay_from = (step, factor)
+
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "decay_from": self.decay_from,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        decay_from = state.get("decay_from")
+        self.decay_from = (int(decay_from[0]), float(decay_from[1])) if decay_from else None

@@ -40,7 +40,14 @@ from attnzoo.tracking import (
 )
 from attnzoo.train.budget import Budget
 from attnzoo.train.rank_probe import by_depth, probe_batch, rank_record
-from attnzoo.train.resume import EvaluationInterrupted, Preemption, rng_state, set_rng_state
+from attnzoo.train.resume import (
+    EvaluationInterrupted,
+    Preemption,
+    continue_command,
+    extended,
+    rng_state,
+    set_rng_state,
+)
 from attnzoo.train.step import TrainStep, autocast, next_batch, train_generator
 from attnzoo.train.system import LONG_CPU_RUN_S, available_cores, cpu_estimate, threads_for
 
@@ -219,6 +226,8 @@ class Trainer:
                 "group": wb.group,
                 "job_type": wb.job_type,
                 "tags": wb.tags,
+                "name": wb.name,
+                "sweep": wb.sweep,
             },
         )
         self.probe = probe_batch(task, cfg, device)
@@ -282,7 +291,7 @@ class Trainer:
         return [
             f"warning: on this CPU ({self.threads} thread(s)) this run would take about "
             f"{_duration(seconds)} ({steps} steps).{gpu}{compiled} Stop with Ctrl-C: a checkpoint "
-            "is kept and train.resume=true continues."
+            f"is kept and {continue_command(self.run_dir)} continues."
         ]
 
     def _threads(self, model: Model, loaded: tuple[dict[str, Any], Path] | None) -> int:
@@ -317,6 +326,13 @@ class Trainer:
         self.budget.load_state_dict(state.get("budget", {}))
         self.last_good, self.saved_step = path, step
         print(f"resuming from {path} at step {step}", file=sys.stderr)
+        if extended(state["config"], self.plain_cfg):  # train.extend (resume.check_same_run)
+            self.train_step.extend(step)
+            print(
+                f"extending the run at step {step}: the learning rate decays from its value "
+                "there to the floor at the new end",
+                file=sys.stderr,
+            )
 
     # ---- the loop --------------------------------------------------------------------------
 
