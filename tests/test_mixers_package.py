@@ -4,7 +4,6 @@ the package, and every import path a saved config or checkpoint may name still l
 from __future__ import annotations
 
 import ast
-import importlib
 import subprocess
 import sys
 import warnings
@@ -32,8 +31,6 @@ FAMILIES = {
     "delta": {"deltanet"},
     "sigmoid": {"sigmoid"},
 }
-# Where each class was before the package had family modules: saved configs name these.
-OLD_ZOO = {"linear", "favor", "nystrom", "fourier", "local", "token_mlp"}
 
 
 def _module_name(path: Path) -> str:
@@ -119,7 +116,7 @@ def test_no_import_cycle_runs_through_the_mixers_or_flops():
     assert "attnzoo.mixers" in graph["attnzoo.flops"]  # the graph sees a package's __init__ run
     assert cycles_through(graph, ours) == []
     # the family modules import the registry and the bases, never the package's __init__
-    for module in ours - {"attnzoo.mixers", "attnzoo.flops", "attnzoo.mixers_zoo"}:
+    for module in ours - {"attnzoo.mixers", "attnzoo.flops"}:
         assert "attnzoo.mixers" not in graph[module], module
 
 
@@ -170,8 +167,7 @@ def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
 
 def _old_paths(name: str) -> list[str]:
     cls = MIXERS[name]
-    old = [f"attnzoo.mixers.{cls.__name__}"]
-    return old + [f"attnzoo.mixers_zoo.{cls.__name__}"] if name in OLD_ZOO else old
+    return [f"attnzoo.mixers.{cls.__name__}"]
 
 
 @pytest.mark.parametrize("name", sorted(MIXERS))
@@ -186,15 +182,6 @@ def test_old_import_paths_still_name_the_class(name):
     wrong = "attnzoo.mixers.Pooling" if name == "identity" else "attnzoo.mixers.Identity"
     other = {"name": name, "_target_": wrong}
     assert without_implied_target(other) == other
-
-
-def test_the_old_zoo_module_is_a_deprecated_alias():
-    sys.modules.pop("attnzoo.mixers_zoo", None)
-    with pytest.deprecated_call(match="attnzoo.mixers"):
-        zoo = importlib.import_module("attnzoo.mixers_zoo")
-    assert {n: getattr(zoo, c.__name__) for n, c in MIXERS.items() if n in OLD_ZOO} == {
-        n: MIXERS[n] for n in OLD_ZOO
-    }
 
 
 def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
@@ -224,7 +211,7 @@ def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
 
 @pytest.mark.slow  # a second interpreter: the import-graph test above covers cycles quickly
 def test_the_package_imports_in_a_fresh_interpreter():
-    """Every module of the package, and the old paths, in a fresh interpreter. (Each import of
+    """Every module of the package in a fresh interpreter. (Each import of
     an attnzoo module runs `attnzoo/__init__.py` first, so one interpreter per module would
     test the same order; the graph test above covers the orders in between.)"""
     modules = sorted(_module_name(p) for p in PACKAGE.glob("*.py"))
@@ -234,46 +221,6 @@ def test_the_package_imports_in_a_fresh_interpreter():
         f"for m in {['attnzoo.flops', *modules]!r}: importlib.import_module(m)\n"
         "from attnzoo.mixers import MIXERS, register\n"
         f"assert len(MIXERS) == {len(set().union(*FAMILIES.values()))}, list(MIXERS)\n"
-        "warnings.simplefilter('ignore', DeprecationWarning)\n"
-        "from attnzoo.mixers_zoo import Favor\n"
-        "from attnzoo.mixers.kernelized import Favor as F\n"
-        "assert Favor is F\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-
-
-def test_a_run_resumes_from_a_checkpoint_that_names_the_old_path(tmp_path, monkeypatch):
-    """End to end: a checkpoint whose config names its mixer as `attnzoo.mixers_zoo.Favor`
-    continues under today's YAML (`attnzoo.mixers.kernelized.Favor`)."""
-    from attnzoo.checkpoint import read_checkpoint, save_checkpoint
-    from attnzoo.train import compose, run
-
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    tiny = [
-        "mixer=favor",
-        "model.dim=16",
-        "model.depth=1",
-        "model.heads=2",
-        "train.batch_size=4",
-        "train.warmup_steps=2",
-        "train.log_every=5",
-        "train.eval_every=10",
-        "train.eval_batches=1",
-        "train.ckpt_every=10",
-        "train.probe_batch_size=4",
-        "train.progress=false",
-        "logger.mode=disabled",
-    ]
-    run(compose([*tiny, "train.max_steps=10"]), tmp_path)
-    folder = tmp_path / "checkpoints"
-    state = read_checkpoint(folder / "last.pt")
-    assert state["config"]["mixer"]["_target_"] == "attnzoo.mixers.kernelized.Favor"
-    state["config"]["mixer"]["_target_"] = "attnzoo.mixers_zoo.Favor"
-    (folder / "last.pt").unlink()
-    (folder / "prev.pt").unlink(missing_ok=True)
-    save_checkpoint(state, folder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        resumed = run(compose([*tiny, "train.max_steps=20", "train.resume=true"]), tmp_path)
-    assert resumed["status"] == "completed" and resumed["resumed_from"] == 10
