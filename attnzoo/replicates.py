@@ -66,11 +66,7 @@ def run_folders(run_dir: Path) -> list[str]:
 def semantic_config(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> dict[str, Any]:
     """The flat config that defines the configuration: without NON_SEMANTIC keys and without
     string values that contain one of `run_paths` (the run's folder and its sweep's)."""
-    from attnzoo.mixers import without_implied_target
-
     paths = [p for p in run_paths if p]
-    if isinstance(cfg.get("mixer"), Mapping):  # a package mixer is its name, as before _target_
-        cfg = {**cfg, "mixer": without_implied_target(cfg["mixer"])}
     return {
         k: v
         for k, v in flatten(cfg).items()
@@ -90,13 +86,15 @@ def config_hash(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> str:
 
 
 def _choice(cfg: Mapping[str, Any], group: str) -> str | None:
-    """A group's choice: its node's `name`, else (a mixer named by its class alone) the class
-    name of its `_target_` in snake case (attnzoo.mixers.name_in_config, as the trainer)."""
+    """A group's choice: its node's `name`; the mixer's as the trainer calls it
+    (attnzoo.config.mixer_label: a mixer named by its class alone by the class name)."""
     node = cfg.get(group)
-    if isinstance(node, Mapping):
-        from attnzoo.mixers import name_in_config
+    if isinstance(node, Mapping) and group == "mixer":
+        from attnzoo.config import mixer_label
 
-        return name_in_config(node)
+        return mixer_label(node)
+    if isinstance(node, Mapping):
+        return node.get("name")
     return None if node is None else str(node)
 
 

@@ -1,18 +1,17 @@
-"""The layout of `attnzoo.mixers`: one module per family, none too long, no import cycle through
-the package, and every import path a saved config or checkpoint may name still loading."""
+"""The layout of `attnzoo.mixers`: one module per family, none too long, and no import cycle
+through the package."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
-from attnzoo.mixers import MIXERS, class_path, mixer_class, without_implied_target
+from attnzoo.mixers import MIXERS, class_path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "attnzoo"
@@ -163,50 +162,6 @@ def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
         "deltanet",
         "sigmoid",
     ]
-
-
-def _old_paths(name: str) -> list[str]:
-    cls = MIXERS[name]
-    return [f"attnzoo.mixers.{cls.__name__}"]
-
-
-@pytest.mark.parametrize("name", sorted(MIXERS))
-def test_old_import_paths_still_name_the_class(name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for path in _old_paths(name):
-            assert mixer_class(path) is MIXERS[name], path
-            node = {"name": name, "_target_": path, "attn_dropout": 0.0}
-            assert without_implied_target(node) == {"name": name, "attn_dropout": 0.0}
-    # a path that names another class is part of the configuration
-    wrong = "attnzoo.mixers.Pooling" if name == "identity" else "attnzoo.mixers.Identity"
-    other = {"name": name, "_target_": wrong}
-    assert without_implied_target(other) == other
-
-
-def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
-    """A checkpoint's and a W&B group's config name a package mixer by whichever path its class
-    had when it was saved; the class, not the path, is the configuration."""
-    from attnzoo.config import ConfigError
-    from attnzoo.replicates import config_hash
-    from attnzoo.train.resume import check_same_run
-
-    for name in ("scaled_dot", "favor"):
-        now = {
-            "mixer": {"name": name, "_target_": class_path(MIXERS[name]), "attn_dropout": 0.0},
-            "model": {"dim": 16},
-            "task": {"name": "sort"},
-            "train": {"seed": 0},
-        }
-        for path in _old_paths(name):
-            saved = {**now, "mixer": {**now["mixer"], "_target_": path}}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                check_same_run(saved, now)
-                assert config_hash(saved) == config_hash(now)
-        user = {**now, "mixer": {**now["mixer"], "_target_": "mine.Favor"}}
-        with pytest.raises(ConfigError, match="mixer="):
-            check_same_run(user, now)
 
 
 @pytest.mark.slow  # a second interpreter: the import-graph test above covers cycles quickly

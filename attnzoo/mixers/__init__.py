@@ -68,12 +68,9 @@ from attnzoo.mixers.registry import (
     class_path,
     mixer_class,
     mixer_options,
-    name_in_config,
-    name_of_target,
     register,
     registered_name,
     unknown_options,
-    without_implied_target,
 )
 from attnzoo.mixers.sigmoid import SigmoidAttention
 from attnzoo.mixers.softmax import (
@@ -140,11 +137,8 @@ __all__ = [
     "iterative_pinv",
     "mixer_class",
     "mixer_options",
-    "name_in_config",
-    "name_of_target",
     "orthogonal_gaussian",
     "register",
     "registered_name",
     "unknown_options",
-    "without_implied_target",
 ]

@@ -19,7 +19,6 @@ import torch
 
 from attnzoo.checkpoint import load_checkpoint
 from attnzoo.config import ConfigError
-from attnzoo.mixers import without_implied_target
 
 
 class Preemption:
@@ -139,12 +138,9 @@ def set_rng_state(state: dict[str, Any], train_gen: torch.Generator) -> None:
 
 
 def check_same_run(saved: dict[str, Any], cfg: dict[str, Any]) -> None:
-    """A checkpoint only resumes the run it came from: same mixer, model, task and seed (a
-    package mixer's `_target_` is implied by its name, which is all older checkpoints hold)."""
+    """A checkpoint only resumes the run it came from: same mixer, model, task and seed."""
     for group in ("mixer", "model", "task"):
         old, new = saved.get(group), cfg.get(group)
-        if group == "mixer" and isinstance(old, dict) and isinstance(new, dict):
-            old, new = without_implied_target(old), without_implied_target(new)
         if old != new:
             raise ConfigError(
                 f"train.resume=true: the checkpoint was trained with {group}={saved.get(group)} "
