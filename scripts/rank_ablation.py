@@ -67,6 +67,7 @@ from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
     default_out,
+    in_zoo_order,
     int_list,
     machine,
     price,
@@ -116,8 +117,7 @@ def _variants(cs: list[RankConfig]) -> list[str]:
 
 
 def _mixers(cs: list[RankConfig]) -> list[str]:
-    present = {c.mixer for c in cs}
-    return [m for m in MIXERS if m in present]
+    return in_zoo_order(sorted({c.mixer for c in cs}))
 
 
 def matrix_cell(c: RankConfig | None, when: str) -> str:

@@ -107,7 +107,7 @@ from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import mean_interval, t_ppf  # noqa: E402
-from attnzoo.studies import default_out, machine  # noqa: E402
+from attnzoo.studies import ZOO_MIXERS, default_out, machine  # noqa: E402
 
 VARIANTS = {  # name -> (skip, mlp)
     "pure": (False, False),
@@ -159,7 +159,7 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
+    parser.add_argument("--mixers", nargs="+", default=list(ZOO_MIXERS), choices=list(MIXERS))
     parser.add_argument("--depth", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--dim", type=int, default=64)

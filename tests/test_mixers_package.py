@@ -4,6 +4,7 @@ through the package."""
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -143,25 +144,30 @@ def test_each_mixer_lives_in_its_family_module_and_its_yaml_names_it_there():
             assert node["_target_"] == class_path(cls), name
 
 
-def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
-    assert list(MIXERS) == [
-        "scaled_dot",
-        "quadratic",
-        "metric",
-        "pooling",
-        "identity",
-        "linear",
-        "favor",
-        "nystrom",
-        "fourier",
-        "local",
-        "token_mlp",
-        "retention",
-        "gla",
-        "mamba2",
-        "deltanet",
-        "sigmoid",
-    ]
+def test_the_package_exports_every_public_name_its_modules_define():
+    """`from attnzoo.mixers import X` for every public class, function and constant a module of
+    the package defines (read off its source), as the same object as in its module."""
+    import attnzoo.mixers as package
+
+    checked = set()
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        module = importlib.import_module(f"attnzoo.mixers.{path.stem}")
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in (n for n in names if not n.startswith("_")):
+                assert getattr(package, name, None) is getattr(module, name), f"{path.stem}.{name}"
+                checked.add(name)
+    assert {"MIXERS", "build_mixer", "ScaledDotAttention", "FEATURE_MAPS"} <= checked
+    assert set(package.__all__) == checked
 
 
 @pytest.mark.slow  # a second interpreter: the import-graph test above covers cycles quickly
