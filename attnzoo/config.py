@@ -58,6 +58,24 @@ class ConfigError(ValueError):
     """A configuration that composes but cannot be trained; the message names the key."""
 
 
+# Keys that are spelled another way now, and that spelling: a config that still uses one does
+# not compose, and the trainer says so (exit 2) with `older_key`'s message.
+OLDER_KEYS = {
+    "model.skip": "model.residual=none for model.skip=false (true is the default, "
+    "model.residual=add)",
+    "model.layer_scale": "model.residual=layerscale model.residual_alpha=ε for model.layer_scale=ε",
+}
+
+
+def older_key(message: str) -> str | None:
+    """What to say for a composition error (Hydra's message) about a key of OLDER_KEYS: the
+    key and its current spelling; None for any other error."""
+    for key, now in OLDER_KEYS.items():
+        if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message):
+            return f"{key} is no longer a key; write {now}"
+    return None
+
+
 class Device(enum.Enum):
     auto = "auto"
     cpu = "cpu"

@@ -5,7 +5,7 @@ Two runs are replicates when their resolved configs are equal after dropping the
 (`train.seed`) and the keys that do not change what is trained or measured (`NON_SEMANTIC`: where
 and how a run logs, checkpoints, resumes and threads), and any string value that holds the run's
 own folder (an output path, not part of the configuration). `config_hash` fingerprints what is
-left; `group_name` makes it readable for W&B, e.g. `sort-scaled_dot-skip_off-3f9a0c1e`.
+left; `group_name` makes it readable for W&B, e.g. `sort-scaled_dot-residual_none-3f9a0c1e`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ NON_SEMANTIC = (
 )
 # The block's ablation switches, named in a group's name and tags when they differ from the
 # model's defaults (a key the model does not have is left out).
-ABLATION_KEYS = ("skip", "residual", "mlp", "norm", "norm_position")
+ABLATION_KEYS = ("residual", "mlp", "norm", "norm_position")
 HASH_CHARS = 8
 
 
@@ -112,7 +112,7 @@ def _word(value: Any) -> str:
 
 def ablation(cfg: Mapping[str, Any]) -> dict[str, str]:
     """The block switches (ABLATION_KEYS) whose value differs from the model's default, as words:
-    {"skip": "off", "norm": "rmsnorm"}."""
+    {"residual": "none", "norm": "rmsnorm"}."""
     model = cfg.get("model") if isinstance(cfg.get("model"), Mapping) else {}
     defaults = _model_defaults()
     return {
@@ -149,7 +149,7 @@ def group_name(
 
 def tags(cfg: Mapping[str, Any]) -> list[str]:
     """W&B tags naming the task, the mixer and the ablation: `task:sort`, `mixer:metric`,
-    `skip:off`, ... (`ablation:none` when every switch is at its default)."""
+    `residual:none`, ... (`ablation:none` when every switch is at its default)."""
     out = [f"task:{_choice(cfg, 'task')}", f"mixer:{_choice(cfg, 'mixer')}"]
     switches = ablation(cfg)
     out += [f"{k}:{v}" for k, v in switches.items()] or ["ablation:none"]

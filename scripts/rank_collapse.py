@@ -109,11 +109,11 @@ from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import mean_interval, t_ppf  # noqa: E402
 from attnzoo.studies import ZOO_MIXERS, default_out, machine  # noqa: E402
 
-VARIANTS = {  # name -> (skip, mlp)
-    "pure": (False, False),
-    "+skip": (True, False),
-    "+mlp": (False, True),
-    "+skip+mlp": (True, True),
+VARIANTS = {  # name -> (model.residual, model.mlp)
+    "pure": ("none", False),
+    "+skip": ("add", False),
+    "+mlp": ("none", True),
+    "+skip+mlp": ("add", True),
 }
 NORMS = ("none", "layernorm")
 # the control of the rate study: a mixer whose collapse is known (singly exponential)
@@ -193,9 +193,11 @@ def main() -> None:
     curves: dict[tuple[str, str, str], RankProfile] = {}
     rows_of = stacks(args.mixers)
     for mixer, stack in rows_of.items():
-        for variant, (skip, mlp) in VARIANTS.items():
+        for variant, (residual, mlp) in VARIANTS.items():
             for norm in NORMS:
-                runs = [measure(stack, skip, mlp, norm, args, seed) for seed in range(args.seeds)]
+                runs = [
+                    measure(stack, residual, mlp, norm, args, seed) for seed in range(args.seeds)
+                ]
                 per_seed += [
                     [mixer, variant, norm, seed, d] + [r.measures[n][d] for n in names]
                     for seed, r in enumerate(runs)

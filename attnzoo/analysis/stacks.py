@@ -83,7 +83,7 @@ def stacks(mixers: list[str], rows: dict[str, Stack] = OPTION_ROWS) -> dict[str,
 
 def build(
     stack: Stack,
-    skip: bool,
+    residual: str,
     mlp: bool,
     norm: str,
     args: argparse.Namespace,
@@ -102,7 +102,7 @@ def build(
         mixer=stack.mixer,
         mixer_options=dict(stack.options),
         causal=stack.causal,
-        skip=skip,
+        residual=residual,
         mlp=mlp,
         norm=norm,
         **model,
@@ -117,10 +117,10 @@ def build(
 
 
 def measure(
-    stack: Stack, skip: bool, mlp: bool, norm: str, args: argparse.Namespace, seed: int
+    stack: Stack, residual: str, mlp: bool, norm: str, args: argparse.Namespace, seed: int
 ) -> RankProfile:
     """Every measure after every block of one model at init, probed in float64."""
-    model, tokens = build(stack, skip, mlp, norm, args, seed)
+    model, tokens = build(stack, residual, mlp, norm, args, seed)
     return rank_profile(model, tokens, dtype=torch.float64, measures=None)
 
 
@@ -131,7 +131,7 @@ def pure_curve(stack: Stack, args: argparse.Namespace, seed: int) -> tuple[list[
     """The relative residual of a pure stack with the rate study's inputs (--rate-input-std),
     and how it was measured: "split" (mean and residual apart) where the mixer has a rule, else
     "float64"."""
-    model, tokens = build(stack, False, False, "none", args, seed, args.rate_input_std)
+    model, tokens = build(stack, "none", False, "none", args, seed, args.rate_input_std)
     if supports_split(model):
         return split_residual_profile(model, tokens), "split"
     return rank_profile(model, tokens, dtype=torch.float64, measures=[]).mean, "float64"
@@ -163,13 +163,12 @@ def lambda_sweep(mixers: list[str], args: argparse.Namespace) -> list[LambdaRow]
                 for seed in range(args.rate_seeds):
                     model, tokens = build(
                         stack,
-                        True,
+                        "lambda",
                         False,
                         kind,
                         args,
                         1000 + seed,
                         args.rate_input_std,
-                        residual="lambda",
                         residual_alpha=lam,
                         norm_position=position,
                     )
