@@ -53,7 +53,7 @@ from attnzoo.analysis.figures import plot_rank_ablation
 from attnzoo.analysis.groups import group_jobs
 from attnzoo.analysis.report import write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
-from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
+from attnzoo.analysis.tables import CSV_SPEC, ci_text, fmt
 from attnzoo.analysis.verdicts import (
     COLLAPSED,
     KEPT,
@@ -259,7 +259,7 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         cells = []
         for name in SPREAD:
             t, i = c.shares["trained", name], c.shares["init", name]
-            cells.append(f"{ci_text(t.mean, t.low, t.high)} ({fmt(i.mean, 3)})")
+            cells.append(f"{ci_text(t.mean, t.low, t.high)} ({fmt(i.mean, '.3g')})")
         ent = c.last["trained", "attention_entropy"]
         lines.append(
             f"| {c.mixer} | {c.residual} | {'on' if c.mlp else 'off'} | {c.norm} | "
@@ -279,7 +279,7 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         with open(out / "rank_ablation.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
+            writer.writerows({k: fmt(v, CSV_SPEC) for k, v in r.items()} for r in rows)
     (out / "rank_ablation.json").write_text(
         json.dumps({**header, "configurations": rows}, indent=2, default=str) + "\n"
     )

@@ -90,7 +90,7 @@ from attnzoo.analysis.fits import (  # noqa: E402
     fit_rate,
     layers_above,
 )
-from attnzoo.analysis.known_collapse import ci, fmt, known_answers  # noqa: E402
+from attnzoo.analysis.known_collapse import ci, known_answers  # noqa: E402
 from attnzoo.analysis.split_residual import SPLIT_FLOOR  # noqa: E402
 from attnzoo.analysis.stacks import (  # noqa: E402
     EPS_ZERO,
@@ -103,6 +103,7 @@ from attnzoo.analysis.stacks import (  # noqa: E402
     pure_curve,
     stacks,
 )
+from attnzoo.analysis.tables import fmt  # noqa: E402
 from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
@@ -250,8 +251,8 @@ def main() -> None:
         growth = exponent_growth(mean)
         half = [t_ppf(0.975, args.seeds - 1) * s / math.sqrt(args.seeds) for s in std]
         cells = [
-            f"{fmt(mean[d], '.2g')} [{fmt(mean[d] - half[d], '.2g')}, "
-            f"{fmt(mean[d] + half[d], '.2g')}]"
+            f"{fmt(mean[d], '.2g', nan='n/a')} [{fmt(mean[d] - half[d], '.2g', nan='n/a')}, "
+            f"{fmt(mean[d] + half[d], '.2g', nan='n/a')}]"
             for d in (1, min(3, args.depth), args.depth)
         ]
         lines.append(
@@ -268,7 +269,7 @@ def main() -> None:
         "|---|---|---|" + "---|" * len(names),
     ]
     for (mixer, variant, norm), profile in curves.items():
-        cells = [fmt(profile.measures[n][args.depth], ".3g") for n in names]
+        cells = [fmt(profile.measures[n][args.depth], ".3g", nan="n/a") for n in names]
         lines.append(f"| {mixer} | {variant} | {norm} | {' | '.join(cells)} |")
 
     rate = rate_study(args)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from attnzoo.analysis.fits import FLOAT64_FLOOR, collapse_kind
-from attnzoo.analysis.known_collapse import fmt
 from attnzoo.analysis.split_residual import SPLIT_FLOOR, split_residual_profile, supports_split
+from attnzoo.analysis.tables import fmt
 from attnzoo.model import EMBED_STD, Model, ModelConfig
 from attnzoo.rank import RankProfile, rank_profile
 from attnzoo.stats import Interval
@@ -278,7 +278,9 @@ def lambda_report(sweep: list[LambdaRow], args: argparse.Namespace) -> list[str]
     for name in dict.fromkeys(r.stack for r in sweep):
         for norm in norms:
             row = {r.lam: r for r in sweep if r.stack == name and r.norm == norm}
-            cells = [f"{row[lam].kind} ({fmt(row[lam].share.mean, '.2g')})" for lam in LAMBDAS]
+            cells = [
+                f"{row[lam].kind} ({fmt(row[lam].share.mean, '.2g', nan='n/a')})" for lam in LAMBDAS
+            ]
             stop = collapse_stops(sweep, name, norm)
             lines.append(f"| {name} | {norm} | {' | '.join(cells)} | {stop_words(stop)} |")
     return lines + ["", "(In parentheses: r_L / r_0, the mean over seeds.)"]
