@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from attnzoo.analysis.tables import fmt  # noqa: E402
 from attnzoo.hf_probe import ADAPTERS, rank_decay  # noqa: E402
 from attnzoo.paths import mean_path_length, path_shares  # noqa: E402
 from attnzoo.rank import MEASURES, RankProfile  # noqa: E402
@@ -371,10 +372,6 @@ def last_layer_summary(study: Study) -> dict[str, float]:
     }
 
 
-def fmt(value: float, spec: str = ".1e") -> str:
-    return "n/a" if math.isnan(value) else format(value, spec)
-
-
 def report(study: Study, opts: Options) -> str:
     """The markdown report: the residual per layer, every measure at the last layer (random init
     beside trained weights where --pretrained gave them), and the path counts."""
@@ -396,7 +393,9 @@ def report(study: Study, opts: Options) -> str:
                 if (name, kind) not in results:
                     continue
                 mean = results[name, kind][label].mean
-                cells = [fmt(mean[min(layer, depth)]) for layer in (0, 1, 2, 3, depth)]
+                cells = [
+                    fmt(mean[min(layer, depth)], ".1e", nan="n/a") for layer in (0, 1, 2, 3, depth)
+                ]
                 lines.append(
                     f"| {name} | {depth} × {heads} | {label} | {kind} | {' | '.join(cells)} |"
                 )
@@ -416,7 +415,7 @@ def report(study: Study, opts: Options) -> str:
             cells = []
             for m in names:
                 values = [
-                    fmt(results[name, kind][label].measures[m][-1], ".3g")
+                    fmt(results[name, kind][label].measures[m][-1], ".3g", nan="n/a")
                     for kind in (INIT, TRAINED)
                     if (name, kind) in results
                 ]
@@ -443,7 +442,8 @@ def report(study: Study, opts: Options) -> str:
         lines.append(
             f"| {name} | {depth} | {heads} | {mean_path_length(depth, heads):.1f} | "
             f"{sum(shares[:4]):.1e} | {sum(shares[: depth // 2 + 1]):.1e} | "
-            f"{fmt(by_variant['pure_attention'].mean[-1])} | {fmt(by_variant['full'].mean[-1])} |"
+            f"{fmt(by_variant['pure_attention'].mean[-1], '.1e', nan='n/a')} | "
+            f"{fmt(by_variant['full'].mean[-1], '.1e', nan='n/a')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -31,6 +31,7 @@ import dataclasses
 import enum
 import inspect
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -45,7 +46,6 @@ from attnzoo.mixers import (
     check_options,
     class_path,
     mixer_class,
-    name_in_config,
     registered_name,
     unknown_options,
 )
@@ -56,6 +56,24 @@ from attnzoo.tasks import TASKS
 
 class ConfigError(ValueError):
     """A configuration that composes but cannot be trained; the message names the key."""
+
+
+# Keys that are spelled another way now, and that spelling: a config that still uses one does
+# not compose, and the trainer says so (exit 2) with `older_key`'s message.
+OLDER_KEYS = {
+    "model.skip": "model.residual=none for model.skip=false (true is the default, "
+    "model.residual=add)",
+    "model.layer_scale": "model.residual=layerscale model.residual_alpha=ε for model.layer_scale=ε",
+}
+
+
+def older_key(message: str) -> str | None:
+    """What to say for a composition error (Hydra's message) about a key of OLDER_KEYS: the
+    key and its current spelling; None for any other error."""
+    for key, now in OLDER_KEYS.items():
+        if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message):
+            return f"{key} is no longer a key; write {now}"
+    return None
 
 
 class Device(enum.Enum):
@@ -359,9 +377,14 @@ def options(node: DictConfig) -> dict[str, Any]:
 
 
 def mixer_label(node: Any) -> str:
-    """How runs, W&B groups and tables call the mixer: `mixer.name`, else its class name in
-    snake case (`_target_: shiftmix.Shift` -> `shift`; attnzoo.mixers.name_in_config)."""
-    return name_in_config(node) or "mixer"
+    """How runs, W&B groups and tables call the mixer: `mixer.name`, else the class name of its
+    `_target_` in snake case (`shiftmix.Shift` -> `shift`, `pkg.MyMixer` -> `my_mixer`); read
+    from the config alone (no import), so that a reader of a sweep's folders calls a run's mixer
+    as the trainer did."""
+    if node.get("name"):
+        return str(node["name"])
+    cls_name = str(node.get("_target_") or "mixer").rsplit(".", 1)[-1]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls_name).lower()
 
 
 def mixer_ref(node: Any) -> str:

@@ -52,12 +52,10 @@ class ModelConfig:
     rezero_alpha: RezeroAlpha = "shared"  # rezero: one α per block (the authors') | per_branch
     attnres_form: AttnresForm = "full"  # attnres: full | block (the paper's) | per_block
     attnres_block_size: int | None = None  # attnres_form=block: S (null: the paper's ≈8 blocks)
-    skip: bool = True  # false: the older spelling of residual=none
     mlp: bool = True
     mlp_ratio: float = 4.0  # the MLP's hidden width over dim
     norm: Norm = "layernorm"
     norm_position: NormPosition = "pre"
-    layer_scale: float | None = None  # older spelling of residual=layerscale residual_alpha=ε
     dropout: float = 0.0  # on the embedding and on both residual branches
     pos_emb: PosEmb = "learned"
     share_blocks: bool = False  # one block applied `depth` times (the paper's recurrent model)
@@ -226,7 +224,7 @@ class Model(nn.Module):
         if not isinstance(c.depth, int) or c.depth < 1:
             raise ValueError(f"depth must be a positive int, got {c.depth!r}")
         self.config, self.head_kind, self.max_len = c, head, max_len
-        self.residual = res.resolve(c)  # the variant, with the older keys skip/layer_scale read
+        self.residual = res.resolve(c)
         per_branch = self.residual.kind in res.BRANCH_RESIDUALS
         if vocab_size is not None:
             self.embed = nn.Embedding(vocab_size, c.dim)

@@ -5,7 +5,7 @@ Two runs are replicates when their resolved configs are equal after dropping the
 (`train.seed`) and the keys that do not change what is trained or measured (`NON_SEMANTIC`: where
 and how a run logs, checkpoints, resumes and threads), and any string value that holds the run's
 own folder (an output path, not part of the configuration). `config_hash` fingerprints what is
-left; `group_name` makes it readable for W&B, e.g. `sort-scaled_dot-skip_off-3f9a0c1e`.
+left; `group_name` makes it readable for W&B, e.g. `sort-scaled_dot-residual_none-3f9a0c1e`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ NON_SEMANTIC = (
 )
 # The block's ablation switches, named in a group's name and tags when they differ from the
 # model's defaults (a key the model does not have is left out).
-ABLATION_KEYS = ("skip", "residual", "mlp", "norm", "norm_position")
+ABLATION_KEYS = ("residual", "mlp", "norm", "norm_position")
 HASH_CHARS = 8
 
 
@@ -66,11 +66,7 @@ def run_folders(run_dir: Path) -> list[str]:
 def semantic_config(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> dict[str, Any]:
     """The flat config that defines the configuration: without NON_SEMANTIC keys and without
     string values that contain one of `run_paths` (the run's folder and its sweep's)."""
-    from attnzoo.mixers import without_implied_target
-
     paths = [p for p in run_paths if p]
-    if isinstance(cfg.get("mixer"), Mapping):  # a package mixer is its name, as before _target_
-        cfg = {**cfg, "mixer": without_implied_target(cfg["mixer"])}
     return {
         k: v
         for k, v in flatten(cfg).items()
@@ -90,13 +86,15 @@ def config_hash(cfg: Mapping[str, Any], run_paths: Iterable[str] = ()) -> str:
 
 
 def _choice(cfg: Mapping[str, Any], group: str) -> str | None:
-    """A group's choice: its node's `name`, else (a mixer named by its class alone) the class
-    name of its `_target_` in snake case (attnzoo.mixers.name_in_config, as the trainer)."""
+    """A group's choice: its node's `name`; the mixer's as the trainer calls it
+    (attnzoo.config.mixer_label: a mixer named by its class alone by the class name)."""
     node = cfg.get(group)
-    if isinstance(node, Mapping):
-        from attnzoo.mixers import name_in_config
+    if isinstance(node, Mapping) and group == "mixer":
+        from attnzoo.config import mixer_label
 
-        return name_in_config(node)
+        return mixer_label(node)
+    if isinstance(node, Mapping):
+        return node.get("name")
     return None if node is None else str(node)
 
 
@@ -114,7 +112,7 @@ def _word(value: Any) -> str:
 
 def ablation(cfg: Mapping[str, Any]) -> dict[str, str]:
     """The block switches (ABLATION_KEYS) whose value differs from the model's default, as words:
-    {"skip": "off", "norm": "rmsnorm"}."""
+    {"residual": "none", "norm": "rmsnorm"}."""
     model = cfg.get("model") if isinstance(cfg.get("model"), Mapping) else {}
     defaults = _model_defaults()
     return {
@@ -151,7 +149,7 @@ def group_name(
 
 def tags(cfg: Mapping[str, Any]) -> list[str]:
     """W&B tags naming the task, the mixer and the ablation: `task:sort`, `mixer:metric`,
-    `skip:off`, ... (`ablation:none` when every switch is at its default)."""
+    `residual:none`, ... (`ablation:none` when every switch is at its default)."""
     out = [f"task:{_choice(cfg, 'task')}", f"mixer:{_choice(cfg, 'mixer')}"]
     switches = ablation(cfg)
     out += [f"{k}:{v}" for k, v in switches.items()] or ["ablation:none"]

@@ -23,9 +23,7 @@ Two act across blocks and live in the model's forward, which keeps the list of e
                  AttnRes; `attnres_form=block`: Block AttnRes; `per_block`: one average per
                  block), starting as a uniform average
 
-`model.skip=false` is the older spelling of `residual=none`, `model.layer_scale=ε` of
-`residual=layerscale residual_alpha=ε`; `resolve` turns a configuration into one variant and
-refuses contradictions. Each variant's formula, init and source are in the docstring of what
+`resolve` turns a configuration into one variant and refuses contradictions. Each variant's formula, init and source are in the docstring of what
 implements it, and in docs/block.md.
 """
 
@@ -68,8 +66,6 @@ class ResidualConfig(Protocol):
     rezero_alpha: str
     attnres_form: str
     attnres_block_size: int | None
-    skip: bool
-    layer_scale: float | None
     depth: int
     mlp: bool
     norm: str
@@ -111,40 +107,10 @@ def deepnorm_constants(depth: int) -> tuple[float, float]:
 
 def resolve(c: ResidualConfig) -> ResolvedResidual:
     """The variant a configuration asks for, with its number; ValueError on a contradiction or a
-    value out of range, naming the keys and what is allowed.
-
-    The older keys are shorthands: `skip=false` means `residual=none` and `layer_scale=ε` means
-    `residual=layerscale residual_alpha=ε`. Each may be combined with its own variant or with
-    `residual=add` (the default, which then yields to it), never with another variant.
-    """
+    value out of range, naming the keys and what is allowed."""
     kind, alpha = c.residual, c.residual_alpha
     if kind not in RESIDUALS:
         raise ValueError(f"model.residual={kind!r} is not one of {RESIDUALS}")
-    if not c.skip:
-        other = f"residual={kind!r}" if kind not in ("add", "none") else None
-        if c.layer_scale is not None:
-            other = f"layer_scale={c.layer_scale!r}"
-        if other is not None:
-            raise ValueError(
-                f"model.skip=false (the older spelling of model.residual=none) contradicts "
-                f"model.{other}; allowed: drop model.skip and keep model.residual, or "
-                f"model.residual=none"
-            )
-        kind = "none"
-    if c.layer_scale is not None:
-        if kind not in ("add", "layerscale"):
-            raise ValueError(
-                f"model.layer_scale={c.layer_scale!r} (the older spelling of "
-                f"model.residual=layerscale model.residual_alpha={c.layer_scale!r}) contradicts "
-                f"model.residual={kind!r}; allowed: model.residual=layerscale with "
-                f"model.residual_alpha, and model.layer_scale=null"
-            )
-        if alpha is not None and alpha != c.layer_scale:
-            raise ValueError(
-                f"model.layer_scale={c.layer_scale!r} and model.residual_alpha={alpha!r} both "
-                f"set LayerScale's initial value; allowed: model.residual_alpha alone"
-            )
-        kind, alpha = "layerscale", c.layer_scale
     if alpha is not None and kind not in WITH_ALPHA:
         raise ValueError(
             f"model.residual_alpha={alpha!r} has no effect with model.residual={kind!r}; it sets "

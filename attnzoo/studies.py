@@ -15,6 +15,7 @@ import random
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -115,11 +116,23 @@ STUDY_MIXERS = (
 )
 
 
+# Every mixer of the package, in the order the studies over the whole zoo (rank_collapse) and
+# the benchmarks list them: their tables keep it whatever order the registry has.
+ZOO_MIXERS = (*STUDY_MIXERS, "retention", "gla", "mamba2", "deltanet", "sigmoid")
+
+
 def study_mixers(causal: bool = False) -> list[str]:
     """STUDY_MIXERS, only those that can run a causal task when `causal`."""
     from attnzoo.mixers import causal_mixers
 
     return [m for m in STUDY_MIXERS if not causal or m in causal_mixers()]
+
+
+def in_zoo_order(mixers: Iterable[str]) -> list[str]:
+    """`mixers` in ZOO_MIXERS' order; any other (a user's, or one added since) after them, in the
+    order given."""
+    rank = {m: i for i, m in enumerate(ZOO_MIXERS)}
+    return sorted(mixers, key=lambda m: rank.get(m, len(rank)))
 
 
 # The files (under the data folder) whose presence means a task's corpus is there.

@@ -59,6 +59,7 @@ from attnzoo.bench.train import (
 )
 from attnzoo.config import Impl, enum_value
 from attnzoo.mixers import MIXERS, causal_mixers
+from attnzoo.studies import in_zoo_order
 from attnzoo.train import device_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--mixers",
-        default=",".join([*causal_mixers(), PLAIN]),  # its tasks include causal ones
+        default=",".join([*in_zoo_order(causal_mixers()), PLAIN]),  # its tasks include causal ones
         help=f"mixers, and {PLAIN!r} for the plain GPT",
     )
     add("--steps", type=int, default=None, help="train.max_steps (default: the recipe's)")

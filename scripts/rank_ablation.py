@@ -53,7 +53,7 @@ from attnzoo.analysis.figures import plot_rank_ablation
 from attnzoo.analysis.groups import group_jobs
 from attnzoo.analysis.report import write_runs
 from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
-from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt
+from attnzoo.analysis.tables import CSV_SPEC, ci_text, fmt
 from attnzoo.analysis.verdicts import (
     COLLAPSED,
     KEPT,
@@ -67,6 +67,7 @@ from attnzoo.studies import (
     SMOKE_SIZE,
     add_run_options,
     default_out,
+    in_zoo_order,
     int_list,
     machine,
     price,
@@ -116,8 +117,7 @@ def _variants(cs: list[RankConfig]) -> list[str]:
 
 
 def _mixers(cs: list[RankConfig]) -> list[str]:
-    present = {c.mixer for c in cs}
-    return [m for m in MIXERS if m in present]
+    return in_zoo_order(sorted({c.mixer for c in cs}))
 
 
 def matrix_cell(c: RankConfig | None, when: str) -> str:
@@ -259,7 +259,7 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         cells = []
         for name in SPREAD:
             t, i = c.shares["trained", name], c.shares["init", name]
-            cells.append(f"{ci_text(t.mean, t.low, t.high)} ({fmt(i.mean, 3)})")
+            cells.append(f"{ci_text(t.mean, t.low, t.high)} ({fmt(i.mean, '.3g')})")
         ent = c.last["trained", "attention_entropy"]
         lines.append(
             f"| {c.mixer} | {c.residual} | {'on' if c.mlp else 'off'} | {c.norm} | "
@@ -279,7 +279,7 @@ def write_report(cs: list[RankConfig], args: argparse.Namespace, header: dict[st
         with open(out / "rank_ablation.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows({k: fmt(v, CSV_DIGITS) for k, v in r.items()} for r in rows)
+            writer.writerows({k: fmt(v, CSV_SPEC) for k, v in r.items()} for r in rows)
     (out / "rank_ablation.json").write_text(
         json.dumps({**header, "configurations": rows}, indent=2, default=str) + "\n"
     )

@@ -90,7 +90,7 @@ from attnzoo.analysis.fits import (  # noqa: E402
     fit_rate,
     layers_above,
 )
-from attnzoo.analysis.known_collapse import ci, fmt, known_answers  # noqa: E402
+from attnzoo.analysis.known_collapse import ci, known_answers  # noqa: E402
 from attnzoo.analysis.split_residual import SPLIT_FLOOR  # noqa: E402
 from attnzoo.analysis.stacks import (  # noqa: E402
     EPS_ZERO,
@@ -103,17 +103,18 @@ from attnzoo.analysis.stacks import (  # noqa: E402
     pure_curve,
     stacks,
 )
+from attnzoo.analysis.tables import fmt  # noqa: E402
 from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import mean_interval, t_ppf  # noqa: E402
-from attnzoo.studies import default_out, machine  # noqa: E402
+from attnzoo.studies import ZOO_MIXERS, default_out, machine  # noqa: E402
 
-VARIANTS = {  # name -> (skip, mlp)
-    "pure": (False, False),
-    "+skip": (True, False),
-    "+mlp": (False, True),
-    "+skip+mlp": (True, True),
+VARIANTS = {  # name -> (model.residual, model.mlp)
+    "pure": ("none", False),
+    "+skip": ("add", False),
+    "+mlp": ("none", True),
+    "+skip+mlp": ("add", True),
 }
 NORMS = ("none", "layernorm")
 # the control of the rate study: a mixer whose collapse is known (singly exponential)
@@ -159,7 +160,7 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mixers", nargs="+", default=list(MIXERS), choices=list(MIXERS))
+    parser.add_argument("--mixers", nargs="+", default=list(ZOO_MIXERS), choices=list(MIXERS))
     parser.add_argument("--depth", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--dim", type=int, default=64)
@@ -193,9 +194,11 @@ def main() -> None:
     curves: dict[tuple[str, str, str], RankProfile] = {}
     rows_of = stacks(args.mixers)
     for mixer, stack in rows_of.items():
-        for variant, (skip, mlp) in VARIANTS.items():
+        for variant, (residual, mlp) in VARIANTS.items():
             for norm in NORMS:
-                runs = [measure(stack, skip, mlp, norm, args, seed) for seed in range(args.seeds)]
+                runs = [
+                    measure(stack, residual, mlp, norm, args, seed) for seed in range(args.seeds)
+                ]
                 per_seed += [
                     [mixer, variant, norm, seed, d] + [r.measures[n][d] for n in names]
                     for seed, r in enumerate(runs)
@@ -248,8 +251,8 @@ def main() -> None:
         growth = exponent_growth(mean)
         half = [t_ppf(0.975, args.seeds - 1) * s / math.sqrt(args.seeds) for s in std]
         cells = [
-            f"{fmt(mean[d], '.2g')} [{fmt(mean[d] - half[d], '.2g')}, "
-            f"{fmt(mean[d] + half[d], '.2g')}]"
+            f"{fmt(mean[d], '.2g', nan='n/a')} [{fmt(mean[d] - half[d], '.2g', nan='n/a')}, "
+            f"{fmt(mean[d] + half[d], '.2g', nan='n/a')}]"
             for d in (1, min(3, args.depth), args.depth)
         ]
         lines.append(
@@ -266,7 +269,7 @@ def main() -> None:
         "|---|---|---|" + "---|" * len(names),
     ]
     for (mixer, variant, norm), profile in curves.items():
-        cells = [fmt(profile.measures[n][args.depth], ".3g") for n in names]
+        cells = [fmt(profile.measures[n][args.depth], ".3g", nan="n/a") for n in names]
         lines.append(f"| {mixer} | {variant} | {norm} | {' | '.join(cells)} |")
 
     rate = rate_study(args)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from attnzoo.checkpoint import load_checkpoint
 from attnzoo.mixers import MIXERS
+from attnzoo.studies import in_zoo_order
 from attnzoo.tracking import read_metrics
 
 TINY = [
@@ -122,8 +123,9 @@ def soak(args: argparse.Namespace) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="attnzoo-soak-"))
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
+    mixers = in_zoo_order(MIXERS)
     for i in range(args.jobs):
-        mixer = list(MIXERS)[i % len(MIXERS)]
+        mixer = mixers[i % len(mixers)]
         overrides = [*TINY, f"mixer={mixer}", f"train.max_steps={args.steps}", f"train.seed={i}"]
         jobs.append(Job(f"{i}-{mixer}", out / f"job{i}", overrides))
     t0 = time.monotonic()

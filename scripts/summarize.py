@@ -8,7 +8,7 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
 
 - summary.md, summary.csv: one row per job, the per-seed values behind every interval and test:
   its configuration (`group` in the csv, as in groups.csv), mixer, residual (the variant the job ran,
-  `model.residual` with the older `model.skip` resolved by attnzoo.residual), MLP, norm, depth,
+  `model.residual` resolved by attnzoo.residual), MLP, norm, depth,
   task, seed, final validation loss and metric, final rank (the relative residual) and
   final_<measure> for each other collapse measure (effective_rank, stable_rank,
   token_similarity, attention_entropy; the last layer's `rank/<measure>/layer_<k>`, empty when
@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument(
         "--compare",
         default=None,
-        help="axis to compare along (e.g. mixer, model.skip); default: the axis "
+        help="axis to compare along (e.g. mixer, model.residual); default: the axis "
         "the sweep varied (the mixer when it varied several)",
     )
     parser.add_argument(

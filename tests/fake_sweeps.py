@@ -33,7 +33,6 @@ def _config(mixer: str, seed: int, lr: float, folder: Path, **model: Any) -> dic
             "mlp": True,
             "mlp_ratio": 4.0,
             "norm": "layernorm",
-            "skip": True,
             "residual": "add",
         }
         | model,
@@ -170,7 +169,6 @@ def make_rank_ablation(out: Path) -> Path:
                             "residual": residual,
                             "norm": norm,
                             "mlp": mlp,
-                            "skip": residual != "none",
                             **extra,
                         }
                         cfg = _config(mixer, seed, 1e-3, folder, **model)

@@ -68,7 +68,7 @@ def test_a_sweep_gives_its_groups_with_intervals_comparisons_and_choices(tmp_pat
     with pytest.raises(
         ValueError, match="not an axis this sweep varied; its axes: mixer, train.lr"
     ):
-        sweep.axis("model.skip")
+        sweep.axis("model.norm")
     first = sweep.groups[0]
     assert first.name == "mixer=scaled_dot, train.lr=0.001"
     assert sorted(first.values("val_loss")) == list(TUNE_SEEDS)
@@ -410,7 +410,7 @@ def _pure_stack_residuals(mixer: str, seed: int, **options) -> list[float]:
         heads=2,
         mixer=mixer,
         mixer_options=options,
-        skip=False,
+        residual="none",
         mlp=False,
         norm="none",
     )

@@ -23,7 +23,7 @@ def test_default_config_composes_to_the_documented_run():
     assert cfg.mixer.name == "scaled_dot" and cfg.task.name == "sort"
     assert cfg.task.seq_len == 8 and cfg.task.vocab_size == 10
     assert cfg.logger.mode.value == "offline" and cfg.train.resume is False
-    for key in ("dim", "depth", "heads", "skip", "mlp", "norm", "norm_position"):
+    for key in ("dim", "depth", "heads", "residual", "mlp", "norm", "norm_position"):
         assert key in cfg.model
     for key in ("max_steps", "batch_size", "lr", "warmup_steps", "eval_every", "ckpt_every"):
         assert key in cfg.train
@@ -142,6 +142,12 @@ def test_bad_value_fails_before_training(overrides, words, tmp_path):
         (["train.lr=abc"], ["train.lr=abc", "could not be converted to Float"]),
         (["model.dim=30", "model.heads=4"], ["model.dim", "divisible by model.heads=4"]),
         (["mixer=pooling", "mixer.bogus=1"], ["mixer.bogus=1", "window"]),
+        # the older spellings of model.residual: refused, naming the key and how to say it now
+        (["model.skip=false"], ["model.skip is no longer a key", "model.residual=none"]),
+        (
+            ["model.layer_scale=0.1"],
+            ["model.layer_scale is no longer a key", "model.residual=layerscale", "residual_alpha"],
+        ),
     ],
 )
 def test_cli_exits_2_naming_the_key_and_writes_nothing(overrides, words, tmp_path):
@@ -162,6 +168,28 @@ def test_cli_exits_2_naming_the_key_and_writes_nothing(overrides, words, tmp_pat
     assert not (tmp_path / "run").exists()  # no folder, not even an empty one
 
 
+def test_an_older_key_in_a_config_file_exits_2_naming_its_current_spelling(tmp_path):
+    """A preset of the user's own that still says model.layer_scale is refused like the command
+    line's older keys, and makes no run folder."""
+    (tmp_path / "my_conf" / "experiment").mkdir(parents=True)
+    preset = "# @package _global_\nmodel:\n  layer_scale: 0.1\n"
+    (tmp_path / "my_conf" / "experiment" / "old.yaml").write_text(preset)
+    env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path)}
+    args = [f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]", "experiment=old"]
+    out = subprocess.run(
+        [sys.executable, "-m", "attnzoo.train", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "model.layer_scale is no longer a key" in out.stderr, out.stderr
+    assert "model.residual=layerscale model.residual_alpha" in out.stderr, out.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_triton_on_cpu_without_the_interpreter_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     cfg = compose(["impl=triton", "train.device=cpu", "logger.mode=disabled"])
@@ -179,7 +207,7 @@ def test_data_dir_default_env_and_relative(tmp_path, monkeypatch):
 
 
 def test_saved_config_round_trips(tmp_path):
-    cfg = compose(["mixer=metric", "mixer.metric_param=psd", "model.skip=false"])
+    cfg = compose(["mixer=metric", "mixer.metric_param=psd", "model.residual=none"])
     OmegaConf.save(cfg, tmp_path / "c.yaml")
     back = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert back["mixer"] == {
@@ -189,7 +217,7 @@ def test_saved_config_round_trips(tmp_path):
         "attn_dropout": 0.0,
         "sink": "none",
     }
-    assert back["model"]["skip"] is False and back["model"]["norm"] == "layernorm"
+    assert back["model"]["residual"] == "none" and back["model"]["norm"] == "layernorm"
 
 
 def test_model_defaults_and_fields_come_from_model_config():

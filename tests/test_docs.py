@@ -349,7 +349,7 @@ def test_the_checks_find_broken_links_anchors_paths_and_configs(tmp_path: Path) 
         "`[not a link](inside-code.md)`\n\n"
         "```bash\npython scripts/no_such_script.py\npython -m attnzoo.no_such_module\n"
         "python scripts/summarize.py multirun/x --out y --no-such-option  # --in-a-comment\n"
-        "python -m attnzoo.train mixer=metric,no_such_mixer model.skip=true\n```\n"
+        "python -m attnzoo.train mixer=metric,no_such_mixer model.mlp=true\n```\n"
         "See `tests/test_docs.py::test_no_such_test` and `test_no_such_test_either`.\n"
         "Inline: `python scripts/no_such_script.py --x`.\n"
         "from /work/x since that baseline, issue 12\n"

@@ -233,7 +233,7 @@ def test_interventions_match_attnzoo_blocks_built_without_the_parts(position):
     }
     for (variant, norms), (skip, mlp, norm) in built_as.items():
         built = Model(
-            dataclasses.replace(cfg, skip=skip, mlp=mlp, norm=norm),
+            dataclasses.replace(cfg, residual="add" if skip else "none", mlp=mlp, norm=norm),
             out_features=2,
             max_len=8,
             vocab_size=32,

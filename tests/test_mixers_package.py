@@ -1,5 +1,5 @@
-"""The layout of `attnzoo.mixers`: one module per family, none too long, no import cycle through
-the package, and every import path a saved config or checkpoint may name still loading."""
+"""The layout of `attnzoo.mixers`: one module per family, none too long, and no import cycle
+through the package."""
 
 from __future__ import annotations
 
@@ -7,33 +7,16 @@ import ast
 import importlib
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
-from attnzoo.mixers import MIXERS, class_path, mixer_class, without_implied_target
+from attnzoo.mixers import MIXERS, class_path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "attnzoo"
 PACKAGE = LIBRARY / "mixers"
-MAX_LINES = 400
-
-# The package's mixers by family module: a newcomer finds a mixer by its family's name.
-FAMILIES = {
-    "softmax": {"scaled_dot", "quadratic", "metric", "local"},
-    "kernelized": {"linear", "favor"},
-    "nystrom": {"nystrom"},
-    "parameter_free": {"pooling", "identity", "fourier"},
-    "token_mlp": {"token_mlp"},
-    "recurrent": {"retention", "gla"},
-    "state_space": {"mamba2"},
-    "delta": {"deltanet"},
-    "sigmoid": {"sigmoid"},
-}
-# Where each class was before the package had family modules: saved configs name these.
-OLD_ZOO = {"linear", "favor", "nystrom", "fourier", "local", "token_mlp"}
 
 
 def _module_name(path: Path) -> str:
@@ -119,7 +102,7 @@ def test_no_import_cycle_runs_through_the_mixers_or_flops():
     assert "attnzoo.mixers" in graph["attnzoo.flops"]  # the graph sees a package's __init__ run
     assert cycles_through(graph, ours) == []
     # the family modules import the registry and the bases, never the package's __init__
-    for module in ours - {"attnzoo.mixers", "attnzoo.flops", "attnzoo.mixers_zoo"}:
+    for module in ours - {"attnzoo.mixers", "attnzoo.flops"}:
         assert "attnzoo.mixers" not in graph[module], module
 
 
@@ -129,102 +112,47 @@ def test_the_cycle_check_finds_a_deferred_import():
     assert cycles_through(graph, {"c"}) == []
 
 
-def test_no_module_of_the_package_is_over_the_line_limit():
-    lengths = {
-        p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.glob("*.py")
-    }
-    assert {"__init__.py", "registry.py", "base.py", *(f"{f}.py" for f in FAMILIES)} <= set(lengths)
-    assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+def test_each_mixer_lives_in_a_family_module_and_its_yaml_names_it_there():
+    """A mixer is found by its family's module (attnzoo/mixers/<family>.py), and the YAML of
+    the same name names its class; every YAML of conf/mixer/ is a registered mixer."""
+    yamls = {p.stem for p in (ROOT / "conf" / "mixer").glob("*.yaml")}
+    assert set(MIXERS) == yamls
+    shared = {"attnzoo.mixers", "attnzoo.mixers.registry", "attnzoo.mixers.base"}
+    for name, cls in MIXERS.items():
+        assert cls.__module__.startswith("attnzoo.mixers.") and cls.__module__ not in shared
+        node = yaml.safe_load((ROOT / "conf" / "mixer" / f"{name}.yaml").read_text())
+        assert node["_target_"] == class_path(cls), name
 
 
-def test_each_mixer_lives_in_its_family_module_and_its_yaml_names_it_there():
-    assert set(MIXERS) == set().union(*FAMILIES.values())
-    for family, names in FAMILIES.items():
-        for name in names:
-            cls = MIXERS[name]
-            assert cls.__module__ == f"attnzoo.mixers.{family}", name
-            node = yaml.safe_load((ROOT / "conf" / "mixer" / f"{name}.yaml").read_text())
-            assert node["_target_"] == class_path(cls), name
+def test_the_package_exports_every_public_name_its_modules_define():
+    """`from attnzoo.mixers import X` for every public class, function and constant a module of
+    the package defines (read off its source), as the same object as in its module."""
+    import attnzoo.mixers as package
 
-
-def test_the_registry_keeps_the_order_the_studies_list_mixers_in():
-    assert list(MIXERS) == [
-        "scaled_dot",
-        "quadratic",
-        "metric",
-        "pooling",
-        "identity",
-        "linear",
-        "favor",
-        "nystrom",
-        "fourier",
-        "local",
-        "token_mlp",
-        "retention",
-        "gla",
-        "mamba2",
-        "deltanet",
-        "sigmoid",
-    ]
-
-
-def _old_paths(name: str) -> list[str]:
-    cls = MIXERS[name]
-    old = [f"attnzoo.mixers.{cls.__name__}"]
-    return old + [f"attnzoo.mixers_zoo.{cls.__name__}"] if name in OLD_ZOO else old
-
-
-@pytest.mark.parametrize("name", sorted(MIXERS))
-def test_old_import_paths_still_name_the_class(name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for path in _old_paths(name):
-            assert mixer_class(path) is MIXERS[name], path
-            node = {"name": name, "_target_": path, "attn_dropout": 0.0}
-            assert without_implied_target(node) == {"name": name, "attn_dropout": 0.0}
-    # a path that names another class is part of the configuration
-    wrong = "attnzoo.mixers.Pooling" if name == "identity" else "attnzoo.mixers.Identity"
-    other = {"name": name, "_target_": wrong}
-    assert without_implied_target(other) == other
-
-
-def test_the_old_zoo_module_is_a_deprecated_alias():
-    sys.modules.pop("attnzoo.mixers_zoo", None)
-    with pytest.deprecated_call(match="attnzoo.mixers"):
-        zoo = importlib.import_module("attnzoo.mixers_zoo")
-    assert {n: getattr(zoo, c.__name__) for n, c in MIXERS.items() if n in OLD_ZOO} == {
-        n: MIXERS[n] for n in OLD_ZOO
-    }
-
-
-def test_a_checkpoint_saved_with_old_targets_resumes_and_keeps_its_group():
-    """A checkpoint's and a W&B group's config name a package mixer by whichever path its class
-    had when it was saved; the class, not the path, is the configuration."""
-    from attnzoo.config import ConfigError
-    from attnzoo.replicates import config_hash
-    from attnzoo.train.resume import check_same_run
-
-    for name in ("scaled_dot", "favor"):
-        now = {
-            "mixer": {"name": name, "_target_": class_path(MIXERS[name]), "attn_dropout": 0.0},
-            "model": {"dim": 16},
-            "task": {"name": "sort"},
-            "train": {"seed": 0},
-        }
-        for path in _old_paths(name):
-            saved = {**now, "mixer": {**now["mixer"], "_target_": path}}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                check_same_run(saved, now)
-                assert config_hash(saved) == config_hash(now)
-        user = {**now, "mixer": {**now["mixer"], "_target_": "mine.Favor"}}
-        with pytest.raises(ConfigError, match="mixer._target_"):
-            check_same_run(user, now)
+    checked = set()
+    for path in sorted(PACKAGE.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        module = importlib.import_module(f"attnzoo.mixers.{path.stem}")
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in (n for n in names if not n.startswith("_")):
+                assert getattr(package, name, None) is getattr(module, name), f"{path.stem}.{name}"
+                checked.add(name)
+    assert {"MIXERS", "build_mixer", "ScaledDotAttention", "FEATURE_MAPS"} <= checked
+    assert set(package.__all__) == checked
 
 
 @pytest.mark.slow  # a second interpreter: the import-graph test above covers cycles quickly
 def test_the_package_imports_in_a_fresh_interpreter():
-    """Every module of the package, and the old paths, in a fresh interpreter. (Each import of
+    """Every module of the package in a fresh interpreter. (Each import of
     an attnzoo module runs `attnzoo/__init__.py` first, so one interpreter per module would
     test the same order; the graph test above covers the orders in between.)"""
     modules = sorted(_module_name(p) for p in PACKAGE.glob("*.py"))
@@ -233,48 +161,7 @@ def test_the_package_imports_in_a_fresh_interpreter():
         "warnings.simplefilter('error')\n"
         f"for m in {['attnzoo.flops', *modules]!r}: importlib.import_module(m)\n"
         "from attnzoo.mixers import MIXERS, register\n"
-        f"assert len(MIXERS) == {len(set().union(*FAMILIES.values()))}, list(MIXERS)\n"
-        "warnings.simplefilter('ignore', DeprecationWarning)\n"
-        "from attnzoo.mixers_zoo import Favor\n"
-        "from attnzoo.mixers.kernelized import Favor as F\n"
-        "assert Favor is F\n"
+        f"assert len(MIXERS) == {len(MIXERS)}, list(MIXERS)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-
-
-def test_a_run_resumes_from_a_checkpoint_that_names_the_old_path(tmp_path, monkeypatch):
-    """End to end: a checkpoint whose config names its mixer as `attnzoo.mixers_zoo.Favor`
-    continues under today's YAML (`attnzoo.mixers.kernelized.Favor`)."""
-    from attnzoo.checkpoint import read_checkpoint, save_checkpoint
-    from attnzoo.train import compose, run
-
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    tiny = [
-        "mixer=favor",
-        "model.dim=16",
-        "model.depth=1",
-        "model.heads=2",
-        "train.batch_size=4",
-        "train.warmup_steps=2",
-        "train.log_every=5",
-        "train.eval_every=10",
-        "train.eval_batches=1",
-        "train.ckpt_every=10",
-        "train.probe_batch_size=4",
-        "train.progress=false",
-        "logger.mode=disabled",
-    ]
-    run(compose([*tiny, "train.max_steps=10"]), tmp_path)
-    folder = tmp_path / "checkpoints"
-    state = read_checkpoint(folder / "last.pt")
-    assert state["config"]["mixer"]["_target_"] == "attnzoo.mixers.kernelized.Favor"
-    state["config"]["mixer"]["_target_"] = "attnzoo.mixers_zoo.Favor"
-    (folder / "last.pt").unlink()
-    (folder / "prev.pt").unlink(missing_ok=True)
-    save_checkpoint(state, folder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        longer = ["train.max_steps=20", "train.extend=true", "train.resume=true"]
-        resumed = run(compose([*tiny, *longer]), tmp_path)
-    assert resumed["status"] == "completed" and resumed["resumed_from"] == 10

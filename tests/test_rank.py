@@ -56,7 +56,10 @@ def test_relative_residual_ignores_padding():
 
 
 def pure_model(mixer: str, skip: bool, depth: int = 6) -> Model:
-    cfg = ModelConfig(dim=64, depth=depth, heads=4, mixer=mixer, skip=skip, mlp=False, norm="none")
+    residual = "add" if skip else "none"
+    cfg = ModelConfig(
+        dim=64, depth=depth, heads=4, mixer=mixer, residual=residual, mlp=False, norm="none"
+    )
     return Model(cfg, out_features=10, max_len=32, vocab_size=50)
 
 

@@ -55,8 +55,8 @@ def test_group_ignores_the_seed_and_where_a_run_logs_but_no_other_key():
     others = [["train.lr=1e-3"], ["mixer=metric"], ["model.dim=32"], ["task.seq_len=12"]]
     names = {replicates.group_name(plain(*o)) for o in others}
     assert name not in names and len(names) == len(others)
-    assert replicates.group_name(plain("model.skip=false", "model.norm=rmsnorm")).startswith(
-        "sort-scaled_dot-skip_off-norm_rmsnorm-"
+    assert replicates.group_name(plain("model.residual=none", "model.norm=rmsnorm")).startswith(
+        "sort-scaled_dot-residual_none-norm_rmsnorm-"
     )
     # the analysis groups with the very same definition
     assert analysis.report.NON_SEMANTIC is replicates.NON_SEMANTIC
@@ -69,7 +69,7 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
         "0": ["train.seed=0"],
         "1": ["train.seed=1"],  # a replicate of 0
         "2": ["train.seed=0", "train.lr=1e-3"],  # another configuration
-        "3": ["train.seed=0", "model.skip=false"],  # and another, with an ablation
+        "3": ["train.seed=0", "model.residual=none"],  # and another, with an ablation
     }
     records = {}
     for job, overrides in jobs.items():
@@ -81,10 +81,10 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
     groups = {job: r.run_group for job, r in records.items()}
     assert groups["0"] == groups["1"]
     assert len({groups["0"], groups["2"], groups["3"]}) == 3
-    assert groups["3"].startswith("sort-scaled_dot-skip_off-")
+    assert groups["3"].startswith("sort-scaled_dot-residual_none-")
     assert records["0"].job_type == "scaled_dot"
     assert list(records["0"].tags) == ["task:sort", "mixer:scaled_dot", "ablation:none", "mine"]
-    assert list(records["3"].tags)[:3] == ["task:sort", "mixer:scaled_dot", "skip:off"]
+    assert list(records["3"].tags)[:3] == ["task:sort", "mixer:scaled_dot", "residual:none"]
     # the sweep summary names the same groups
     analysis.summarize(sweep, tmp_path / "report")
     rows = list(csv.DictReader((tmp_path / "report" / "groups.csv").open()))
@@ -98,7 +98,7 @@ def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
     column = table["columns"].index("wandb_group")
     assert sorted(row[column] for row in table["data"]) == sorted(r["wandb_group"] for r in rows)
     assert (
-        table["columns"][:3] == ["group", "model.skip", "train.lr"]
+        table["columns"][:3] == ["group", "model.residual", "train.lr"]
         and "val_loss_ci_low" in table["columns"]
     )
     (summary_run,) = (tmp_path / "report").glob("wandb/offline-run-*")

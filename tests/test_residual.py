@@ -154,14 +154,16 @@ def test_the_rank_profile_measures_after_every_block(residual):
 # width-16 models accumulate well under 1e-5). A real change to what a residual does moves the
 # logits by far more: the test below shows that scaling one residual by 1.001 already exceeds it.
 REFERENCE_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-OLD_KEYS_CASES = {
-    "scaled_dot_pre": [{"mixer": "scaled_dot"}],
-    "metric_post": [{"mixer": "metric", "norm_position": "post", "norm": "rmsnorm"}],
-    "quadratic_layer_scale": [
-        {"mixer": "quadratic", "causal": True, "layer_scale": 0.1},
-        {"mixer": "quadratic", "causal": True, "residual": "layerscale", "residual_alpha": 0.1},
-    ],
-    "pooling_pre_dropout": [{"mixer": "pooling", "dropout": 0.1}],
+REFERENCE_CASES = {
+    "scaled_dot_pre": {"mixer": "scaled_dot"},
+    "metric_post": {"mixer": "metric", "norm_position": "post", "norm": "rmsnorm"},
+    "quadratic_layer_scale": {
+        "mixer": "quadratic",
+        "causal": True,
+        "residual": "layerscale",
+        "residual_alpha": 0.1,
+    },
+    "pooling_pre_dropout": {"mixer": "pooling", "dropout": 0.1},
 }
 
 
@@ -174,22 +176,18 @@ def forward_reference_tokens(kw: dict, tokens: torch.Tensor) -> tuple[torch.Tens
 
 def test_add_matches_the_model_before_the_family():
     """tests/data/residual_add_reference.pt holds the logits and hidden states of four models
-    built by attnzoo before model.residual existed (seed 0 for the weights, these tokens), with
-    the old keys: skip=true and, in one, layer_scale=0.1. The same keys, and the new spelling of
-    each, give the same numbers: within float32 rounding of the stored ones (made elsewhere), and
-    bit for bit between the two spellings (made here, in this process)."""
+    built by attnzoo before model.residual existed (seed 0 for the weights, these tokens): three
+    with the plain skip, one with LayerScale at 0.1. `add` and `layerscale` give the same
+    numbers, within float32 rounding of the stored ones (made elsewhere)."""
     reference = torch.load(REFERENCE, weights_only=True)
-    for name, spellings in OLD_KEYS_CASES.items():
-        outputs = [forward_reference_tokens(kw, reference[name]["tokens"]) for kw in spellings]
-        for kw, (logits, hidden) in zip(spellings, outputs, strict=True):
-            torch.testing.assert_close(
-                logits, reference[name]["logits"], **REFERENCE_TOLERANCE, msg=f"{name} {kw}"
-            )
-            torch.testing.assert_close(
-                hidden, reference[name]["hidden"], **REFERENCE_TOLERANCE, msg=f"{name} {kw}"
-            )
-        for logits, hidden in outputs[1:]:
-            assert torch.equal(logits, outputs[0][0]) and torch.equal(hidden, outputs[0][1]), name
+    for name, kw in REFERENCE_CASES.items():
+        logits, hidden = forward_reference_tokens(kw, reference[name]["tokens"])
+        torch.testing.assert_close(
+            logits, reference[name]["logits"], **REFERENCE_TOLERANCE, msg=f"{name} {kw}"
+        )
+        torch.testing.assert_close(
+            hidden, reference[name]["hidden"], **REFERENCE_TOLERANCE, msg=f"{name} {kw}"
+        )
 
 
 def test_the_reference_tolerance_sees_a_small_change_to_a_residual():
@@ -203,13 +201,9 @@ def test_the_reference_tolerance_sees_a_small_change_to_a_residual():
 
 
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
-def test_none_is_skip_false(mixer):
-    new, old = build(config("none", mixer=mixer)), build(config(mixer=mixer, skip=False))
-    assert new.residual == old.residual
-    x = tokens()
-    torch.testing.assert_close(new(x), old(x), rtol=0, atol=0)
+def test_none_has_no_skip(mixer):
     h = torch.randn(2, N, D)
-    block = new.blocks[0]
+    block = build(config("none", mixer=mixer)).blocks[0]
     expected = block.mlp(block.norm2(block.mixer(block.norm1(h))))
     torch.testing.assert_close(block(h), expected, rtol=0, atol=0)
 
@@ -582,10 +576,6 @@ def test_depth_mixing_keeps_causality():
 
 # configuration, words the ValueError must contain (the keys and what is allowed)
 BAD = [
-    (
-        {"residual": "rezero", "skip": False},
-        ["model.skip=false", "model.residual='rezero'", "model.residual=none"],
-    ),
     ({"residual": "highway"}, ["model.residual='highway'", "'rezero'", "'attnres'"]),
     (
         {"residual": "add", "residual_alpha": 0.5},
@@ -594,12 +584,6 @@ BAD = [
     ({"residual": "rezero", "residual_alpha": 0.5}, ["model.residual_alpha=0.5", "'rezero'"]),
     ({"residual": "scaled", "residual_alpha": -1.0}, ["model.residual_alpha=-1.0", "> 0"]),
     ({"residual": "lambda", "residual_alpha": math.inf}, ["model.residual_alpha=inf", "finite"]),
-    ({"residual": "scaled", "layer_scale": 0.1}, ["model.layer_scale=0.1", "residual=layerscale"]),
-    (
-        {"residual": "layerscale", "residual_alpha": 0.5, "layer_scale": 0.1},
-        ["model.layer_scale=0.1", "model.residual_alpha=0.5"],
-    ),
-    ({"skip": False, "layer_scale": 0.1}, ["model.skip=false", "layer_scale=0.1"]),
     ({"residual": "deepnorm", "norm_position": "pre"}, ["deepnorm", "model.norm_position=post"]),
     (
         {"residual": "deepnorm", "norm_position": "post", "norm": "none"},
@@ -659,8 +643,8 @@ def test_a_block_refuses_a_depth_mixing_residual():
 
 
 def test_a_contradiction_fails_before_training_with_a_config_error(tmp_path):
-    cfg = compose(["model.skip=false", "model.residual=rezero", "logger.mode=disabled"])
-    with pytest.raises(ConfigError, match="model.skip=false.*model.residual='rezero'"):
+    cfg = compose(["model.residual=rezero", "model.residual_alpha=0.5", "logger.mode=disabled"])
+    with pytest.raises(ConfigError, match="model.residual_alpha=0.5.*model.residual='rezero'"):
         run(cfg, tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
 

@@ -23,7 +23,7 @@ def _pure(mixer: str, seed: int, depth: int = 6, tokens: int = 12, **options) ->
         heads=2,
         mixer=mixer,
         mixer_options=options,
-        skip=False,
+        residual="none",
         mlp=False,
         norm="none",
     )
@@ -117,7 +117,7 @@ def test_a_softmax_with_a_sink_has_no_split_rule(sink):
         heads=2,
         mixer="scaled_dot",
         mixer_options={"sink": sink},
-        skip=False,
+        residual="none",
         mlp=False,
         norm="none",
     )

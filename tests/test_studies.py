@@ -611,6 +611,21 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
     assert mixers_for_task("imdb", list(MIXERS)) == (list(MIXERS), [])  # not causal: every one
 
 
+def test_the_studies_list_the_mixers_as_their_committed_tables_do():
+    """The order of a study's tables is its spec's, not the registry's: the whole-zoo study's
+    mixers are its committed table's rows, and any other mixer comes after them."""
+    from attnzoo.studies import ZOO_MIXERS, in_zoo_order
+
+    with (ROOT / "scripts/results/rank_collapse/rank_collapse.csv").open() as f:
+        rows = [r["mixer"] for r in csv.DictReader(f) if "(" not in r["mixer"]]
+    assert list(ZOO_MIXERS) == list(dict.fromkeys(rows))
+    with (ROOT / "scripts/results/rank_ablation/rank_ablation.csv").open() as f:
+        ablated = list(dict.fromkeys(r["mixer"] for r in csv.DictReader(f)))
+    assert in_zoo_order(sorted(ablated)) == ablated
+    given = ["mine", "sigmoid", "scaled_dot", "a_user_mixer", "quadratic"]
+    assert in_zoo_order(given) == ["scaled_dot", "quadratic", "sigmoid", "mine", "a_user_mixer"]
+
+
 STUDIES = (
     "architectures",
     "mixer_ablation",

@@ -31,7 +31,14 @@ def make_job(folder: Path, mixer: str, skip: bool, steps: int, status: str | Non
     (folder / ".hydra").mkdir(parents=True)
     cfg = {
         "mixer": {"name": mixer},
-        "model": {"dim": 16, "depth": 3, "heads": 2, "skip": skip, "mlp": True, "norm": "none"},
+        "model": {
+            "dim": 16,
+            "depth": 3,
+            "heads": 2,
+            "residual": "add" if skip else "none",
+            "mlp": True,
+            "norm": "none",
+        },
         "task": {"name": "sort", "seq_len": 8},
         "train": {"max_steps": steps},
     }
@@ -71,7 +78,7 @@ def sweep(tmp_path):
     (root / "5" / ".hydra").mkdir(parents=True)  # started, nothing written
     # job 4 left no folder; the grid has 7 jobs, so 6 is missing too
     # the grid: a preset's sweeper params (3 mixers) times the command line's (2 x 2)
-    overrides = ["model.skip=true,false", "+x=1,2"]
+    overrides = ["model.residual=add,none", "+x=1,2"]
     params = {"mixer": "scaled_dot,pooling,identity"}
     grid = {"hydra": {"overrides": {"task": overrides}, "sweeper": {"params": params}}}
     (root / "multirun.yaml").write_text(yaml.safe_dump(grid))
@@ -103,7 +110,6 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
     assert status["2"] == "incomplete" and status["3"] == "corrupt"
     assert all(status[str(i)] == "missing" for i in (4, 5, 6, 11))
     done = rows["0"]
-    assert "skip" not in done  # the residual column says what ran (skip=true with residual=none)
     assert (done["mixer"], done["residual"], done["mlp"], done["norm"], done["depth"]) == (
         "scaled_dot",
         "add",
@@ -111,7 +117,7 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
         "none",
         "3",
     )
-    assert (done["residual"], rows["1"]["residual"]) == ("add", "none")  # skip=false: none
+    assert (done["residual"], rows["1"]["residual"]) == ("add", "none")
     assert done["task"] == "sort" and done["metric"] == "accuracy"
     assert float(done["final_val_loss"]) == pytest.approx(2.0)
     assert float(done["final_metric"]) == pytest.approx(0.5)
@@ -155,7 +161,6 @@ def make_run(
     loss: float,
     lr: float = 3e-3,
     status: str = "completed",
-    skip: bool = True,
     residual: str | None = None,
 ) -> None:
     """A completed job of a seed sweep, its final validation loss `loss` (the curve ends there),
@@ -163,7 +168,7 @@ def make_run(
     (folder / ".hydra").mkdir(parents=True)
     cfg = {
         "mixer": {"name": mixer} | ({"window": 3} if mixer == "pooling" else {}),
-        "model": {"dim": 16, "depth": 2, "heads": 2, "skip": skip, "mlp": True, "mlp_ratio": 4.0}
+        "model": {"dim": 16, "depth": 2, "heads": 2, "mlp": True, "mlp_ratio": 4.0}
         | ({"residual": residual} if residual else {}),
         "task": {"name": "sort", "seq_len": 8},
         "train": {"max_steps": 20, "batch_size": 4, "lr": lr, "seed": seed, "progress": False},
@@ -172,7 +177,7 @@ def make_run(
         "paths": {"run_dir": str(folder.resolve())},  # a run-dir path, as a trainer may record
     }
     (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
-    overrides = [f"mixer={mixer}", f"train.lr={lr}", f"train.seed={seed}", f"model.skip={skip}"]
+    overrides = [f"mixer={mixer}", f"train.lr={lr}", f"train.seed={seed}", "model.mlp=True"]
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     records = [
         {
@@ -274,7 +279,7 @@ def test_matching_seeds_are_paired_and_a_negligible_difference_is_within_margin(
     assert [float(row_[f"{k}_adjusted"]) for k in keys] == pytest.approx(adjusted, rel=1e-9)
     assert float(row_["diff"]) == pytest.approx(0.001, abs=1e-9)
     with pytest.raises(ValueError, match="not an axis this sweep varied"):
-        analysis.summarize(sweep, out, compare_axis="model.skip")
+        analysis.summarize(sweep, out, compare_axis="model.norm")
 
 
 def test_a_family_is_corrected_together_and_each_verdict_names_its_test(tmp_path, monkeypatch):
@@ -613,18 +618,15 @@ def test_wandb_offline_logs_the_groups_table(tmp_path, monkeypatch):
     assert [row[n_seeds] for row in table["data"]] == [2, 1]
 
 
-def test_a_residual_sweep_shows_each_variant_not_skip(tmp_path):
-    """model.residual=none,add,rezero leaves model.skip=true in every config: the residual column
-    is the variant each job ran (attnzoo.residual.resolve), a separate configuration each, and
-    there is no `skip` column to say otherwise."""
+def test_a_residual_sweep_shows_each_variant(tmp_path):
+    """model.residual=none,add,rezero (and a job that leaves it at its default): the residual
+    column is the variant each job ran (attnzoo.residual.resolve)."""
     sweep = tmp_path / "sweep"
-    for job, residual in enumerate(("none", "add", "rezero")):
+    for job, residual in enumerate(("none", "add", "rezero", None)):
         make_run(sweep / str(job), "scaled_dot", 0, 2.0, residual=residual)
-    make_run(sweep / "3", "scaled_dot", 0, 2.0, skip=False)  # the older spelling of none
     analysis.summarize(sweep, tmp_path / "report")
     rows = list(csv.DictReader((tmp_path / "report" / "summary.csv").open()))
-    assert "skip" not in rows[0]
-    assert [r["residual"] for r in rows] == ["none", "add", "rezero", "none"]
+    assert [r["residual"] for r in rows] == ["none", "add", "rezero", "add"]
 
 
 def test_interval_figure_shows_held_out_test_where_the_runs_have_it():
@@ -720,12 +722,12 @@ def make_broken_seed_sweep(root: Path) -> Path:
     summary = json.loads((root / "3" / "summary.json").read_text())
     summary["error"] = "Traceback ...\nRuntimeError: CUDA out of memory"
     (root / "3" / "summary.json").write_text(json.dumps(summary))
-    grid = ["mixer=scaled_dot,pooling", "train.lr=0.003", "train.seed=0,1,2", "model.skip=True"]
+    grid = ["mixer=scaled_dot,pooling", "train.lr=0.003", "train.seed=0,1,2", "model.mlp=True"]
     (root / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": grid}}}))
     refused = {
         "job": "mixer=pooling,train.seed=2",
         "error": "mixer.window must be odd",
-        "overrides": ["mixer=pooling", "train.lr=0.003", "train.seed=2", "model.skip=True"],
+        "overrides": ["mixer=pooling", "train.lr=0.003", "train.seed=2", "model.mlp=True"],
     }
     (root / "refused.jsonl").write_text(json.dumps(refused) + "\n")
     return root

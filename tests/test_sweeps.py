@@ -52,7 +52,7 @@ def test_submitit_local_sweep_finishes_around_a_failed_job(tmp_path):
 
 @pytest.mark.slow  # a real multi-process run (~10-20 s): the slow tier
 def test_joblib_sweep_runs_every_mixer_in_parallel(tmp_path):
-    out, rows = sweep(tmp_path, "parallel", "mixer=identity,pooling", "model.skip=false")
+    out, rows = sweep(tmp_path, "parallel", "mixer=identity,pooling", "model.residual=none")
     assert [r["status"] for r in rows] == ["completed"] * 2
     assert [(r["mixer"], r["residual"]) for r in rows] == [
         ("identity", "none"),
@@ -60,8 +60,8 @@ def test_joblib_sweep_runs_every_mixer_in_parallel(tmp_path):
     ]
     records = [run_record(out / r["job"]) for r in rows]
     assert [r.run_group.split("-")[:3] for r in records] == [
-        ["sort", "identity", "skip_off"],
-        ["sort", "pooling", "skip_off"],
+        ["sort", "identity", "residual_none"],
+        ["sort", "pooling", "residual_none"],
     ]
     assert all(f"sweep:{out.name}" in r.tags for r in records)
     assert (out / "rank_vs_depth.png").stat().st_size > 0

@@ -70,7 +70,7 @@ DEFAULT_REFERENCE = {"mixer.name": "scaled_dot", "model.residual": "add"}
 
 
 def resolve_axis(name: str, axes: list[str]) -> str:
-    """`mixer` or `mixer.name` or `model.skip`: the config key of a varied axis."""
+    """`mixer` or `mixer.name` or `model.residual`: the config key of a varied axis."""
     for key in (name, f"{name}.name"):
         if key in axes:
             return key

@@ -128,7 +128,6 @@ def ablation(r: dict[str, Any]) -> str:
 _ABLATION_AXES = (
     "mixer=",
     "model.residual=",
-    "model.skip=",
     "model.mlp=",
     "model.norm=",
     "model.depth=",

@@ -4,19 +4,14 @@ singly exponentially, and a local mask decays more slowly than full attention (W
 
 from __future__ import annotations
 
-import math
-
+from attnzoo.analysis.tables import fmt
 from attnzoo.stats import Interval
 
 
-def fmt(value: float, spec: str) -> str:
-    """`value` in `spec`, "n/a" for NaN."""
-    return "n/a" if math.isnan(value) else format(value, spec)
-
-
 def ci(x: Interval, spec: str) -> str:
-    """`mean [low, high]`, each in `spec`."""
-    return f"{fmt(x.mean, spec)} [{fmt(x.low, spec)}, {fmt(x.high, spec)}]"
+    """`mean [low, high]`, each in `spec` ("n/a" for NaN)."""
+    mean, low, high = (fmt(v, spec, nan="n/a") for v in (x.mean, x.low, x.high))
+    return f"{mean} [{low}, {high}]"
 
 
 def known_answers(rate: dict[str, dict], control: str) -> list[str]:

@@ -23,7 +23,7 @@ from attnzoo.analysis.groups import (
 from attnzoo.analysis.runs import COLUMNS, Job
 from attnzoo.analysis.selection import select
 from attnzoo.analysis.sweep import load_sweep
-from attnzoo.analysis.tables import CSV_DIGITS, ci_text, fmt, md_table, write_csv
+from attnzoo.analysis.tables import CSV_SPEC, ci_text, fmt, md_table, write_csv
 from attnzoo.replicates import NON_SEMANTIC, REPLICATE_KEY
 
 
@@ -36,7 +36,7 @@ def write_runs(rows: list[dict[str, Any]], path: Path, extra: tuple[str, ...] = 
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
+        writer.writerows({k: fmt(r.get(k), CSV_SPEC) for k in columns} for r in rows)
 
 
 def write_tables(rows: list[dict[str, Any]], out: Path, sweep: Path | str) -> None:

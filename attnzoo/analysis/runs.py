@@ -146,8 +146,8 @@ def get(cfg: dict[str, Any], dotted: str) -> Any:
 
 
 def residual_kind(cfg: dict[str, Any]) -> str | None:
-    """The residual variant a job ran (attnzoo.residual.resolve on its `model.*`, the older
-    `skip`/`layer_scale` spellings included, defaults from ModelConfig); None if unreadable."""
+    """The residual variant a job ran (attnzoo.residual.resolve on its `model.*`, defaults from
+    ModelConfig); None if unreadable."""
     model = cfg.get("model")
     if not isinstance(model, dict):
         return None

@@ -51,7 +51,6 @@ from attnzoo.kernels.attention.naive import allowed_keys
 from attnzoo.mixers.kernelized import Favor, LinearAttention
 from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
 from attnzoo.mixers.softmax import (
-    LocalAttention,
     MetricTensorAttention,
     QuadraticFormAttention,
     ScaledDotAttention,
@@ -130,8 +129,7 @@ def _project(mixer: nn.Module, heads_out: Split) -> Split:
 def _scaled_dot(mixer: ScaledDotAttention, x: Split) -> Split:
     q, k, v = _qkv(mixer, x)
     n = x[1].shape[1]
-    window = mixer.reach() if isinstance(mixer, LocalAttention) else None
-    allowed = allowed_keys(n, mixer.causal, None, x[1].device, window)
+    allowed = allowed_keys(n, mixer.causal, None, x[1].device, mixer.reach())
     return _project(mixer, _attend(q, k, v, q[0].shape[-1] ** -0.5, allowed))
 
 
@@ -279,10 +277,9 @@ def _nystrom(mixer: Nystrom, x: Split) -> Split:
     return _project(mixer, (mean, _center(leak + rest)))
 
 
-# The rule per mixer class; a subclass uses its nearest listed base's (LocalAttention is a
-# _QKVHeads, not a ScaledDotAttention, so it is listed).
+# The rule per mixer class; a subclass uses its nearest listed base's (LocalAttention,
+# ScaledDotAttention within a window, uses ScaledDotAttention's).
 RULES: dict[type, Callable[[nn.Module, Split], Split]] = {
-    LocalAttention: _scaled_dot,
     ScaledDotAttention: _scaled_dot,
     QuadraticFormAttention: _quadratic,
     MetricTensorAttention: _metric,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from attnzoo.analysis.fits import FLOAT64_FLOOR, collapse_kind
-from attnzoo.analysis.known_collapse import fmt
 from attnzoo.analysis.split_residual import SPLIT_FLOOR, split_residual_profile, supports_split
+from attnzoo.analysis.tables import fmt
 from attnzoo.model import EMBED_STD, Model, ModelConfig
 from attnzoo.rank import RankProfile, rank_profile
 from attnzoo.stats import Interval
@@ -83,7 +83,7 @@ def stacks(mixers: list[str], rows: dict[str, Stack] = OPTION_ROWS) -> dict[str,
 
 def build(
     stack: Stack,
-    skip: bool,
+    residual: str,
     mlp: bool,
     norm: str,
     args: argparse.Namespace,
@@ -102,7 +102,7 @@ def build(
         mixer=stack.mixer,
         mixer_options=dict(stack.options),
         causal=stack.causal,
-        skip=skip,
+        residual=residual,
         mlp=mlp,
         norm=norm,
         **model,
@@ -117,10 +117,10 @@ def build(
 
 
 def measure(
-    stack: Stack, skip: bool, mlp: bool, norm: str, args: argparse.Namespace, seed: int
+    stack: Stack, residual: str, mlp: bool, norm: str, args: argparse.Namespace, seed: int
 ) -> RankProfile:
     """Every measure after every block of one model at init, probed in float64."""
-    model, tokens = build(stack, skip, mlp, norm, args, seed)
+    model, tokens = build(stack, residual, mlp, norm, args, seed)
     return rank_profile(model, tokens, dtype=torch.float64, measures=None)
 
 
@@ -131,7 +131,7 @@ def pure_curve(stack: Stack, args: argparse.Namespace, seed: int) -> tuple[list[
     """The relative residual of a pure stack with the rate study's inputs (--rate-input-std),
     and how it was measured: "split" (mean and residual apart) where the mixer has a rule, else
     "float64"."""
-    model, tokens = build(stack, False, False, "none", args, seed, args.rate_input_std)
+    model, tokens = build(stack, "none", False, "none", args, seed, args.rate_input_std)
     if supports_split(model):
         return split_residual_profile(model, tokens), "split"
     return rank_profile(model, tokens, dtype=torch.float64, measures=[]).mean, "float64"
@@ -163,13 +163,12 @@ def lambda_sweep(mixers: list[str], args: argparse.Namespace) -> list[LambdaRow]
                 for seed in range(args.rate_seeds):
                     model, tokens = build(
                         stack,
-                        True,
+                        "lambda",
                         False,
                         kind,
                         args,
                         1000 + seed,
                         args.rate_input_std,
-                        residual="lambda",
                         residual_alpha=lam,
                         norm_position=position,
                     )
@@ -279,7 +278,9 @@ def lambda_report(sweep: list[LambdaRow], args: argparse.Namespace) -> list[str]
     for name in dict.fromkeys(r.stack for r in sweep):
         for norm in norms:
             row = {r.lam: r for r in sweep if r.stack == name and r.norm == norm}
-            cells = [f"{row[lam].kind} ({fmt(row[lam].share.mean, '.2g')})" for lam in LAMBDAS]
+            cells = [
+                f"{row[lam].kind} ({fmt(row[lam].share.mean, '.2g', nan='n/a')})" for lam in LAMBDAS
+            ]
             stop = collapse_stops(sweep, name, norm)
             lines.append(f"| {name} | {norm} | {' | '.join(cells)} | {stop_words(stop)} |")
     return lines + ["", "(In parentheses: r_L / r_0, the mean over seeds.)"]

@@ -31,7 +31,7 @@ class Sweep:
         return varying_axes(self.groups)
 
     def axis(self, name: str) -> str:
-        """The config key of a varied axis given as `mixer`, `mixer.name` or `model.skip`; a
+        """The config key of a varied axis given as `mixer`, `mixer.name` or `model.residual`; a
         ValueError naming the sweep's axes for any other."""
         return resolve_axis(name, self.axes)
 

@@ -1,5 +1,6 @@
-"""How the analysis writes numbers: table cells (4 significant digits to read, 10 in csv files),
-a mean with its interval, csv files and markdown tables."""
+"""How the project writes numbers: `fmt`, the one rounding function of the tables, the reports
+and the claims' sentences (4 significant digits to read, 10 in csv files), a mean with its
+interval, csv files and markdown tables."""
 
 from __future__ import annotations
 
@@ -8,16 +9,22 @@ import math
 from pathlib import Path
 from typing import Any
 
-CSV_DIGITS = 10
+CSV_SPEC = ".10g"  # a csv cell: 10 significant digits
 
 
-def fmt(value: Any, digits: int = 4) -> str:
-    """A table cell: 4 significant digits for reading (markdown), more for csv files."""
+def fmt(
+    value: Any, spec: str = ".4g", scale: float = 1.0, nan: str = "nan", minus: str = "-"
+) -> str:
+    """A float `value · scale` rounded once by the format `spec` (".4g" to read, CSV_SPEC in csv
+    files, ".3f", "+.1f", ...), `nan` for NaN, its minus sign written `minus` (the pages' "−");
+    "" for None, anything else (an int, a word) as it is."""
     if value is None:
         return ""
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else f"{value:.{digits}g}"
-    return str(value)
+    if not isinstance(value, float):
+        return str(value)
+    if math.isnan(value):
+        return nan
+    return format(value * scale, spec).replace("-", minus)
 
 
 def ci_text(mean: Any, low: Any, high: Any) -> str:
@@ -30,11 +37,11 @@ def ci_text(mean: Any, low: Any, high: Any) -> str:
 
 
 def write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
-    """`rows` under `columns` (other keys ignored), cells at CSV_DIGITS digits."""
+    """`rows` under `columns` (other keys ignored), cells by CSV_SPEC."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({k: fmt(r.get(k), CSV_DIGITS) for k in columns} for r in rows)
+        writer.writerows({k: fmt(r.get(k), CSV_SPEC) for k in columns} for r in rows)
 
 
 def md_table(columns: list[str], rows: list[dict[str, Any]]) -> list[str]:

@@ -195,4 +195,4 @@ def write_layers(cs: list[RankConfig], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         # every digit of a float64: a share near collapse is a ratio of two small differences
-        writer.writerows({k: fmt(r.get(k), 17) for k in columns} for r in rows)
+        writer.writerows({k: fmt(r.get(k), ".17g") for k in columns} for r in rows)

@@ -43,6 +43,7 @@ from attnzoo.bench.gpu_report import (
 )
 from attnzoo.kernels.bench import parts
 from attnzoo.mixers import causal_mixers
+from attnzoo.studies import in_zoo_order
 
 PLAIN = "gpt"  # bench_train's plain PyTorch GPT
 CORPUS = "tinyshakespeare/input.txt"
@@ -360,13 +361,17 @@ def stage_bench_train(check: Check, stage: Stage, env: dict[str, str], data: Pat
     script = str(check.root / "scripts" / "bench_train.py")
     base = [sys.executable, script, "--data-dir", str(data)]
     if check.dry_run:  # one process, every mixer, eager: the compiled path needs a C++ toolchain
-        jobs = [("all, eager", [*causal_mixers(), PLAIN], False)]
+        jobs = [("all, eager", [*in_zoo_order(causal_mixers()), PLAIN], False)]
         base += ["--tasks", "shakespeare", "--sequential", "--device", "cpu", "--steps", "2"]
         base += ["--eval-batches", "1", "--dim", "32", "--depth", "1", "--heads", "2"]
         base += ["--seq-len", "16", "--batch", "2", "--eval-every", "2"]
     else:  # one process per model and mode, what finishes is kept; the comparisons that say
         # most first (attnzoo's attention against the plain GPT, eager and compiled)
-        order = ("scaled_dot", PLAIN, *(m for m in causal_mixers() if m != "scaled_dot"))
+        order = (
+            "scaled_dot",
+            PLAIN,
+            *(m for m in in_zoo_order(causal_mixers()) if m != "scaled_dot"),
+        )
         jobs = [
             (f"{name}, {'compiled' if compiled else 'eager'}", [name], compiled)
             for name in order

@@ -17,11 +17,14 @@ on a table altered by one number.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from attnzoo.analysis import tables
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 RESULTS = Path("scripts/results")
@@ -32,10 +35,9 @@ RESULTS_PAGE = "docs/results.md"
 # ---- the one rounding function ------------------------------------------------------------------
 
 
-def fmt(value: float, spec: str, scale: float = 1.0) -> str:
-    """`value · scale` rounded once, from the table's full precision, by the format `spec`
-    (".3f", "+.1f", ".2g", ...); negative numbers with a true minus sign, as the pages write them."""
-    return format(value * scale, spec).replace("-", "−")
+# `value · scale` rounded once, from the table's full precision, by the format `spec` (".3f",
+# "+.1f", ".2g", ...): attnzoo.analysis.tables.fmt, with the true minus sign the pages write.
+fmt = functools.partial(tables.fmt, minus="−")
 
 
 def span(values: Iterable[float], spec: str, scale: float = 1.0) -> str:

@@ -1,21 +1,12 @@
 """The token mixers, each an nn.Module mapping (B, N, D) -> (B, N, D), and their registry
-(`MIXERS`). One module per family, so that a mixer is found by its family's name:
-
-    registry        MIXERS, register, and how a name, an import path or a class names a mixer
-    base            what the mixers share: input checks and the head/projection bases
-    softmax         scaled_dot, quadratic, metric, local
-    kernelized      linear, favor
-    nystrom         nystrom
-    parameter_free  pooling, identity, fourier
-    token_mlp       token_mlp
-    recurrent       retention, gla (and the recurrent family's shared scan and hidden attention matrix)
-    state_space     mamba2
-    delta           deltanet (the delta rule: DeltaNet, Gated DeltaNet)
-    sigmoid         sigmoid (attention without a row normalisation)
-
-Every public class and function is also importable from `attnzoo.mixers` itself (`from
-attnzoo.mixers import MIXERS, register, ScaledDotAttention`), which is also how configs saved
-with `_target_: attnzoo.mixers.<Class>` keep loading.
+(`MIXERS`). `registry` holds MIXERS, register and how a name, an import path or a class names a
+mixer; `base` what the mixers share (input checks, the head/projection bases); every other
+module is one family (softmax, kernelized, recurrent, ...), so that a mixer is found by its
+family's name. This package imports every module it holds, which registers their mixers, and
+re-exports each module's public names (`from attnzoo.mixers import MIXERS, register,
+ScaledDotAttention`): a new family is a new module here and nothing else. `MIXERS` holds the
+mixers in the order they were registered (modules by name); a study that needs an order names
+its mixers (attnzoo.studies).
 
 A mixer is a class: an `nn.Module` whose constructor takes `dim, heads, causal, impl` (what the
 block gives every mixer) and its own options as keyword arguments, and whose
@@ -54,97 +45,36 @@ trains and is measured, and the feature says "not available for this mixer":
         matrix of a recurrent mixer): the attention maps draw it, the attention entropy is n/a
 """
 
-from attnzoo.mixers.delta import DeltaNet, delta_hidden_attention
-from attnzoo.mixers.kernelized import FEATURE_MAPS, Favor, LinearAttention, orthogonal_gaussian
-from attnzoo.mixers.nystrom import Nystrom, iterative_pinv
-from attnzoo.mixers.parameter_free import Fourier, Identity, Pooling
-from attnzoo.mixers.recurrent import GatedLinearAttention, Retention
-from attnzoo.mixers.registry import (
-    COMMON_ARGS,
-    MIXERS,
-    build_mixer,
-    causal_mixers,
-    check_options,
-    class_path,
-    mixer_class,
-    mixer_options,
-    name_in_config,
-    name_of_target,
-    register,
-    registered_name,
-    unknown_options,
-    without_implied_target,
-)
-from attnzoo.mixers.sigmoid import SigmoidAttention
-from attnzoo.mixers.softmax import (
-    METRIC_PARAMS,
-    LocalAttention,
-    MetricTensorAttention,
-    QuadraticFormAttention,
-    ScaledDotAttention,
-)
-from attnzoo.mixers.state_space import Mamba2
-from attnzoo.mixers.token_mlp import TokenMLP
+import importlib
+import inspect
+import pkgutil
 
-# The registry keeps the order in which the mixers joined the package, not the order of the
-# family modules: studies default to it (`list(MIXERS)`, `causal_mixers()`), and their tables and
-# figures list the mixers in it. A mixer registered later (the user's) comes after these.
-_JOINED = (
-    ScaledDotAttention,
-    QuadraticFormAttention,
-    MetricTensorAttention,
-    Pooling,
-    Identity,
-    LinearAttention,
-    Favor,
-    Nystrom,
-    Fourier,
-    LocalAttention,
-    TokenMLP,
-    Retention,
-    GatedLinearAttention,
-    Mamba2,
-    DeltaNet,
-    SigmoidAttention,
-)
-_later = {name: cls for name, cls in MIXERS.items() if cls not in _JOINED}
-MIXERS.clear()
-MIXERS.update({cls.mixer_name: cls for cls in _JOINED} | _later)
 
-__all__ = [
-    "COMMON_ARGS",
-    "FEATURE_MAPS",
-    "METRIC_PARAMS",
-    "MIXERS",
-    "DeltaNet",
-    "Favor",
-    "Fourier",
-    "GatedLinearAttention",
-    "Identity",
-    "LinearAttention",
-    "LocalAttention",
-    "Mamba2",
-    "MetricTensorAttention",
-    "Nystrom",
-    "Pooling",
-    "QuadraticFormAttention",
-    "Retention",
-    "ScaledDotAttention",
-    "SigmoidAttention",
-    "TokenMLP",
-    "build_mixer",
-    "causal_mixers",
-    "check_options",
-    "class_path",
-    "delta_hidden_attention",
-    "iterative_pinv",
-    "mixer_class",
-    "mixer_options",
-    "name_in_config",
-    "name_of_target",
-    "orthogonal_gaussian",
-    "register",
-    "registered_name",
-    "unknown_options",
-    "without_implied_target",
-]
+def _public(module: object) -> dict[str, object]:
+    """A module's `__all__`, else its public names less what it imports: the classes and
+    functions it defines, and its constants."""
+    names = getattr(module, "__all__", None) or [
+        name
+        for name, obj in vars(module).items()
+        if not name.startswith("_")
+        and not inspect.ismodule(obj)
+        and getattr(obj, "__module__", module.__name__) == module.__name__
+    ]
+    return {name: getattr(module, name) for name in names}
+
+
+def _import_modules() -> dict[str, object]:
+    """Every module of this package imported (registering its mixers), in name order, and the
+    public names they export; ImportError if two export one name for different objects."""
+    exported: dict[str, object] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for name, obj in _public(module).items():
+            if exported.setdefault(name, obj) is not obj:
+                raise ImportError(f"two modules of {__name__} export {name!r}")
+    return exported
+
+
+_exported = _import_modules()
+globals().update(_exported)
+__all__ = sorted(_exported)

@@ -1,14 +1,12 @@
 """The mixer registry and how a config names a mixer: `MIXERS` and `register`; `mixer_class`,
 which resolves a registered name, an import path (a YAML's `_target_`) or a class to the class;
-`build_mixer` and the checks of a mixer's options against its constructor; and how a config
-node's `name` and `_target_` relate (`name_in_config`, `without_implied_target`).
+`build_mixer` and the checks of a mixer's options against its constructor.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import re
 from collections.abc import Callable, Mapping
 
 from torch import nn
@@ -39,49 +37,6 @@ def registered_name(cls: type) -> str | None:
     """The name `cls` is registered under in MIXERS (not one inherited from a registered class)."""
     name = getattr(cls, "mixer_name", None)
     return name if name is not None and MIXERS.get(name) is cls else None
-
-
-def name_of_target(target: str) -> str:
-    """A mixer's name from its import path when its config gives none: the class name in
-    snake case (`shiftmix.Shift` -> `shift`, `pkg.MyMixer` -> `my_mixer`)."""
-    cls_name = str(target).rsplit(".", 1)[-1]
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls_name).lower()
-
-
-def name_in_config(node: Mapping[str, object]) -> str | None:
-    """The name a mixer's config node gives it: `name`, else the class name of its `_target_` in
-    snake case; read from the config alone (no import), so that the trainer and a reader of a
-    sweep's folders call a run's mixer the same."""
-    if node.get("name"):
-        return str(node["name"])
-    return name_of_target(str(node["_target_"])) if node.get("_target_") else None
-
-
-def without_implied_target(node: Mapping[str, object]) -> dict[str, object]:
-    """A mixer's config node without its `_target_` where its `name` already says which class it
-    is (a registered mixer, whose `_target_` is that class): so that a configuration is the same
-    configuration, for a resumed run and a W&B group, as one saved before YAMLs named the class,
-    or one saved while the class lived at another path of the package (`names_class`)."""
-    name, target = node.get("name"), node.get("_target_")
-    if isinstance(name, str) and name in MIXERS and names_class(target, MIXERS[name]):
-        return {k: v for k, v in node.items() if k != "_target_"}
-    return dict(node)
-
-
-def names_class(target: object, cls: type) -> bool:
-    """Whether the import path `target` names `cls`: its own path (`class_path`), or another path
-    in this package that still leads to it, as a saved config may hold one
-    (`attnzoo.mixers.ScaledDotAttention`, `attnzoo.mixers_zoo.Favor`). A path outside the
-    package is only compared, never imported."""
-    if target == class_path(cls):
-        return True
-    package = __name__.split(".")[0]
-    if not (isinstance(target, str) and target.startswith(package + ".")):
-        return False
-    try:
-        return _import(target) is cls
-    except (ImportError, AttributeError):
-        return False
 
 
 def _import(path: str) -> object:

@@ -24,8 +24,11 @@ from attnzoo.mixers.registry import register
 
 
 @register("scaled_dot")
-class ScaledDotAttention(_HeadsThenProjection):
-    """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters."""
+class ScaledDotAttention(_QKVHeads):
+    """softmax(q kᵀ / sqrt(dk)) v with q, k, v linear in x; 4 D² parameters. Every query sees
+    every key: LocalAttention is this within a window."""
+
+    window: int | None = None  # keys each side a query sees; None: all of them
 
     def __init__(
         self,
@@ -37,12 +40,14 @@ class ScaledDotAttention(_HeadsThenProjection):
         sink: str = "none",
     ) -> None:
         super().__init__()
-        _check_heads(dim, heads)
-        self.dim, self.heads, self.causal, self.impl = dim, heads, causal, impl
-        self.attn_dropout = check_dropout(attn_dropout, "attn_dropout")
+        self._init_qkv(dim, heads, causal, impl, attn_dropout)
         self._init_sink(sink, heads)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.proj = nn.Linear(dim, dim, bias=False)
+
+    def reach(self) -> tuple[int, int] | None:
+        """The keys query i sees, (left, right) of it, as the op's `window` takes them."""
+        if self.window is None:
+            return None
+        return (self.window, 0 if self.causal else self.window)
 
     @staticmethod
     def flops_per_token(
@@ -55,27 +60,17 @@ class ScaledDotAttention(_HeadsThenProjection):
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """softmax(q kᵀ / sqrt(dk)) per head, (B, H, N, N)."""
-        _check_input(x_bnd, self.dim)
-        q_bhnk, k_bhnk, _ = rearrange(
-            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
-        )
-        eye_bhnn = _eye_values(x_bnd, self.heads)
+        q_bhnk, k_bhnk, _ = self._qkv(x_bnd)
         return kernels.scaled_dot_attention(
             q_bhnk,
             k_bhnk,
-            eye_bhnn,
+            _eye_values(x_bnd, self.heads),
             self.causal,
             key_padding_mask,
             impl="torch",
+            window=self.reach(),
             sink=self.sink_logit,
         )
-
-    def deepnet_init_(self, beta: float) -> None:
-        """DeepNet's init (model.residual=deepnorm): Xavier-normal, gain 1 on Wq and Wk, gain
-        `beta` on Wv and the output projection."""
-        w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)  # the layout attend reads
-        for w, gain in ((w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.proj.weight.data, beta)):
-            nn.init.xavier_normal_(w, gain=gain)
 
     def attend(
         self,
@@ -85,14 +80,7 @@ class ScaledDotAttention(_HeadsThenProjection):
     ) -> torch.Tensor:
         """Per-head outputs before the output projection, (B, H, N, dk); values from x, scores
         from `scores_from` (default x)."""
-        _check_input(x_bnd, self.dim)
-        q_bhnk, k_bhnk, v_bhnk = rearrange(
-            self.qkv(x_bnd), "b n (three h k) -> three b h n k", three=3, h=self.heads
-        )
-        if scores_from is not None:
-            q_bhnk, k_bhnk, _ = rearrange(
-                self.qkv(scores_from), "b n (three h k) -> three b h n k", three=3, h=self.heads
-            )
+        q_bhnk, k_bhnk, v_bhnk = self._qkv(x_bnd, scores_from)
         return kernels.scaled_dot_attention(
             q_bhnk,
             k_bhnk,
@@ -101,6 +89,7 @@ class ScaledDotAttention(_HeadsThenProjection):
             key_padding_mask,
             dropout_p=self.dropout_p(),
             impl=self.impl,
+            window=self.reach(),
             sink=self.sink_logit,
         )
 
@@ -343,7 +332,7 @@ def _window_keys(seq_len: int, window: int, causal: bool) -> float:
 
 
 @register("local")
-class LocalAttention(_QKVHeads):
+class LocalAttention(ScaledDotAttention):
     """Sliding-window softmax attention (as in Longformer's local attention, arXiv 2004.05150):
     query i attends to the keys i − w ..= i + w (causal: i − w ..= i), softmax(q kᵀ/√dk) v
     within the window, through `scaled_dot_attention(..., window=(w, w))`. 4 D² parameters.
@@ -359,15 +348,10 @@ class LocalAttention(_QKVHeads):
         attn_dropout: float = 0.0,
         sink: str = "none",
     ) -> None:
-        super().__init__()
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise ValueError(f"local window must be an int >= 0 (keys each side), got {window!r}")
-        self._init_qkv(dim, heads, causal, impl, attn_dropout)
-        self._init_sink(sink, heads)
+        super().__init__(dim, heads, causal, impl, attn_dropout, sink)
         self.window = window
-
-    def reach(self) -> tuple[int, int]:
-        return (self.window, 0 if self.causal else self.window)
 
     @staticmethod
     def flops_per_token(
@@ -377,39 +361,3 @@ class LocalAttention(_QKVHeads):
         the window."""
         window = int(options.get("window", 16))
         return 8 * dim * dim + 4 * dim * _window_keys(seq_len, window, causal)
-
-    def attention_probs(
-        self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """softmax(q kᵀ/√dk) within the window, per head, (B, H, N, N)."""
-        q_bhnk, k_bhnk, _ = self._qkv(x_bnd)
-        return kernels.scaled_dot_attention(
-            q_bhnk,
-            k_bhnk,
-            _eye_values(x_bnd, self.heads),
-            self.causal,
-            key_padding_mask,
-            impl="torch",
-            window=self.reach(),
-            sink=self.sink_logit,
-        )
-
-    def attend(
-        self,
-        x_bnd: torch.Tensor,
-        key_padding_mask: torch.Tensor | None = None,
-        scores_from: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Per-head outputs before the output projection, (B, H, N, dk)."""
-        q_bhnk, k_bhnk, v_bhnk = self._qkv(x_bnd, scores_from)
-        return kernels.scaled_dot_attention(
-            q_bhnk,
-            k_bhnk,
-            v_bhnk,
-            self.causal,
-            key_padding_mask,
-            dropout_p=self.dropout_p(),
-            impl=self.impl,
-            window=self.reach(),
-            sink=self.sink_logit,
-        )

@@ -30,7 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from attnzoo.checkpoint import CheckpointError
-from attnzoo.config import ConfigError, check_mixer, register_configs
+from attnzoo.config import ConfigError, check_mixer, older_key, register_configs
 from attnzoo.train.build import hydra_runtime, run
 from attnzoo.train.continuing import CONTINUE, continue_sweep
 from attnzoo.train.footprint import SWEEP_RECORDS, Footprint
@@ -144,6 +144,8 @@ def _hydra_message(err: Exception) -> str:
     reads)."""
     cause = err.__cause__ if err.__cause__ is not None else err
     text = str(cause).strip()
+    if older := older_key(f"{err}\n{text}"):
+        return older
     bad = re.search(r"Could not override '([^']+)'", str(err))
     if bad and "not in" in text:
         key = bad.group(1)

@@ -24,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from attnzoo import replicates
 from attnzoo.checkpoint import load_checkpoint
 from attnzoo.config import ConfigError
-from attnzoo.mixers import without_implied_target
 
 
 class Preemption:
@@ -165,15 +164,8 @@ def may_change(key: str) -> bool:
 
 def config_changes(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Each flat key whose value differs between the run's recorded config `saved` and `cfg`, as
-    (the run's value, this one's), less the keys a continued run may change (a package mixer's
-    `_target_` is implied by its name, which is all older checkpoints hold)."""
-
-    def flat(c: Mapping[str, Any]) -> dict[str, Any]:
-        if isinstance(c.get("mixer"), Mapping):
-            c = {**c, "mixer": without_implied_target(c["mixer"])}
-        return replicates.flatten(c)
-
-    old, new = flat(saved), flat(cfg)
+    (the run's value, this one's), less the keys a continued run may change."""
+    old, new = replicates.flatten(saved), replicates.flatten(cfg)
     return {
         k: (old.get(k, _ABSENT), new.get(k, _ABSENT))
         for k in sorted(old.keys() | new.keys())
