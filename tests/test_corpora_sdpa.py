@@ -9,8 +9,6 @@ import torch
 
 from attnzoo import kernels
 
-ops = kernels.ops
-
 B, H, N, DK = 3, 2, 7, 5
 
 
