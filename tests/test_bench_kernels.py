@@ -655,6 +655,7 @@ def _without_fla(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
 
 
+@pytest.mark.slow  # times every gated and sigmoid candidate in the interpreter
 def test_smoke_times_the_gated_and_sigmoid_parts_into_path_rows(
     script, monkeypatch, tmp_path, capsys
 ):

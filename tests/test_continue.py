@@ -161,6 +161,7 @@ def test_the_printed_continue_line_continues_the_run(tmp_path, overrides):
     assert steps == sorted(set(steps)) and steps[-1] == done["step"]
 
 
+@pytest.mark.slow  # two sweeps through the CLI; the single-run lines are checked in the default tier
 def test_a_sweep_job_and_its_sweep_continue_from_their_printed_lines(tmp_path):
     sweep = tmp_path / "multirun" / "s"
     args = [*TINY, *STOPPABLE, "mixer=pooling,identity", "train.seed=0,1"]

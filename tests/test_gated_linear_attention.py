@@ -226,13 +226,17 @@ def test_strided_inputs_match_the_recurrence(view):
     check("triton", q, k, v, log_decay, torch.randn(*q.shape[:2], q.shape[-1], v.shape[-1]))
 
 
-@pytest.mark.parametrize(("kd", "dv"), [(5, 3), (64, 24), (128, 128)])
+@pytest.mark.parametrize(
+    ("kd", "dv"), [(5, 3), (64, 24), pytest.param(128, 128, marks=pytest.mark.slow)]
+)
 def test_widths_that_are_and_are_not_powers_of_two(kd, dv):
     q, k, v, log_decay, s0 = inputs(1, 1, 20, kd, dv, True, state=True)
     check("triton", q, k, v, log_decay, s0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.float16, marks=pytest.mark.slow)]
+)
 def test_value_tiles_give_the_whole_state(monkeypatch, dtype):
     """V = 40 in tiles of 16 columns: three V tiles, the last one ragged. o, the final state, dv
     and d h0 come per tile; dq, dk and the log decay's gradient are sums of the tiles' parts."""
@@ -245,7 +249,9 @@ def test_value_tiles_give_the_whole_state(monkeypatch, dtype):
     assert grids == [(4, 3)] * 2  # the forward's and the backward's
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.float16, marks=pytest.mark.slow)]
+)
 def test_key_tiles_give_the_whole_sums_over_k(monkeypatch, dtype):
     """K = 40 (padded to 64) read 16 columns at a time: four key tiles, the third ragged and the
     fourth wholly past K. The intra-chunk block and the state's products with the chunk's

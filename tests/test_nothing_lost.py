@@ -71,6 +71,7 @@ def _cli(cwd: Path, *args: str, timeout: float = 180) -> subprocess.CompletedPro
 # ---- refusals write nothing ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the refused sweep of tests/test_continue.py checks the same in the default tier
 def test_a_refused_rerun_leaves_the_finished_run_byte_identical(tmp_path):
     short = ["task=sort", "train.max_steps=10", "train.progress=false", "hydra.run.dir=runs/a"]
     done = _cli(tmp_path, *short)

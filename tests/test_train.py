@@ -674,6 +674,7 @@ def test_extras_budget_0_makes_them_only_at_the_last_evaluation(tmp_path, monkey
         run(tiny("logger.media_budget=1.5"), tmp_path / "bad")
 
 
+@pytest.mark.slow  # two runs; a guard against a rare regression of the resume path
 def test_threads_auto_is_kept_on_resume(tmp_path, monkeypatch):
     """auto decides when a run starts (the machine's load may differ later) and a resumed run
     keeps that count, since the count can change how sums are rounded."""
