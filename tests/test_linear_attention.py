@@ -1,7 +1,7 @@
 """linear_attention, every impl, against a step-by-step float64 recurrence written here.
 
 The oracle walks the tokens one at a time, adding k_j v_jᵀ and k_j to a running state, as the
-formula of Katharopoulos et al. (2020) reads; nothing of kernels/reference.py is reused. The
+formula of Katharopoulos et al. (2020) reads; nothing of the family's naive.py is reused. The
 Triton kernels run in Triton's interpreter (tests/conftest.py) with outputs allocated full of NaN
 (linear.launch.POISON_OUTPUTS), so an element a kernel never writes fails the comparison.
 Gradients of q, k and v are compared for a random upstream gradient. The interpreter has no bf16
