@@ -250,7 +250,7 @@ def test_ctrl_c_in_training_stops_within_seconds_and_says_interrupted(tmp_path):
 @pytest.mark.slow  # two subprocesses; the in-process test covers stopping mid-evaluation
 def test_sigterm_in_a_long_evaluation_stops_within_seconds(tmp_path):
     """The evaluation at step 0 would take minutes (100,000 batches): the signal ends it at the
-    next batch; resumed with a short evaluation, the run completes."""
+    next batch and leaves the step-0 checkpoint a continued run starts from."""
     run_dir = tmp_path / "run"
     proc = _start(tmp_path, run_dir, "train.eval_batches=100000")
     _wait_for(lambda: _summary(run_dir).get("status") == "running", proc)
@@ -263,18 +263,6 @@ def test_sigterm_in_a_long_evaluation_stops_within_seconds(tmp_path):
     summary = _summary(run_dir)
     assert summary["status"] == "preempted" and "validation" in summary["preempted_by"]
     assert read_checkpoint(run_dir / "checkpoints" / "last.pt")["step"] == 0
-    resumed = _start(tmp_path, run_dir, "train.resume=true")
-    _, err = resumed.communicate(timeout=180)
-    assert resumed.returncode == 0, err
-    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [
-        0,
-        5,
-        10,
-        15,
-        20,
-        25,
-        30,
-    ]
 
 
 def test_a_run_killed_outright_is_recognisable_as_running(tmp_path):
