@@ -11,14 +11,13 @@ has no maps: "not available for this mixer".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import torch
+from torch import nn
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
 
 
 def has_attention(mixer: nn.Module) -> bool:
@@ -90,6 +89,9 @@ def _grid(panels: list[list[torch.Tensor]], row_names: list[str], cmap: str, sym
                 mat = mat / (float(abs(mat).max()) or 1.0)
             y, x = r * (h + gap), c * (w + gap)
             mosaic[y : y + mat.shape[0], x : x + mat.shape[1]] = mat
+    from attnzoo.tracking import pyplot
+
+    plt = pyplot()
     fig = plt.figure(figsize=(1.8 * cols + 0.6, 1.8 * rows + 0.5))
     ax = fig.add_axes((0.6 / (1.8 * cols + 0.6), 0.02, 1 - 0.65 / (1.8 * cols + 0.6), 0.9))
     colours = plt.get_cmap(cmap).with_extremes(bad="white")  # the gaps between panels

@@ -16,19 +16,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
 # metrics.jsonl is read by its one reader, attnzoo.analysis.metrics; importable from here too
-from attnzoo.analysis.metrics import last_values, read_metrics  # noqa: E402, F401
+from attnzoo.analysis.metrics import last_values, read_metrics  # noqa: F401
 
 if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
     from torch import nn
 
     from attnzoo.tasks import Batch
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported when a figure is first drawn: a run that
+    is refused, or prints its --help, does not pay for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _jsonable(v: Any) -> Any:
@@ -99,6 +105,9 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def rank_figure(history: Sequence[tuple[int, Sequence[float]]], title: str = "") -> plt.Figure:
     """Relative residual against depth, one line per evaluation step (log y)."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     cmap = plt.get_cmap("viridis")
     for i, (step, ranks) in enumerate(history):
@@ -149,6 +158,9 @@ def measures_figure(
     ]
     cols = min(3, len(names))
     rows = math.ceil(len(names) / cols)
+    from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), dpi=100, squeeze=False)
     cmap = plt.get_cmap("viridis")
     for ax, name in zip(axes.flat, names, strict=False):
@@ -358,7 +370,7 @@ def log_attention_media(wb: WandbRun, model: nn.Module, probe: Batch, step: int)
         return
     finally:
         for f in figs.values():
-            plt.close(f)
+            pyplot().close(f)
     if media:
         wb.log(media, step=step)
 

@@ -19,15 +19,30 @@ job folder, a sweep folder, one row per job), `groups` (configurations and their
 The statistics are attnzoo.stats'.
 """
 
-from attnzoo.analysis.compare import comparisons
-from attnzoo.analysis.fits import collapse_kind, decrement_ratio, exponent_growth, fit_rate
-from attnzoo.analysis.groups import Group, group_jobs, group_row
-from attnzoo.analysis.metrics import parse_rank_key, rank_key, rank_values, read_metrics
-from attnzoo.analysis.report import summarize
-from attnzoo.analysis.runs import Job, SweepWarning, find_jobs, load_job
-from attnzoo.analysis.selection import select
-from attnzoo.analysis.sweep import Sweep, load_sweep
-from attnzoo.analysis.verdicts import RankConfig, claim_verdict, kept_share, rank_config, verdict
+import importlib
+
+# Each public name and the module it lives in, imported on first use: reading a run's metrics
+# (attnzoo.analysis.metrics) does not import the statistics or the figures.
+_HOME = {
+    "comparisons": "compare",
+    **dict.fromkeys(("collapse_kind", "decrement_ratio", "exponent_growth", "fit_rate"), "fits"),
+    **dict.fromkeys(("Group", "group_jobs", "group_row"), "groups"),
+    **dict.fromkeys(("parse_rank_key", "rank_key", "rank_values", "read_metrics"), "metrics"),
+    "summarize": "report",
+    **dict.fromkeys(("Job", "SweepWarning", "find_jobs", "load_job"), "runs"),
+    "select": "selection",
+    **dict.fromkeys(("Sweep", "load_sweep"), "sweep"),
+    **dict.fromkeys(
+        ("RankConfig", "claim_verdict", "kept_share", "rank_config", "verdict"), "verdicts"
+    ),
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Group",
@@ -56,3 +71,7 @@ __all__ = [
     "summarize",
     "verdict",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
