@@ -7,11 +7,18 @@ the default; the `cuda` tier runs the compiled kernels on a GPU instead:
     TRITON_INTERPRET=0 python -m pytest -m cuda
 
 Tests marked `cuda` skip, with the reason, where there is no GPU or the interpreter is on. Tests
-marked `slow` (the full ahead-of-time compile report, the soak, the studies) are not in the default
-run (pyproject.toml's addopts); CI runs them after it with `python -m pytest -q -m slow`.
+marked `slow` (the full ahead-of-time compile report, the soak, the studies, the command-line
+runs in subprocesses that an in-process test already covers) are not in the default run
+(pyproject.toml's addopts); CI runs them after it with `python -m pytest -q -m slow`. A grid marked
+`@pytest.mark.sample(n)` runs `n` of its cases by default and the rest in the slow tier.
 """
 
+import dataclasses
 import os
+import runpy
+import sys
+from collections import defaultdict
+from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -27,8 +34,52 @@ INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 SLOW_IN_REGISTRY_WIDE = {"retention", "mamba2"}
 
 
+def _values(item: pytest.Item) -> set[tuple[str, str]]:
+    """(parameter, value) pairs of a parametrized test case; a dataclass case counts per field."""
+    pairs = set()
+    for name, value in getattr(getattr(item, "callspec", None), "params", {}).items():
+        if dataclasses.is_dataclass(value):
+            pairs |= {(f"{name}.{k}", repr(v)) for k, v in dataclasses.asdict(value).items()}
+        else:
+            pairs.add((name, repr(value)))
+    return pairs
+
+
+def sampled(cases: list[pytest.Item], n: int) -> list[pytest.Item]:
+    """`n` of a grid's cases, each chosen to add the most (parameter, value) pairs not yet
+    covered (the earliest on a tie), starting over once every pair is covered: so every value of
+    every parameter is run when `n` allows it, and the cases spread over the grid when it does not
+    cover them all."""
+    chosen: list[pytest.Item] = []
+    rest = list(cases)
+    uncovered: set[tuple[str, str]] = set()
+    while rest and len(chosen) < n:
+        if not uncovered:
+            uncovered = set().union(*(_values(c) for c in rest))
+        best = max(rest, key=lambda c: len(_values(c) & uncovered))
+        chosen.append(best)
+        rest.remove(best)
+        uncovered -= _values(best)
+    return chosen
+
+
+def _mark_unsampled_cases_slow(items: list[pytest.Item]) -> None:
+    """`@pytest.mark.sample(n)` on a parametrized test: the default tier runs `n` of its cases
+    (`sampled`), the slow tier the others, so both tiers together run the whole grid."""
+    grids: dict[tuple, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        if item.get_closest_marker("sample") is not None:
+            grids[(item.path, getattr(item, "originalname", item.name))].append(item)
+    for cases in grids.values():
+        keep = sampled(cases, cases[0].get_closest_marker("sample").args[0])
+        for item in cases:
+            if item not in keep:
+                item.add_marker(pytest.mark.slow)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_unsampled_cases_slow(items)
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         named = {v for v in params.values() if isinstance(v, str)}
@@ -49,3 +100,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def run_script(monkeypatch, capsys):
+    """Runs a script of scripts/ in this process as `python SCRIPT ARGS` would from the project
+    root, for the refusals that end before any work: (exit status, stdout, stderr)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def run(script: Path, *args: str) -> tuple[int, str, str]:
+        monkeypatch.chdir(root)
+        monkeypatch.setattr(sys, "argv", [str(script), *args])
+        monkeypatch.syspath_prepend(str(script.parent))
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(str(script), run_name="__main__")
+        out, err = capsys.readouterr()
+        return ended.value.code, out, err
+
+    return run

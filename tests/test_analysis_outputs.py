@@ -62,6 +62,7 @@ def _same_output(got: str, expected: Path) -> bool:
 
 
 @pytest.mark.parametrize("name", list(SUMMARIZE_RUNS))
+@pytest.mark.sample(1)
 def test_summarize_writes_what_it_wrote_before(tmp_path: Path, name: str) -> None:
     make_tune_sweep(tmp_path / "sweep")
     _run("summarize.py", SUMMARIZE_RUNS[name], tmp_path)
@@ -72,6 +73,7 @@ def test_summarize_writes_what_it_wrote_before(tmp_path: Path, name: str) -> Non
         assert _same_output(got, EXPECTED / name / f), f"{name}/{f} differs"
 
 
+@pytest.mark.slow  # the shares and verdicts recompute from the runs in the default tier
 def test_rank_ablation_report_writes_what_it_wrote_before(tmp_path: Path) -> None:
     make_rank_ablation(tmp_path / "ra")
     _run("rank_ablation.py", ["--report-only", "--smoke", "--out", "ra"], tmp_path)

@@ -139,6 +139,7 @@ def make_inputs(case: Case, b: int = 2) -> tuple[list[torch.Tensor], float]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.sample(8)
 def test_forward_and_backward_match_reference(case: Case) -> None:
     inputs, scale = make_inputs(case)
     mask = make_mask(case.mask, 2, case.n, case.causal)
@@ -423,6 +424,7 @@ def test_metric_and_quadratic_reject_bad_shapes() -> None:
 @pytest.mark.parametrize(
     "mixer,causal", [("scaled_dot", True), ("quadratic", False), ("metric", True)]
 )
+@pytest.mark.sample(2)
 def test_tiny_model_on_triton_matches_torch_and_trains(mixer: str, causal: bool) -> None:
     def build(impl: str) -> Model:
         torch.manual_seed(1)

@@ -42,6 +42,7 @@ def bench():
     return bench
 
 
+@pytest.mark.slow  # every formulation in the interpreter; bench cases have their own checks
 def test_dry_run_proves_every_formulation_equal_to_its_triton_op(script, tmp_path, capsys):
     """Every comparison (each op against its SDPA / avg_pool1d formulation, causal and
     bidirectional) agrees in outputs and gradients with the Triton kernels, and nothing is timed."""

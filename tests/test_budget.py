@@ -27,6 +27,7 @@ TINY = [
     "train.log_every=5",
     "train.eval_every=10",
     "train.eval_batches=1",
+    "train.eval_batch_size=512",  # the final evaluation in a few batches
     "train.ckpt_every=10",
     "train.probe_batch_size=2",
     "train.progress=false",
@@ -88,6 +89,7 @@ def fake_clock(monkeypatch):
     return clock
 
 
+@pytest.mark.slow  # a clock-bound run; the FLOP budget's schedule stays
 def test_wall_time_budget_estimates_its_schedule_then_the_clock_stops_the_run(tmp_path, fake_clock):
     steady = run(compose([*TINY, "train.max_seconds=25"]), tmp_path / "steady")
     # 1 s a step, measured from the step-5 log line to the step-15 one: 25 steps, LR to the floor

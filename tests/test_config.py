@@ -150,6 +150,7 @@ def test_bad_value_fails_before_training(overrides, words, tmp_path):
         ),
     ],
 )
+@pytest.mark.sample(2)
 def test_cli_exits_2_naming_the_key_and_writes_nothing(overrides, words, tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "WANDB_DIR": str(tmp_path)}
     out = subprocess.run(

@@ -132,7 +132,9 @@ def _continue_line(stderr: str, folder: Path) -> str:
 @pytest.mark.parametrize(
     "overrides",
     [
-        [],  # the defaults (but for the budget that makes it short)
+        # the defaults (but for the budget that makes it short); a non-default run is the one
+        # whose line once failed, so it is the default tier's
+        pytest.param([], marks=pytest.mark.slow),
         [*TINY, "mixer=pooling", "model.dim=24", "task=convex_hull"],  # a run of its own
     ],
     ids=["default", "non-default"],
@@ -205,6 +207,7 @@ def test_continuing_a_completed_run_changes_no_byte(tmp_path, capsys):
     assert _tree(tmp_path / "r") == before  # summary timings, metrics, no new W&B folder
 
 
+@pytest.mark.slow  # three sweeps in subprocesses; a finished run's byte-identity stays
 def test_a_finished_sweep_continued_or_refused_keeps_every_byte(tmp_path):
     sweep = ["-m", *TINY, "train.max_steps=5", "train.seed=0,1", "hydra.sweep.dir=D"]
     first = _cli(tmp_path, *sweep)

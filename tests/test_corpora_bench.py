@@ -130,6 +130,7 @@ def test_bench_trains_bit_for_bit_like_the_trainer(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     not (SHARED / "tinyshakespeare" / "input.txt").exists(), reason=f"no real corpora in {SHARED}"
 )
+@pytest.mark.slow  # a subprocess run of the benchmark; bit-for-bit with the trainer stays
 def test_quick_bench_prints_a_table(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
@@ -161,6 +162,7 @@ def test_quick_bench_prints_a_table(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     not (SHARED / "tinyshakespeare" / "input.txt").exists(), reason=f"no real corpora in {SHARED}"
 )
+@pytest.mark.slow  # subprocess runs of the benchmark; bit-for-bit with the trainer stays
 def test_quick_bench_through_the_trainer(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
@@ -186,6 +188,7 @@ def test_quick_bench_through_the_trainer(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     not (SHARED / "tinyshakespeare" / "input.txt").exists(), reason=f"no real corpora in {SHARED}"
 )
+@pytest.mark.slow  # a subprocess run of the GPU recipe's code path
 def test_gpu_recipe_runs_at_a_tiny_size_on_cpu(tmp_path: Path) -> None:
     """The GPU recipe's code path (models one after another, windows of steps, evaluations
     during training, the best kept) on CPU at a tiny shape; its figures need a GPU."""

@@ -94,6 +94,7 @@ def test_shakespeare_bpe_real_round_trip() -> None:
 
 
 @needs_imdb
+@pytest.mark.slow  # trains the 2048-token BPE on IMDB (~30 s)
 def test_imdb_real(imdb_task) -> None:
     task = imdb_task
     sizes = {"train": 22_500, "val": 2_500, "test": 25_000}
@@ -114,6 +115,7 @@ def test_imdb_real(imdb_task) -> None:
 
 
 @needs_imdb
+@pytest.mark.slow  # shares test_imdb_real's tokenizer training
 def test_imdb_val_is_the_documented_stratified_slice_of_train(imdb_task) -> None:
     """The validation reviews are the ones docs/data.md names (their digest), 1,250 of each
     label chosen from aclImdb/train, none of them in train."""
@@ -129,6 +131,7 @@ def test_imdb_val_is_the_documented_stratified_slice_of_train(imdb_task) -> None
 
 
 @needs_imdb
+@pytest.mark.slow  # shares test_imdb_real's tokenizer training
 def test_imdb_bpe_round_trips_reviews(imdb_task) -> None:
     enc = imdb_task.encoding
     samples = [

@@ -102,6 +102,7 @@ SOFTMAX_OPS = ("scaled_dot_attention", "quadratic_attention", "metric_attention"
     + [(op, 0.25, False) for op in SOFTMAX_OPS]
     + [(op, 0.0, True) for op in SOFTMAX_OPS],
 )
+@pytest.mark.sample(6)
 def test_opcheck_passes_for_every_op(name: str, dropout_p: float, sink: bool) -> None:
     """Schema, fake implementation, autograd registration and AOT dispatch, as torch checks them
     (with a sink: its gradient too)."""
@@ -217,6 +218,7 @@ def _loss_and_grads(model: torch.nn.Module, tokens: torch.Tensor, dtype: torch.d
 
 @pytest.mark.parametrize("impl", ["auto", "torch", "triton"])
 @pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.sample(16)
 def test_every_mixer_trains_under_autocast(mixer: str, impl: str) -> None:
     """Forward and backward under autocast give the fp32 loss and gradients to half precision
     (gradients compared as one vector: some are ~0 in exact arithmetic, e.g. pooling's norm bias,
@@ -242,6 +244,7 @@ def test_every_mixer_trains_under_autocast(mixer: str, impl: str) -> None:
 
 @pytest.mark.parametrize("impl", ["torch", "triton"])
 @pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.sample(3)
 def test_every_mixer_compiles_with_fullgraph(mixer: str, impl: str) -> None:
     """Dynamo traces the whole model in one graph, with the Triton ops as opaque nodes (it once
     traced into the kernels and failed), under autocast and with attention dropout on; outputs
@@ -304,6 +307,7 @@ def _attention_call(op: str, impl: str, dropout_p: float, b: int, n: int = 12, d
 
 @pytest.mark.parametrize("impl", ["auto", "torch", "triton"])
 @pytest.mark.parametrize("op", ATTENTION_OPS)
+@pytest.mark.sample(2)
 def test_dropout_averages_to_the_output_without_dropout(op: str, impl: str) -> None:
     """Kept probabilities are scaled by 1/(1-p): the mean over many draws is the plain output
     within four standard errors, and a single draw is not."""

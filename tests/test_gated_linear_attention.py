@@ -152,6 +152,7 @@ PER_TOKEN_SLOW = pytest.param(False, marks=pytest.mark.slow)
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("per_key", [False, True], ids=["per-token", "per-key"])
 @pytest.mark.parametrize("n", [1, 37, pytest.param(100, marks=pytest.mark.slow)])
+@pytest.mark.sample(3)
 def test_fp32_matches_the_recurrence(impl, per_key, n):
     """One token, an odd length inside a chunk, and several chunks (of 32 and of 16); every
     input gradient, log_decay's and the initial state's included, and the final state's."""
@@ -219,6 +220,7 @@ def test_gradients_when_one_output_is_unused(impl, used):
     ],
     ids=["bnhk-storage", "sliced", "expanded"],
 )
+@pytest.mark.sample(1)
 def test_strided_inputs_match_the_recurrence(view):
     q, k, v, log_decay, _ = inputs(2, 2, 74, 18, 18, True)
     q, k, v, log_decay = (view(t) for t in (q, k, v, log_decay))
@@ -237,6 +239,7 @@ def test_widths_that_are_and_are_not_powers_of_two(kd, dv):
 @pytest.mark.parametrize(
     "dtype", [torch.float32, pytest.param(torch.float16, marks=pytest.mark.slow)]
 )
+@pytest.mark.slow  # the tiled launch in the interpreter (~20 s)
 def test_value_tiles_give_the_whole_state(monkeypatch, dtype):
     """V = 40 in tiles of 16 columns: three V tiles, the last one ragged. o, the final state, dv
     and d h0 come per tile; dq, dk and the log decay's gradient are sums of the tiles' parts."""
@@ -252,6 +255,7 @@ def test_value_tiles_give_the_whole_state(monkeypatch, dtype):
 @pytest.mark.parametrize(
     "dtype", [torch.float32, pytest.param(torch.float16, marks=pytest.mark.slow)]
 )
+@pytest.mark.slow  # the tiled launch in the interpreter (~20 s)
 def test_key_tiles_give_the_whole_sums_over_k(monkeypatch, dtype):
     """K = 40 (padded to 64) read 16 columns at a time: four key tiles, the third ragged and the
     fourth wholly past K. The intra-chunk block and the state's products with the chunk's
@@ -395,6 +399,7 @@ def test_the_operators_autocast_rule_casts_q_k_v_and_keeps_the_decay_and_state()
 
 
 @pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.sample(1)
 def test_compiles_with_fullgraph(impl):
     """Dynamo traces a call (the Triton op as one opaque node) and its backward; outputs and
     gradients equal eager's."""

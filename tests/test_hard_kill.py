@@ -28,6 +28,7 @@ ARGS = [
     "train.log_every=1",
     "train.eval_every=50",
     "train.eval_batches=1",
+    "train.eval_batch_size=512",  # the final evaluation in a few batches
     "train.ckpt_every=20",
     "train.probe_batch_size=4",
     "train.progress=false",
@@ -62,6 +63,7 @@ def _curve(run_dir: Path) -> dict[int, float]:
     }
 
 
+@pytest.mark.slow  # a trainer killed in a subprocess; tests/test_nothing_lost.py keeps a kill -9
 def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     _kill_and_resume(tmp_path)
 

@@ -17,7 +17,7 @@ PLAY = "".join(
     f"ROMEO {i}:\nBut soft, what light through yonder window breaks?\n" for i in range(60)
 )
 TASKS = {
-    "sort": ["task=sort", "task.seq_len=8"],
+    "sort": ["task=sort", "task.seq_len=8", "task.val_size=64", "task.test_size=64"],
     "shakespeare": ["task=shakespeare_char", "task.seq_len=16", "task.download=false"],
     "mqar": [
         "task=mqar",
@@ -68,6 +68,7 @@ def train(mixer: list[str], task: str, data, tmp_path) -> list[dict]:
         "train.log_every=2",
         "train.eval_every=4",
         "train.eval_batches=1",
+        "train.eval_batch_size=512",  # the final evaluation in a few batches
         "train.probe_batch_size=4",
         "train.progress=false",
         "logger.mode=disabled",
@@ -87,6 +88,7 @@ def logged_weights(rows: list[dict]) -> dict[str, float]:
 
 @pytest.mark.parametrize("task", list(TASKS))
 @pytest.mark.parametrize("mixer", list(MIXERS))
+@pytest.mark.sample(2)
 def test_deltanet_and_sigmoid_train_on_each_task_and_log_row_sums(mixer, task, play, tmp_path):
     weights = logged_weights(train(MIXERS[mixer], task, play, tmp_path))
     assert set(weights) == {
@@ -97,6 +99,7 @@ def test_deltanet_and_sigmoid_train_on_each_task_and_log_row_sums(mixer, task, p
 
 
 @pytest.mark.parametrize(("mixer", "sink", "task"), SINKS)
+@pytest.mark.sample(3)
 def test_every_softmax_mixer_trains_with_each_sink(mixer, sink, task, play, tmp_path):
     """A sink takes some of each row's mass: the logged row sums are below 1, never above."""
     rows = train([f"mixer={mixer}", f"mixer.sink={sink}"], task, play, tmp_path)

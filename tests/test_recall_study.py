@@ -50,10 +50,10 @@ def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         ),
     ],
 )
-def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path):
+def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path, run_script):
     out = tmp_path / "out"
-    proc = recall(*args, "--out", str(out), timeout=120)
-    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    code, _, err = run_script(SCRIPT, *args, "--out", str(out))
+    assert code == 2 and says in err, err
     assert not out.exists()
 
 

@@ -283,6 +283,7 @@ def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
         "train.max_steps=5",
         "train.eval_every=5",
         "train.eval_batches=1",
+        "train.eval_batch_size=512",  # the final evaluation in a few batches
         "train.probe_batch_size=4",
         "train.progress=false",
         "logger.mode=disabled",

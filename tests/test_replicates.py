@@ -24,6 +24,7 @@ TINY = [
     "train.log_every=1",
     "train.eval_every=2",
     "train.eval_batches=1",
+    "train.eval_batch_size=512",  # the final evaluation in a few batches
     "train.probe_batch_size=2",
     "train.progress=false",
     "logger.media_budget=0",
@@ -63,6 +64,7 @@ def test_group_ignores_the_seed_and_where_a_run_logs_but_no_other_key():
     assert analysis.groups.semantic_config is replicates.semantic_config
 
 
+@pytest.mark.slow  # four subprocess runs with W&B offline
 def test_offline_runs_that_differ_only_in_seed_share_a_group(tmp_path):
     sweep = tmp_path / "sweep"
     jobs = {

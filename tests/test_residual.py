@@ -108,6 +108,7 @@ def test_every_variant_trains_every_mixer(residual, mixer):
         "rezero model.rezero_alpha=per_branch",
     ],
 )
+@pytest.mark.sample(2)
 def test_the_trainer_runs_the_variant_and_probes_rank_after_every_block(residual, tmp_path):
     overrides = [
         *f"model.residual={residual}".split(),
@@ -120,6 +121,7 @@ def test_the_trainer_runs_the_variant_and_probes_rank_after_every_block(residual
         "train.log_every=2",
         "train.eval_every=4",
         "train.eval_batches=1",
+        "train.eval_batch_size=512",  # the final evaluation in a few batches
         "train.ckpt_every=4",
         "train.probe_batch_size=4",
         "train.progress=false",

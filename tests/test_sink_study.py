@@ -38,10 +38,10 @@ def sinks(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--max-extensions", "-1"], "--max-extensions -1: allowed: an int ≥ 0"),
     ],
 )
-def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path):
+def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp_path, run_script):
     out = tmp_path / "out"
-    proc = sinks(*args, "--out", str(out), timeout=120)
-    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    code, _, err = run_script(SCRIPT, *args, "--out", str(out))
+    assert code == 2 and says in err, err
     assert not out.exists()
 
 

@@ -474,6 +474,7 @@ def test_repeated_seeds_are_kept_and_not_paired(tmp_path):
 # ---- a real sweep -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a six-job multirun of the trainer in a subprocess
 def test_real_seed_sweep_groups_match_the_per_job_rows(tmp_path):
     """A tiny multirun of the trainer (2 mixers x 3 seeds, basic launcher): groups.csv holds what
     the per-job rows give, computed here."""

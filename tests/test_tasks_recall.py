@@ -203,6 +203,7 @@ def test_trains_from_the_command_line_and_refuses_bad_options_with_exit_2(tmp_pa
         "train.batch_size=8",
         "train.eval_every=25",
         "train.eval_batches=1",
+        "train.eval_batch_size=512",  # the final evaluation in a few batches
         "train.probe_batch_size=4",
         "train.progress=false",
         "logger.mode=disabled",
@@ -241,6 +242,7 @@ def test_a_small_attention_model_learns_recall(tmp_path):
             "train.lr=3e-3",
             "train.eval_every=300",
             "train.eval_batches=1",
+            "train.eval_batch_size=512",  # the final evaluation in a few batches
             "train.threads=1",
             "train.progress=false",
             "logger.mode=disabled",

@@ -27,6 +27,7 @@ TINY = [
     "train.log_every=5",
     "train.eval_every=10",
     "train.eval_batches=1",
+    "train.eval_batch_size=512",  # the final evaluation in a few batches
     "train.ckpt_every=10",
     "train.probe_batch_size=4",
     "train.progress=false",
@@ -231,6 +232,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+@pytest.mark.slow  # a subprocess; tests/test_nothing_lost.py stops runs by SIGINT and SIGTERM by default
 def test_signal_checkpoints_at_the_step_boundary_and_exits(tmp_path, sig):
     run_dir = tmp_path / "run"
     args = [*TINY, "train.max_steps=1000000", "train.ckpt_every=1000000", "train.log_every=1"]

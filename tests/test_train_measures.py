@@ -23,6 +23,7 @@ TINY = [
     "train.log_every=5",
     "train.eval_every=5",
     "train.eval_batches=1",
+    "train.eval_batch_size=512",  # the final evaluation in a few batches
     "train.ckpt_every=10",
     "train.probe_batch_size=4",
     "train.progress=false",

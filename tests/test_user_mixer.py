@@ -54,6 +54,7 @@ TINY = [
     "train.log_every=3",
     "train.eval_every=3",
     "train.eval_batches=1",
+    "train.eval_batch_size=512",  # the final evaluation in a few batches
     "train.ckpt_every=100",
     "train.probe_batch_size=2",
     "train.progress=false",
@@ -184,6 +185,7 @@ def _train(
     )
 
 
+@pytest.mark.sample(1)
 def test_a_user_mixer_trains_from_the_command_line_and_a_typo_leaves_nothing(user_code, tmp_path):
     run_dir = tmp_path / "run"
     out = _train(["mixer.shift=2", f"hydra.run.dir={run_dir}"], user_code, tmp_path)
