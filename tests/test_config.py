@@ -239,3 +239,25 @@ def test_model_defaults_and_fields_come_from_model_config():
         causal=True,
         impl="torch",
     )
+
+
+def _help(*args: str) -> subprocess.CompletedProcess:
+    probe = (
+        "import sys; from attnzoo.train.cli import main; main(); "
+        "print('LOADED', sorted(m for m in ('matplotlib', 'scipy', 'wandb') if m in sys.modules))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_help_is_hydras_text_for_the_chosen_mixer_without_loading_what_a_run_needs():
+    """`--help` prints what Hydra's own help prints (a hydra.* override makes Hydra print it),
+    with the chosen mixer's keys, and imports neither the figures nor the statistics."""
+    quick = _help("mixer=pooling", "--help")
+    hydras = _help("mixer=pooling", "hydra.job.chdir=false", "--help")
+    assert quick.returncode == hydras.returncode == 0, quick.stderr + hydras.stderr
+    text, loaded = quick.stdout.rsplit("LOADED", 1)
+    assert text == hydras.stdout.rsplit("LOADED", 1)[0]
+    assert "window:" in text and "mixer=NAME task=NAME --help" in text
+    assert loaded.strip() == "[]"

@@ -179,6 +179,8 @@ def _is_config_error(err: BaseException) -> bool:
 def main() -> None:
     """`python -m attnzoo.train key=value ...`, or `python -m attnzoo.train --continue FOLDER
     [key=value ...]`; see the module docstring for exit codes."""
+    if _quick_help(sys.argv[1:]):
+        return
     folder, extra = _continue_argument(sys.argv[1:])
     if folder is not None:
         if not (folder / ".hydra" / "config.yaml").is_file():
@@ -212,6 +214,68 @@ def main() -> None:
         if _footprint is not None:
             _footprint.restore()  # trained nothing: leave the folders as they were
     sys.exit(_exit_code)
+
+
+_HELP_TEMPLATE = """{header}
+== Configuration groups ==
+Compose your configuration from those groups (group=option)
+
+{groups}
+
+
+== Config ==
+Override anything in the config (foo.bar=value)
+
+{config}
+
+{footer}
+"""
+
+
+def _quick_help(argv: list[str]) -> bool:
+    """`--help` with overrides of attnzoo's keys only: Hydra's text, without Hydra's listing of
+    every config group (which composes the whole configuration once per group, seconds). With a
+    `hydra.*` override (a search path of the user's own mixers, say) or a configuration that
+    does not compose, Hydra prints the help or the error instead: False."""
+    if not {"--help", "-h"} & set(argv):
+        return False
+    overrides = [a for a in argv if a not in ("--help", "-h")]
+    if any(a.startswith("-") or a.lstrip("+~").startswith("hydra") for a in overrides):
+        return False
+    from importlib.resources import files
+
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = compose(overrides)
+    except Exception:
+        return False
+    conf = files(_CONF_MODULE)
+    groups: dict[str, set[str]] = {}
+    for folder in conf.iterdir():
+        if folder.is_dir() and folder.name not in ("hydra", "__pycache__"):
+            names = {f.name[:-5] for f in folder.iterdir() if f.name.endswith(".yaml")}
+            groups.setdefault(folder.name, set()).update(names)
+
+    def stored(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and key != "hydra":
+                stored(value, f"{prefix}{key}/")
+            elif prefix and key.endswith(".yaml"):
+                groups.setdefault(prefix[:-1], set()).add(key[:-5])
+
+    stored(ConfigStore.instance().repo, "")
+    text = OmegaConf.load(str(conf / "config.yaml")).hydra.help
+    print(
+        _HELP_TEMPLATE.format(
+            header=text.header,
+            groups="\n".join(f"{g}: {', '.join(sorted(o))}" for g, o in sorted(groups.items())),
+            config=OmegaConf.to_yaml(cfg),
+            footer=text.footer,
+        )
+    )
+    return True
 
 
 def _hydra_main() -> None:
