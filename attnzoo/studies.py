@@ -346,13 +346,15 @@ def tune_lr(
     env: dict[str, str],
     select: dict[str, Any],
     max_extensions: int = 2,
+    label: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Path]]:
     """Tune `train.lr` per mixer on the tuning seeds: the grid in `root`/tune, then, while a
     mixer's choice sits at the edge of its grid, one more step beyond that edge (the grid's own
     factor) in `root`/tune-ext<k>/lr_<value>, at most `max_extensions` times. `select` holds
     write_tuning's keyword arguments (by, maximize, fresh_seeds, final_dir, script); the choice
     is remade over every folder after each extension. Returns the selection, the extensions
-    ({round, lr, mixers, edge}) and the tuning folders."""
+    ({round, lr, mixers, edge}) and the tuning folders. `label` names what is tuned in the
+    console's lines where one mixer is tuned under several arms (the sink study's arm)."""
     from attnzoo.analysis.report import write_tuning
     from attnzoo.analysis.selection import extend
 
@@ -379,7 +381,8 @@ def tune_lr(
             return selected, extensions, folders
         for lr, group in sorted(beyond.items()):
             edge = "high" if lr > max(lrs) else "low"
-            print(f"  extension {k + 1}: train.lr={lr_text(lr)} for {', '.join(group)} ({edge})")
+            what = label or ", ".join(group)
+            print(f"  extension {k + 1}: train.lr={lr_text(lr)} for {what} ({edge})", flush=True)
             folder = root / f"tune-ext{k + 1}" / f"lr_{lr_text(lr)}"
             over = [*base, f"mixer={','.join(group)}", f"train.lr={lr_text(lr)}"]
             sweep(

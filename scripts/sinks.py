@@ -132,7 +132,15 @@ def run_arm(arm: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
         "script": SUMMARIZE,
     }
     selected, extensions, tune_folders = tune_lr(
-        base, [mixer], args.lrs, args.tune_seeds, root, env, select, args.max_extensions
+        base,
+        [mixer],
+        args.lrs,
+        args.tune_seeds,
+        root,
+        env,
+        select,
+        args.max_extensions,
+        f"the {arm} arm",
     )
     chosen, _ = chosen_lrs(selected, [mixer])
     tune_runs = [

@@ -106,3 +106,21 @@ def test_every_softmax_mixer_trains_with_each_sink(mixer, sink, task, play, tmp_
     weights = logged_weights(rows)
     sums = [weights[f"attention/row_sum/layer_{k}"] for k in (1, 2)]
     assert all(0 < s < 1 for s in sums), sums
+
+
+@pytest.mark.parametrize(
+    ("mixer", "says"),
+    [
+        (["mixer=sigmoid"], "the rows of SigmoidAttention's weights need not sum to 1"),
+        (["mixer=scaled_dot", "mixer.sink=learned"], "its sink (learned) takes part of each row"),
+    ],
+)
+def test_the_entropy_note_says_why_the_rows_are_not_distributions(
+    mixer, says, play, tmp_path, capsys
+):
+    """Neither mixer has a hidden attention matrix (a recurrent mixer's): the note at the start
+    of the run says what they have instead."""
+    train(mixer, "sort", play, tmp_path)
+    err = capsys.readouterr().err
+    assert f"rank/attention_entropy: not available for this mixer ({says}" in err, err
+    assert "hidden attention matrix" not in err

@@ -697,3 +697,26 @@ def test_the_committed_reanalysis_is_what_its_command_writes(tmp_path):
         assert (tmp_path / name).read_text() == (study / "reanalysis" / name).read_text(), name
     family = list(csv.DictReader((tmp_path / "comparisons.csv").open()))
     assert len(family) == 28 and {r["tests"] for r in family} == {"84"}
+
+
+def test_a_grid_extension_line_names_what_is_tuned(monkeypatch, capsys, tmp_path):
+    """The sink study tunes one mixer under several arms: its extension lines name the arm, a
+    study of mixers names the mixers."""
+    import attnzoo.analysis.report
+    from attnzoo import studies
+
+    at_edge = [{"axes": {}, "grid": [1e-3, 1e-2], "edge": "high"}]
+    for label, says in [
+        ("the learned arm", "for the learned arm (high)"),
+        (None, "for scaled_dot"),
+    ]:
+        chosen = iter([at_edge, [{"axes": {}, "grid": [1e-3, 1e-2, 1e-1], "edge": None}]])
+        monkeypatch.setattr(
+            attnzoo.analysis.report, "write_tuning", lambda *a, c=chosen, **k: next(c)
+        )
+        monkeypatch.setattr(studies, "sweep", lambda *a, **k: None)
+        _, extensions, _ = studies.tune_lr(
+            [], ["scaled_dot"], [1e-3, 1e-2], [0], tmp_path, {}, {}, 1, label
+        )
+        assert extensions == [{"round": 1, "lr": 0.1, "mixers": ["scaled_dot"], "edge": "high"}]
+        assert f"extension 1: train.lr=0.1 {says}" in capsys.readouterr().out

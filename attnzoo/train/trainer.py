@@ -262,9 +262,14 @@ class Trainer:
             not getattr(mixer, "rows_are_distributions", True)
             and "attention_entropy" in cfg.train.rank_measures
         ):
+            why = (
+                f"its sink ({mixer.sink}) takes part of each row's mass"
+                if getattr(mixer, "sink", "none") != "none"
+                else f"the rows of {type(mixer).__name__}'s weights need not sum to 1"
+            )
             notes.append(
-                f"rank/attention_entropy: not available for this mixer (the rows of "
-                f"{type(mixer).__name__}'s hidden attention matrix are not distributions): n/a"
+                f"rank/attention_entropy: not available for this mixer ({why}; the row sums are "
+                "logged instead): n/a"
             )
         if self.budget.flops_per_token is None:
             notes.append(
