@@ -57,6 +57,14 @@ from attnzoo.tasks import TASKS
 class ConfigError(ValueError):
     """A configuration that composes but cannot be trained; the message names the key."""
 
+    kind = "configuration error"  # how the command line labels it
+
+
+class DataError(ConfigError):
+    """A task's corpus is not there and could not be obtained; the message says how to get it."""
+
+    kind = "data not available"
+
 
 # Keys that are spelled another way now, and that spelling: a config that still uses one does
 # not compose, and the trainer says so (exit 2) with `older_key`'s message.

@@ -506,3 +506,26 @@ def test_imdb_missing_offline_says_how_to_obtain(tmp_path: Path) -> None:
     with pytest.raises(CorpusError, match="aclImdb_v1.tar.gz") as err:
         build_task("imdb", str(tmp_path), 0)
     assert "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz" in str(err.value)
+
+
+def test_a_failed_download_is_not_a_configuration_error_and_not_advised_again(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The trainer labels a corpus it could not obtain as such (exit 2, no folder), and after a
+    download that failed it advises the network, a mirror or a copy of one's own: not
+    task.download=true, which is what just failed."""
+    from attnzoo.train import compose, run
+    from attnzoo.train.cli import _kind
+
+    monkeypatch.delenv("ATTNZOO_OFFLINE")
+    monkeypatch.setenv("ATTNZOO_TINYSHAKESPEARE_URL", "http://127.0.0.1:9/unreachable")
+    cfg = compose(
+        ["task=shakespeare_char", f"data_dir={tmp_path / 'none'}", "logger.mode=disabled"]
+    )
+    with pytest.raises(Exception) as err:
+        run(cfg, tmp_path / "run")
+    message = f"{_kind(err.value)}: {err.value}"
+    assert message.startswith("data not available: task=shakespeare_char: data_dir")
+    assert "failed after 0 bytes" in message and "task.download=true" not in message
+    assert "ATTNZOO_TINYSHAKESPEARE_URL to a mirror" in message
+    assert f"place it at {tmp_path / 'none' / 'tinyshakespeare' / 'input.txt'}" in message

@@ -101,17 +101,25 @@ class Remote:
     def current_sha256(self) -> str:
         return (os.environ.get(f"ATTNZOO_{self.env}_SHA256") or self.sha256).lower()
 
-    def how_to_obtain(self, data_dir: Path | str) -> str:
-        """How a user gets this file: one way that works from where they are."""
+    def how_to_obtain(self, data_dir: Path | str, download_failed: bool = False) -> str:
+        """How a user gets this file: one way that works from where they are. After a download
+        that failed, not the download again: the network, a mirror, or their own copy."""
         if self.original is not None:
-            return self.original.how_to_obtain(data_dir)
+            return self.original.how_to_obtain(data_dir, download_failed)
+        yourself = (
+            f"download it yourself from {self.url} (see {self.homepage}) and place it at "
+            f"{Path(data_dir) / self.filename} (sha256 {self.sha256})."
+        )
+        if download_failed:
+            return (
+                f"To obtain {self.name}: run again once {self.current_url} can be reached (or "
+                f"set ATTNZOO_{self.env}_URL to a mirror), or {yourself}"
+            )
         switches = [s for s, on in (("unset ATTNZOO_OFFLINE", offline()),) if on]
         let = f"; {' and '.join(switches)}" if switches else ""
         return (
             f"To obtain {self.name}: let attnzoo download it (task.download=true fetches "
-            f"{self.current_url} into {cache_dir() / 'downloads'}{let}), or download it yourself "
-            f"from {self.url} (see {self.homepage}) and place it at "
-            f"{Path(data_dir) / self.filename} (sha256 {self.sha256})."
+            f"{self.current_url} into {cache_dir() / 'downloads'}{let}), or {yourself}"
         )
 
     def how_to_fix(self, path: Path, data_dir: Path | str) -> str:
@@ -206,4 +214,4 @@ def fetch(remote: Remote, data_dir: Path | str, allow_download: bool = True) -> 
     try:
         return download(remote.current_url, cached, remote.current_sha256)
     except CorpusError as err:
-        raise CorpusError(f"{missing}{err}. {remote.how_to_obtain(data_dir)}") from err
+        raise CorpusError(f"{missing}{err}. {remote.how_to_obtain(data_dir, True)}") from err

@@ -20,6 +20,7 @@ from attnzoo import distributed, replicates
 from attnzoo.checkpoint import CheckpointError
 from attnzoo.config import (
     ConfigError,
+    DataError,
     enum_value,
     mixer_label,
     model_config,
@@ -30,6 +31,7 @@ from attnzoo.config import (
 )
 from attnzoo.model import Model
 from attnzoo.tasks import Task, build_task
+from attnzoo.tasks._data import CorpusError
 from attnzoo.tracking import WandbRun
 from attnzoo.train.budget import planned_steps
 from attnzoo.train.resume import checkpoint_to_resume, extended
@@ -71,6 +73,8 @@ def build_task_from(cfg: DictConfig, data_dir: Path) -> Task:
     """The task `cfg.task` describes; its constructor's errors name the task."""
     try:
         return build_task(cfg.task.name, str(data_dir), int(cfg.train.seed), **options(cfg.task))
+    except CorpusError as err:
+        raise DataError(f"task={cfg.task.name}: {err}") from err
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"task={cfg.task.name}: {err}") from err
 

@@ -91,7 +91,7 @@ class CheckMixer(Callback):
         try:
             check_mixer(config.mixer)
         except ConfigError as err:
-            print(f"attnzoo.train: configuration error: {err}", file=sys.stderr)
+            print(f"attnzoo.train: {_kind(err)}: {err}", file=sys.stderr)
             sys.exit(EXIT_CONFIG)
 
 
@@ -106,7 +106,7 @@ def task_function(cfg: DictConfig) -> dict[str, Any] | None:
     except (ConfigError, CheckpointError) as err:
         if multirun:
             raise  # Hydra records the failed job and goes on with the others
-        print(f"attnzoo.train: configuration error: {err}", file=sys.stderr)
+        print(f"attnzoo.train: {_kind(err)}: {err}", file=sys.stderr)
         _exit_code = EXIT_CONFIG
         return None
     _exit_code = EXIT_CODES.get(summary["status"], EXIT_FAILED)
@@ -169,6 +169,11 @@ def _hydra_message(err: Exception) -> str:
     return first if cause is err else f"{first}: {text.splitlines()[0]}"
 
 
+def _kind(err: BaseException) -> str:
+    """How a refusal is labelled: a configuration error, or data that is not available."""
+    return getattr(err, "kind", "configuration error")
+
+
 def _is_config_error(err: BaseException) -> bool:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -201,7 +206,7 @@ def main() -> None:
         if full_error:
             raise
         if isinstance(err, (ConfigError, CheckpointError)):  # a refused job of a multirun
-            print(f"attnzoo.train: configuration error: {err}", file=sys.stderr)
+            print(f"attnzoo.train: {_kind(err)}: {err}", file=sys.stderr)
             sys.exit(EXIT_CONFIG)
         if _is_config_error(err) or not _launched:  # Hydra stopped at the command line
             print(f"attnzoo.train: configuration error: {_hydra_message(err)}", file=sys.stderr)
