@@ -13,8 +13,10 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -51,17 +53,78 @@ def completed(sweep: Path, expected: int) -> bool:
 
 def sweep(overrides: list[str], folder: Path, expected: int, env: dict[str, str], log: Path):
     """One `python -m attnzoo.train -m` sweep into `folder` (skipped when it already completed;
-    interrupted jobs resume). A failed job is left to the summary, which reports its status."""
-    cmd = [sys.executable, "-m", "attnzoo.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
+    interrupted jobs resume). A failed job is left to the summary, which reports its status.
+
+    The console gets the command (pasteable), where the jobs' own output goes, and a line per
+    job as it ends: k of n, its overrides, its status and validation loss, the time so far and
+    an estimate of the time left."""
+    python = "python" if shutil.which("python") == sys.executable else sys.executable
+    cmd = [python, "-m", "attnzoo.train", "-m", *overrides, f"hydra.sweep.dir={folder}"]
     if completed(folder, expected):
         print(f"  done already: {folder}")
         return
-    print("  $ " + " ".join(shlex.quote(c) for c in cmd[1:]), flush=True)
+    print("  $ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    print(f"    {expected} jobs; their output goes to {log}", flush=True)
     log.parent.mkdir(parents=True, exist_ok=True)
+    progress = _Progress(folder, expected)
     with open(log, "a") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, *cmd[1:]], stdout=f, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            while proc.poll() is None:
+                time.sleep(2)
+                progress.report()
+        except KeyboardInterrupt:
+            proc.wait()  # the sweep got the Ctrl-C too: its job checkpoints and stops
+            raise
+    progress.report()
     if proc.returncode != 0:
         print(f"  the sweep exited with {proc.returncode} (see {log}); the summary keeps the jobs")
+
+
+class _Progress:
+    """The jobs of a sweep folder that have ended (their summary.json no longer says running),
+    each reported once; the estimate of the time left is the mean time per job ended since the
+    sweep started, times the jobs still to run."""
+
+    def __init__(self, folder: Path, expected: int) -> None:
+        self.folder, self.expected, self.start = folder, expected, time.monotonic()
+        self.seen = set(self._ended())
+        self.before = len(self.seen)
+
+    def _ended(self) -> dict[Path, dict[str, Any]]:
+        ended = {}
+        for path in sorted(self.folder.glob("*/summary.json")):
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                summary = json.loads(path.read_text())
+                if summary.get("status") not in (None, "running"):
+                    ended[path.parent] = summary
+        return ended
+
+    def report(self) -> None:
+        for job, summary in self._ended().items():
+            if job in self.seen:
+                continue
+            self.seen.add(job)
+            elapsed = time.monotonic() - self.start
+            left = elapsed / (len(self.seen) - self.before) * max(self.expected - len(self.seen), 0)
+            loss = (summary.get("final") or {}).get("val/loss")
+            result = summary["status"] + (f", val/loss {loss:.4g}" if loss is not None else "")
+            print(
+                f"    job {len(self.seen)}/{self.expected} {job.name}: {result} "
+                f"({_duration(elapsed)} so far, ~{_duration(left)} left)",
+                flush=True,
+            )
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def write_smoke_data(folder: Path) -> dict[str, str]:

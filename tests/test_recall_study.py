@@ -152,7 +152,7 @@ def test_the_smoke_study_tunes_reruns_compares_and_resumes(tmp_path):
         assert len(steps) >= 2 and steps == sorted(set(steps))
     assert all(0.0 <= float(r["val_accuracy"]) <= 1.0 for r in curves)
     again = recall("--smoke", "--parallel", "2", "--out", str(out))  # every sweep completed
-    assert again.returncode == 0 and "$ -m attnzoo.train" not in again.stdout
+    assert again.returncode == 0 and "-m attnzoo.train" not in again.stdout
     assert again.stdout.count("done already") >= 2
 
 

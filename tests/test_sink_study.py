@@ -78,5 +78,5 @@ def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_
     assert all(v < 0.999 for a in ("learned", "zero_kv", "sigmoid") for v in row_sum[a])
     assert (out / "sinks.png").stat().st_size > 10_000
     again = sinks("--smoke", "--parallel", "2", "--out", str(out))  # every sweep completed
-    assert again.returncode == 0 and "$ -m attnzoo.train" not in again.stdout
+    assert again.returncode == 0 and "-m attnzoo.train" not in again.stdout
     assert again.stdout.count("done already") >= 8

@@ -4,6 +4,7 @@ paper says."""
 import csv
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -720,3 +721,35 @@ def test_a_grid_extension_line_names_what_is_tuned(monkeypatch, capsys, tmp_path
         )
         assert extensions == [{"round": 1, "lr": 0.1, "mixers": ["scaled_dot"], "edge": "high"}]
         assert f"extension 1: train.lr=0.1 {says}" in capsys.readouterr().out
+
+
+def test_a_study_sweep_says_where_it_is_job_by_job(tmp_path, capsys):
+    """The console gets a command that pastes, where the jobs' output goes, and one line per job
+    as it ends (k of n, its status and loss, an estimate of the time left); run again, a
+    completed sweep is not run twice."""
+    from attnzoo import studies
+
+    overrides = [
+        "model.dim=16",
+        "model.depth=1",
+        "model.heads=2",
+        "task.val_size=32",
+        "task.test_size=32",
+        "train.max_steps=3",
+        "train.eval_every=3",
+        "train.eval_batches=1",
+        "train.progress=false",
+        "logger.mode=disabled",
+        "train.seed=0,1",
+    ]
+    log = tmp_path / "tune.log"
+    studies.sweep(overrides, tmp_path / "sweep", 2, dict(os.environ), log)
+    out = capsys.readouterr().out
+    command = next(line for line in out.splitlines() if line.startswith("  $ "))
+    assert re.match(r"  \$ \S*python\S* -m attnzoo\.train -m model\.dim=16 ", command), command
+    assert f"2 jobs; their output goes to {log}" in out and "train.seed=0" in log.read_text()
+    ended = re.findall(r"job (\d)/2 (\S+): completed, val/loss [\d.]+ \(.* so far, ~.* left\)", out)
+    assert [k for k, _ in ended] == ["1", "2"], out
+    assert {job for _, job in ended} == {"train.seed=0", "train.seed=1"}, out
+    studies.sweep(overrides, tmp_path / "sweep", 2, dict(os.environ), log)
+    assert "done already" in capsys.readouterr().out
