@@ -175,6 +175,7 @@ def test_imdb_test_is_never_sampled_and_whole_split_covers_it_once(tmp_path, mon
         task.batch("test", 4, torch.Generator())
     batches = list(task.whole_split("test", 4))
     assert [b.inputs.shape[0] for b in batches] == [4, 4, 2]
+    assert len(task.whole_split("test", 4)) == 3  # the final evaluation's bar total
     tokens, offsets, labels = task.data["test"]
     seen = []
     for b in batches:
@@ -213,6 +214,7 @@ def test_shakespeare_whole_split_predicts_every_token_once(play_dir):
     for split in ("val", "test"):
         ids = task.ids[split]
         batches = list(task.whole_split(split, 5))
+        assert len(task.whole_split(split, 5)) == len(batches)  # the final evaluation's bar total
         targets = torch.cat([b.targets.flatten() for b in batches])
         assert torch.equal(targets, ids[1:])  # every token but the first, once, in order
         assert sum(task.count(b) for b in batches) == ids.numel() - 1
@@ -239,6 +241,7 @@ def test_synthetic_test_set_is_fixed_and_disjoint_from_val(name):
     assert not torch.equal(other.inputs, test.inputs)
     whole = list(task.whole_split("test", 10))
     assert [b.inputs.shape[0] for b in whole] == [10, 10, 10, 10, 8]
+    assert len(task.whole_split("test", 10)) == 5  # the final evaluation's bar total
     assert torch.equal(torch.cat([b.inputs for b in whole]), test.inputs)
     with pytest.raises(ValueError, match="split"):
         task.batch("test", 4, torch.Generator())

@@ -723,6 +723,7 @@ def test_a_grid_extension_line_names_what_is_tuned(monkeypatch, capsys, tmp_path
         assert f"extension 1: train.lr=0.1 {says}" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a two-job sweep in a subprocess (~15 s)
 def test_a_study_sweep_says_where_it_is_job_by_job(tmp_path, capsys):
     """The console gets a command that pastes, where the jobs' output goes, and one line per job
     as it ends (k of n, its status and loss, an estimate of the time left); run again, a

@@ -48,6 +48,20 @@ class Batch:
         )
 
 
+class Batches:
+    """A split's batches in order, and how many there are: what a progress bar shows as its
+    total. `whole_split` returns one (a plain iterator of batches works too, without a total)."""
+
+    def __init__(self, batches: Iterator[Batch], count: int) -> None:
+        self._batches, self._count = batches, count
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._batches
+
+    def __len__(self) -> int:
+        return self._count
+
+
 class Task(ABC):
     """What the trainer needs to know about a task.
 
@@ -70,9 +84,10 @@ class Task(ABC):
         training stream, and the cheap sampled evaluations during training."""
 
     @abstractmethod
-    def whole_split(self, split: str, batch_size: int) -> Iterator[Batch]:
+    def whole_split(self, split: str, batch_size: int) -> Batches | Iterator[Batch]:
         """Every example of split "val" or "test" exactly once, in a fixed order, in batches of
-        at most `batch_size`: what the final evaluation scores."""
+        at most `batch_size`: what the final evaluation scores (as `Batches`, its bar has a
+        total)."""
 
     def count(self, batch: Batch) -> int:
         """How many examples `batch` holds, as the final evaluation's `<split>/n` counts them."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnzoo.tasks import Batch, Task, register_task
+from attnzoo.tasks import Batch, Batches, Task, register_task
 from attnzoo.tasks._data import CorpusError, Remote, atomic_path, cache_dir, fetch, verify
 from attnzoo.tasks._tokenizer import get_encoding
 
@@ -306,10 +306,11 @@ class IMDB(Task):
         rows = torch.randint(0, self.num_examples(split), (batch_size,), generator=generator)
         return self._rows(split, rows)
 
-    def whole_split(self, split: str, batch_size: int) -> Iterator[Batch]:
+    def whole_split(self, split: str, batch_size: int) -> Batches:
         n = self.num_examples(split)
-        for first in range(0, n, batch_size):
-            yield self._rows(split, torch.arange(first, min(first + batch_size, n)))
+        starts = range(0, n, batch_size)
+        rows = (self._rows(split, torch.arange(i, min(i + batch_size, n))) for i in starts)
+        return Batches(rows, len(starts))
 
     def describe_splits(self) -> dict[str, dict[str, object]]:
         return {

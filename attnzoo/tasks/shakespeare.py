@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 
-from attnzoo.tasks import Batch, Task, register_task
+from attnzoo.tasks import Batch, Batches, Task, register_task
 from attnzoo.tasks._data import CorpusError, Remote, fetch
 from attnzoo.tasks._tokenizer import get_encoding
 
@@ -113,15 +113,21 @@ class LanguageModelTask(Task):
         tokens_bn = ids[window_bn]
         return Batch(inputs=tokens_bn[:, :-1].contiguous(), targets=tokens_bn[:, 1:].contiguous())
 
-    def whole_split(self, split: str, batch_size: int) -> Iterator[Batch]:
+    def whole_split(self, split: str, batch_size: int) -> Batches:
         """The split as consecutive windows of `seq_len` tokens, in order, each target the next
         token: every token but the first is a target exactly once, with as context the tokens
         before it in its window (as in a training window). The last, shorter window comes in a
         batch of its own, so nothing is padded."""
         if split == "train":
             raise ValueError("the whole-split evaluation reads 'val' or 'test', not 'train'")
+        n = self._ids(split).numel() - 1  # predicted tokens
+        full = n // self.seq_len
+        count = len(range(0, full, batch_size)) + bool(n % self.seq_len)
+        return Batches(self._windows(split, batch_size), count)
+
+    def _windows(self, split: str, batch_size: int) -> Iterator[Batch]:
         ids = self._ids(split)
-        n = ids.numel() - 1  # predicted tokens
+        n = ids.numel() - 1
         full = n // self.seq_len
         windows = ids[: full * self.seq_len + 1]
         for first in range(0, full, batch_size):

@@ -14,11 +14,10 @@ whole.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import torch
 
-from attnzoo.tasks import Batch, Task, register_task
+from attnzoo.tasks import Batch, Batches, Task, register_task
 
 # The validation and test sets are drawn from streams of their own, so that they never depend on
 # the training stream's state, whatever the trainer's generator does.
@@ -101,11 +100,11 @@ class _FixedSetsTask(Task):
             return Batch(val.inputs[idx], val.targets[idx])
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
 
-    def whole_split(self, split: str, batch_size: int) -> Iterator[Batch]:
+    def whole_split(self, split: str, batch_size: int) -> Batches:
         data = self.fixed_set(split)
-        for first in range(0, data.inputs.shape[0], batch_size):
-            rows = slice(first, first + batch_size)
-            yield Batch(data.inputs[rows], data.targets[rows])
+        starts = range(0, data.inputs.shape[0], batch_size)
+        rows = (slice(i, i + batch_size) for i in starts)
+        return Batches((Batch(data.inputs[r], data.targets[r]) for r in rows), len(starts))
 
     def describe_splits(self) -> dict[str, dict[str, object]]:
         return {
