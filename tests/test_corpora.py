@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -442,7 +443,11 @@ def test_imdb_from_archive_padding_and_truncation(
 
 
 def test_imdb_download_from_local_server(
-    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _isolated_cache: Path
+    server: Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    _isolated_cache: Path,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     monkeypatch.delenv("ATTNZOO_OFFLINE")
     data = imdb_tar()
@@ -452,6 +457,19 @@ def test_imdb_download_from_local_server(
     task = build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe", val_size=2)
     assert task.num_examples("test") == 4
     assert (_isolated_cache / "downloads" / "imdb" / "aclImdb_v1.tar.gz").read_bytes() == data
+    # the minutes of work done once say so, and where they are kept; a second build reads them
+    said = capsys.readouterr().err
+    tokenizers = _isolated_cache / "tokenizers"
+    assert re.search(
+        rf"training a 8192-token BPE on imdb's training split \(done once: kept in {tokenizers}/\S+\.tiktoken\)",
+        said,
+    ), said
+    assert re.search(r"training a 8192-token BPE .*: done in \d+ s", said), said
+    assert (
+        f"tokenising IMDB's reviews (done once: kept in {_isolated_cache / 'imdb'}/tokens-" in said
+    )
+    build_task("imdb", str(tmp_path / "data"), 0, seq_len=8, tokenizer="bpe", val_size=2)
+    assert "attnzoo:" not in capsys.readouterr().err
 
 
 def test_imdb_interrupted_download_is_never_used(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import tempfile
 import time
 import urllib.error
@@ -44,6 +45,16 @@ def cache_dir() -> Path:
 def offline() -> bool:
     """True when $ATTNZOO_OFFLINE is set to a true value: no network access is attempted."""
     return os.environ.get("ATTNZOO_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+@contextmanager
+def said(what: str, kept: Path) -> Iterator[None]:
+    """Says on stderr that `what` (minutes of work done once) starts and where its result is
+    kept for later runs, and then how long it took."""
+    print(f"attnzoo: {what} (done once: kept in {kept})", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    yield
+    print(f"attnzoo: {what}: done in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextmanager

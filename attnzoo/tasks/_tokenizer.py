@@ -20,7 +20,7 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
-from attnzoo.tasks._data import atomic_path, cache_dir, offline
+from attnzoo.tasks._data import atomic_path, cache_dir, offline, said
 
 TOKENIZERS = ("auto", "gpt2", "bpe")
 
@@ -136,7 +136,8 @@ def trained_bpe(
     name = f"attnzoo-{corpus}-bpe{vocab_size}-{digest}"
     path = cache_dir() / "tokenizers" / f"{name}.tiktoken"
     if not path.exists():
-        write_tiktoken_file(path, train_bpe(texts(), vocab_size))
+        with said(f"training a {vocab_size}-token BPE on {corpus}'s training split", path):
+            write_tiktoken_file(path, train_bpe(texts(), vocab_size))
     return load_bpe(path, name)
 
 

@@ -23,7 +23,15 @@ import numpy as np
 import torch
 
 from attnzoo.tasks import Batch, Batches, Task, register_task
-from attnzoo.tasks._data import CorpusError, Remote, atomic_path, cache_dir, fetch, verify
+from attnzoo.tasks._data import (
+    CorpusError,
+    Remote,
+    atomic_path,
+    cache_dir,
+    fetch,
+    said,
+    verify,
+)
 from attnzoo.tasks._tokenizer import get_encoding
 
 ACL_IMDB = Remote(
@@ -248,7 +256,8 @@ class IMDB(Task):
         parts = ("tokens", "offsets", "labels")
         needed = {"val_index", "val_digest", *(f"{s}_{p}" for s in SPLITS for p in parts)}
         if not needed <= set(arrays):  # none, damaged, or not of this format
-            arrays = self._tokenise(reviews(), val_rows())
+            with said("tokenising IMDB's reviews", path):
+                arrays = self._tokenise(reviews(), val_rows())
             buffer = io.BytesIO()
             np.savez(buffer, **arrays)
             with atomic_path(path) as tmp:
