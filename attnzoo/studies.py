@@ -83,15 +83,35 @@ def sweep(overrides: list[str], folder: Path, expected: int, env: dict[str, str]
         print(f"  the sweep exited with {proc.returncode} (see {log}); the summary keeps the jobs")
 
 
+class Progress:
+    """Lines that say where long work is: `done(label)` prints "k/n label (time so far, ~time
+    left)", the time left being the mean time per item done since this began times the items
+    still to do."""
+
+    def __init__(self, total: int, indent: str = "    ", done: int = 0, stream=None) -> None:
+        self.total, self.indent, self.count, self.stream = total, indent, done, stream
+        self.before, self.start = done, time.monotonic()
+
+    def done(self, label: str) -> None:
+        self.count += 1
+        elapsed = time.monotonic() - self.start
+        left = elapsed / (self.count - self.before) * max(self.total - self.count, 0)
+        print(
+            f"{self.indent}{self.count}/{self.total} {label} ({duration(elapsed)} so far, "
+            f"~{duration(left)} left)",
+            file=self.stream or sys.stdout,
+            flush=True,
+        )
+
+
 class _Progress:
     """The jobs of a sweep folder that have ended (their summary.json no longer says running),
-    each reported once; the estimate of the time left is the mean time per job ended since the
-    sweep started, times the jobs still to run."""
+    each reported once as a `Progress` line."""
 
     def __init__(self, folder: Path, expected: int) -> None:
-        self.folder, self.expected, self.start = folder, expected, time.monotonic()
+        self.folder = folder
         self.seen = set(self._ended())
-        self.before = len(self.seen)
+        self.lines = Progress(expected, indent="    job ", done=len(self.seen))
 
     def _ended(self) -> dict[Path, dict[str, Any]]:
         ended = {}
@@ -104,21 +124,15 @@ class _Progress:
 
     def report(self) -> None:
         for job, summary in self._ended().items():
-            if job in self.seen:
-                continue
-            self.seen.add(job)
-            elapsed = time.monotonic() - self.start
-            left = elapsed / (len(self.seen) - self.before) * max(self.expected - len(self.seen), 0)
-            loss = (summary.get("final") or {}).get("val/loss")
-            result = summary["status"] + (f", val/loss {loss:.4g}" if loss is not None else "")
-            print(
-                f"    job {len(self.seen)}/{self.expected} {job.name}: {result} "
-                f"({_duration(elapsed)} so far, ~{_duration(left)} left)",
-                flush=True,
-            )
+            if job not in self.seen:
+                self.seen.add(job)
+                loss = (summary.get("final") or {}).get("val/loss")
+                result = summary["status"] + (f", val/loss {loss:.4g}" if loss is not None else "")
+                self.lines.done(f"{job.name}: {result}")
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """`seconds` as a person reads it: 42 s, 3 min 05 s, 2 h 10 min."""
     seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"

@@ -70,6 +70,7 @@ import csv
 import math
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import matplotlib
@@ -95,12 +96,16 @@ from attnzoo.analysis.split_residual import SPLIT_FLOOR  # noqa: E402
 from attnzoo.analysis.stacks import (  # noqa: E402
     EPS_ZERO,
     FLOORS,
+    LAMBDA_NORMS,
+    LAMBDA_STACKS,
+    LAMBDAS,
     OPTION_ROWS,
     Stack,
     lambda_report,
     lambda_sweep,
     measure,
     pure_curve,
+    stack_of,
     stacks,
 )
 from attnzoo.analysis.tables import fmt  # noqa: E402
@@ -108,7 +113,7 @@ from attnzoo.analysis.verdicts import COLLAPSED, KEPT  # noqa: E402
 from attnzoo.paths import path_shares  # noqa: E402
 from attnzoo.rank import MEASURES  # noqa: E402
 from attnzoo.stats import mean_interval, t_ppf  # noqa: E402
-from attnzoo.studies import ZOO_MIXERS, default_out, machine  # noqa: E402
+from attnzoo.studies import ZOO_MIXERS, Progress, default_out, duration, machine  # noqa: E402
 
 VARIANTS = {  # name -> (model.residual, model.mlp)
     "pure": ("none", False),
@@ -129,8 +134,11 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     out: dict[str, dict] = {}
     rows = stacks(args.mixers, {**OPTION_ROWS, **EPS_ZERO})
     rows[CONTROL] = Stack(CONTROL)
+    print(f"the rate study: {len(rows)} pure stacks × {args.rate_seeds} seeds", file=sys.stderr)
+    progress = Progress(len(rows), stream=sys.stderr)
     for name, stack in rows.items():
         measured = [pure_curve(stack, args, 1000 + seed) for seed in range(args.rate_seeds)]
+        progress.done(name)
         curves = [c for c, _ in measured]
         how = measured[0][1]
         floor = FLOORS[how]
@@ -158,6 +166,40 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     return out
 
 
+def price(rows_of: dict[str, Stack], args: argparse.Namespace) -> None:
+    """--dry-run: how many models each part builds and probes, and the time it takes: each part
+    is run on one seed (the first), timed, and scaled to the seeds asked for; nothing is
+    written. So the price costs about 1/--seeds of the block variants and 1/--rate-seeds of the
+    rest."""
+
+    def timed(fn, *a) -> float:
+        start = time.perf_counter()
+        fn(*a)
+        return time.perf_counter() - start
+
+    one = argparse.Namespace(**{**vars(args), "rate_seeds": 1})
+    variants = [(r, m, n) for r, m in VARIANTS.values() for n in NORMS]
+    block = sum(timed(measure, stack, *v, args, 0) for stack in rows_of.values() for v in variants)
+    rate_rows = [*stacks(args.mixers, {**OPTION_ROWS, **EPS_ZERO}).values(), Stack(CONTROL)]
+    rate = sum(timed(pure_curve, stack, args, 1000) for stack in rate_rows)
+    lam = timed(lambda_sweep, args.mixers, one)
+    lambda_models = sum(stack_of(n).mixer in args.mixers for n in LAMBDA_STACKS)
+    lambda_models *= len(LAMBDA_NORMS) * len(LAMBDAS)
+    parts = [
+        ("the block variants", len(rows_of) * len(variants) * args.seeds, block * args.seeds),
+        ("the rate study", len(rate_rows) * args.rate_seeds, rate * args.rate_seeds),
+        ("the λ-skip sweep", lambda_models * args.rate_seeds, lam * args.rate_seeds),
+    ]
+    print(f"rank_collapse --dry-run: depth {args.depth}, dim {args.dim}, {args.tokens} tokens")
+    for what, models, seconds in parts:
+        print(f"  {what}: {models} models, ~{duration(seconds)}")
+    total = sum(seconds for _, _, seconds in parts)
+    print(
+        f"  in all ~{duration(total)} on this machine (each part timed on one seed), then the "
+        f"tables and figures; nothing written, the report would go to {args.out}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mixers", nargs="+", default=list(ZOO_MIXERS), choices=list(MIXERS))
@@ -181,18 +223,32 @@ def main() -> None:
         default=default_out("rank_collapse"),
         help="report folder (default results/rank_collapse/)",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what would run and how long it takes (each part is timed on one seed); write nothing",
+    )
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error("--seeds must be at least 2: the interval is over seeds")
     if args.rate_seeds < 3:
         parser.error("--rate-seeds must be at least 3: the interval is over seeds")
-    args.out.mkdir(parents=True, exist_ok=True)
     names = list(MEASURES)
 
     rows = []  # (mixer, variant, norm, depth, residual mean, std, then each measure's mean, std)
     per_seed = []  # (mixer, variant, norm, seed, depth, then each measure)
     curves: dict[tuple[str, str, str], RankProfile] = {}
     rows_of = stacks(args.mixers)
+    if args.dry_run:
+        price(rows_of, args)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"the block variants: {len(rows_of)} stacks × {len(VARIANTS) * len(NORMS)} variants × "
+        f"{args.seeds} seeds, depth {args.depth}",
+        file=sys.stderr,
+    )
+    progress = Progress(len(rows_of), stream=sys.stderr)
     for mixer, stack in rows_of.items():
         for variant, (residual, mlp) in VARIANTS.items():
             for norm in NORMS:
@@ -222,6 +278,7 @@ def main() -> None:
                     + [x for n in names for x in (mean[n][d].item(), std[n][d].item())]
                     for d in range(args.depth + 1)
                 ]
+        progress.done(mixer)
 
     with open(args.out / "rank_collapse.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -340,6 +397,7 @@ def main() -> None:
             ]
         )
     lines += ["", "Checks against what is known:", "", *known_answers(rate, CONTROL)]
+    print("the λ-skip sweep", file=sys.stderr, flush=True)
     lines += lambda_report(lambda_sweep(args.mixers, args), args)
     with open(args.out / "collapse_rate.csv", "w", newline="") as f:
         writer = csv.writer(f)

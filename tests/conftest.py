@@ -105,7 +105,8 @@ def _seed() -> None:
 @pytest.fixture
 def run_script(monkeypatch, capsys):
     """Runs a script of scripts/ in this process as `python SCRIPT ARGS` would from the project
-    root, for the refusals that end before any work: (exit status, stdout, stderr)."""
+    root, for the refusals and dry runs that end before any work: (exit status, stdout,
+    stderr)."""
     root = Path(__file__).resolve().parents[1]
 
     def run(script: Path, *args: str) -> tuple[int, str, str]:
@@ -113,9 +114,12 @@ def run_script(monkeypatch, capsys):
         monkeypatch.setattr(sys, "argv", [str(script), *args])
         monkeypatch.syspath_prepend(str(script.parent))
         capsys.readouterr()
-        with pytest.raises(SystemExit) as ended:
+        code = 0
+        try:
             runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as ended:
+            code = ended.code
         out, err = capsys.readouterr()
-        return ended.value.code, out, err
+        return code, out, err
 
     return run

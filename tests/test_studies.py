@@ -754,3 +754,19 @@ def test_a_study_sweep_says_where_it_is_job_by_job(tmp_path, capsys):
     assert {job for _, job in ended} == {"train.seed=0", "train.seed=1"}, out
     studies.sweep(overrides, tmp_path / "sweep", 2, dict(os.environ), log)
     assert "done already" in capsys.readouterr().out
+
+
+def test_rank_collapse_dry_run_counts_the_models_and_writes_nothing(tmp_path, run_script):
+    """The mixers asked for (no option rows for them) × 8 block variants × 2 seeds; the rate
+    study adds its control; neither mixer has a λ-skip stack."""
+    out = tmp_path / "report"
+    code, printed, _ = run_script(
+        ROOT / "scripts" / "rank_collapse.py",
+        *("--dry-run", "--mixers", "pooling", "identity", "--seeds", "2"),
+        *("--rate-seeds", "3", "--depth", "3", "--out", str(out)),
+    )
+    assert code == 0
+    assert "the block variants: 32 models, ~" in printed  # 2 stacks × 8 variants × 2 seeds
+    assert "the rate study: 9 models, ~" in printed  # (2 stacks + the control) × 3 seeds
+    assert "the λ-skip sweep: 0 models, ~" in printed
+    assert "nothing written" in printed and not out.exists()
