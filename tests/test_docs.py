@@ -396,3 +396,19 @@ def test_the_analysis_page_example_runs_on_a_sweep(tmp_path: Path, monkeypatch, 
     assert "pooling vs scaled_dot: " in out
     for mixer, lr in BEST_LR.items():
         assert re.search(rf"^{mixer} {lr} ", out, re.M), mixer
+
+
+def test_the_training_page_names_every_mixer_and_its_options() -> None:
+    """docs/training.md's `mixer=` row: every mixer of conf/mixer/, each with the options its
+    YAML lists (attn_dropout and sink are said once for the mixers that take them)."""
+    row = next(
+        line
+        for line in (ROOT / "docs" / "training.md").read_text().splitlines()
+        if line.startswith("| `mixer=` |")
+    )
+    for yaml in sorted((ROOT / "conf" / "mixer").glob("*.yaml")):
+        assert f"`{yaml.stem}`" in row, yaml.stem
+        options = re.findall(r"^#   (\w+):", yaml.read_text(), re.M)
+        for option in set(options) - {"attn_dropout", "sink"}:
+            assert f"`mixer.{option}" in row, (yaml.stem, option)
+    assert "`mixer.attn_dropout`" in row and "`mixer.sink=" in row
