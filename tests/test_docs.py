@@ -412,3 +412,19 @@ def test_the_training_page_names_every_mixer_and_its_options() -> None:
         for option in set(options) - {"attn_dropout", "sink"}:
             assert f"`mixer.{option}" in row, (yaml.stem, option)
     assert "`mixer.attn_dropout`" in row and "`mixer.sink=" in row
+
+
+def test_the_san_sort_line_says_what_the_run_logs(tmp_path: Path) -> None:
+    """The README's `experiment=san_sort` comment: at step 0 the relative residual falls from
+    about 1 to exactly 0 (below float64's resolution) by layer 3, so rank/last reads 0."""
+    from attnzoo.tracking import read_metrics
+    from attnzoo.train import compose, run
+
+    overrides = ["experiment=san_sort", "train.max_steps=1", "task.val_size=16"]
+    overrides += ["task.test_size=16", "logger.mode=disabled", "train.progress=false"]
+    run(compose(overrides), tmp_path)
+    first = next(r for r in read_metrics(tmp_path / "metrics.jsonl") if "rank/last" in r)
+    residual = [first[f"rank/relative_residual/layer_{k}"] for k in range(7)]
+    assert first["step"] == 0 and first["rank/last"] == 0.0
+    assert residual[0] > 0.5 and 0 < residual[1] < 1e-2 and residual[3:] == [0.0] * 4
+    assert "rank/relative_residual/layer_k falls from ~1 to 0 by layer 3" in README.read_text()
