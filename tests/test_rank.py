@@ -302,3 +302,17 @@ def test_rank_profile_leaves_padding_out_of_every_measure():
     for name in MEASURES:
         expected = torch.tensor([a.measures[name] for a in alone], dtype=torch.float64).mean(0)
         assert padded.measures[name] == pytest.approx(expected.tolist(), rel=1e-9, nan_ok=True)
+
+
+def test_the_relative_residual_can_exceed_one_up_to_its_bound():
+    """docs/training.md: with the composite norm the relative residual is at most 2(1 − 1/N), and
+    one token apart from N − 1 equal ones gives √2·(1 − 1/N), above 1 from N = 4 on."""
+    from attnzoo.rank import relative_residual
+
+    for n in (2, 4, 16):
+        spike = torch.zeros(1, n, 3, dtype=torch.float64)
+        spike[0, 0] = torch.tensor([1.0, 0.0, 0.0])
+        want = math.sqrt(2) * (1 - 1 / n)
+        assert relative_residual(spike).item() == pytest.approx(want, rel=1e-12)
+    h = torch.randn(2000, 8, 5, dtype=torch.float64) ** 3  # heavy tails: far from the mean
+    assert relative_residual(h).max().item() <= 2 * (1 - 1 / 8)
