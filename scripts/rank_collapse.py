@@ -439,7 +439,8 @@ def main() -> None:
         title = (
             f"Rate of rank collapse, pure stacks at init, mean and residual apart "
             f"({args.rate_seeds} seeds, dim {args.dim}, {args.heads} heads, {args.tokens} tokens, "
-            f"input std {args.rate_input_std:g}); k: mean ± Student-t 95% over seeds"
+            f"input std {args.rate_input_std:g}); the paper's k: mean ± Student-t 95% over "
+            "seeds; the decrement ratio: geometric mean over seeds"
         )
         fig = rate_figure(fitted, args.depth, title, SPLIT_FLOOR)
         fig.savefig(args.out / "cubic_rate.png", dpi=120)

@@ -7,6 +7,7 @@ the rank ablation's (each measure through depth per residual variant) and the re
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -505,12 +506,16 @@ def rate_figure(
     (dashed; c fitted with the exponent held at 3) from the mixer's first layer. Right:
     log10 r_{l+1} against log10 r_l, the pairs the fit uses (attnzoo.analysis.fits.FIT_LAYERS),
     beside the line of slope 3 through the same c. `rate`: per mixer, its residual `curves` per
-    seed and the fitted exponent's `mean` and `half` width."""
+    seed, the paper's exponent's `mean` and `half` width (the least-squares slope the right
+    panel shows) and, where given, the decrement `ratio` (an Interval), the other estimator, so
+    the legend names both."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (mixer, r) in enumerate(rate.items()):
         colour = colours[i % len(colours)]
-        label = f"{mixer}: k = {_num(r['mean'], '.2f')} ± {_num(r['half'], '.2f')}"
+        label = f"{mixer}: paper's k {_num(r['mean'], '.2f')} ± {_num(r['half'], '.2f')}"
+        if r.get("ratio") is not None:
+            label += f", decrement ratio {_num(r['ratio'].mean, '.2f')}"
         pairs_all = []
         for j, curve in enumerate(r["curves"]):
             pts = [(layer, -math.log10(v)) for layer, v in enumerate(curve) if v > floor]
@@ -553,16 +558,18 @@ def rate_figure(
     left.set_ylabel("−log10 relative residual (log axis)")
     left.set_title("pure attention: the residual beside the cubic rate")
     left.grid(alpha=0.3, which="both")
-    left.legend(fontsize=7)
+    left.legend(fontsize=7, loc="lower right")  # the curves rise from the lower left
     right.set_xlabel("log10 r_l")
     right.set_ylabel("log10 r_{l+1}")
     right.set_title(
-        f"per-layer exponent k: the slope over layers {FIT_LAYERS.start}–{FIT_LAYERS.stop - 1}"
+        f"the paper's k: the least-squares slope over layers {FIT_LAYERS.start}–"
+        f"{FIT_LAYERS.stop - 1}"
     )
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    lines = textwrap.wrap(title, 150)
+    fig.suptitle("\n".join(lines), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.035 * len(lines)))
     return fig
 
 
