@@ -51,8 +51,9 @@ Reads, for each job folder of the sweep, `.hydra/config.yaml`, `.hydra/overrides
   validation loss, metric and rank, each seed as a grey dot. val_bands.png: validation loss
   against step, mean over seeds with its interval as a band.
 - rank_vs_depth.png: the relative residual after each block at the final evaluation, one panel per
-  ablation (residual/MLP/norm), one line per job. val_curves.png: validation loss against step, one
-  line per job.
+  ablation (residual/MLP/norm), each configuration's seeds faint and their mean bold, on a log axis
+  only where the values span decades. val_curves.png: validation loss against step, one line per
+  job.
 - with --select-by val_loss --tune-axis train.lr: selected.json, selected.md, selected.sh: for
   each configuration of the other axes, the value of the tuned axis with the best mean over the
   tuning seeds (a value at the edge of the grid is flagged), and the commands that rerun each at

@@ -851,3 +851,12 @@ def test_a_fresh_seed_report_compares_on_held_out_test_and_every_table_says_so(t
         analysis.summarize(sweep, tmp_path / "none", metric="test_loss")
     rows = analysis.load_sweep(sweep).compare("mixer", on="val_loss")
     assert [r["split"] for r in rows] == ["val"]
+
+
+def test_rank_vs_depth_is_logarithmic_only_where_the_residual_spans_decades():
+    from attnzoo.analysis.figures import residual_scale
+
+    assert residual_scale([1.0, 0.95, 0.9, 0.85]) == "linear"  # kept rank: readable ticks
+    assert residual_scale([1.0, 2e-4, 1e-9]) == "log"  # a collapse
+    assert residual_scale([1.0, 0.3, 0.0]) == "log"  # reached float64's floor
+    assert residual_scale([]) == "linear"

@@ -141,29 +141,51 @@ def _other_axes(r: dict[str, Any], shown: tuple[str, ...]) -> str:
     return ", ".join(p for p in parts if p and p != "all" and not p.startswith(shown))
 
 
+def residual_scale(values: list[float]) -> str:
+    """ "log" where relative residuals span more than a decade or reach 0 (a collapse), else
+    "linear": 0.85 to 1 on a log axis has one tick label and reads as flat."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    spread = bool(positive) and max(positive) > 10 * min(positive)
+    return "log" if spread or 0 < len(positive) < len(values) else "linear"
+
+
 def plot_rank(jobs: list[Job], rows: list[dict[str, Any]], path: Path) -> None:
     """rank_vs_depth.png: the relative residual after each block at the final evaluation, one
-    panel per ablation (residual/MLP/norm, PANELS_PER_ROW to a row), one line per job, one style
-    per mixer (and other varied axes) across the panels, one legend below."""
-    panels: dict[str, list[tuple[str, list[float]]]] = {}
+    panel per ablation (residual/MLP/norm, PANELS_PER_ROW to a row), one style per mixer (and
+    other varied axes) across the panels, one legend below. A configuration's seeds are thin
+    faint lines and their mean a bold one. The axis is logarithmic where the values span more
+    than a decade (a collapse), linear otherwise, so a narrow range keeps readable ticks."""
+    panels: dict[str, dict[str, list[list[float]]]] = {}
     for job, r in zip(jobs, rows, strict=True):
         profile = job.rank_profile()
         if profile:
             rest = _other_axes(r, _ABLATION_AXES)
             label = f"{r['mixer']} (depth {r['depth']})" + (f", {rest}" if rest else "")
-            panels.setdefault(ablation(r), []).append((label, profile))
-    styles = series_styles([label for curves in panels.values() for label, _ in curves])
+            panels.setdefault(ablation(r), {}).setdefault(label, []).append(profile)
+    log = (
+        residual_scale(
+            [v for seeds in panels.values() for ps in seeds.values() for p in ps for v in p]
+        )
+        == "log"
+    )
+    styles = series_styles([label for seeds in panels.values() for label in seeds])
     fig, axes = panel_grid(len(panels))
     handles: dict[str, Any] = {}
-    for ax, (title, curves) in zip(axes, sorted(panels.items()), strict=False):
-        for label, profile in curves:
-            ys = [max(v, 1e-17) for v in profile]
-            (line,) = ax.semilogy(range(len(profile)), ys, **styles[label])
-            handles.setdefault(label, line)
+    for ax, (title, seeds) in zip(axes, sorted(panels.items()), strict=False):
+        for label, profiles in seeds.items():
+            style = styles[label]
+            depth = min(len(p) for p in profiles)
+            draw = [[max(v, 1e-17) if log else v for v in p[:depth]] for p in profiles]
+            for p in draw if len(draw) > 1 else []:
+                ax.plot(range(depth), p, color=style.get("color"), lw=0.6, alpha=0.3)
+            mean = [sum(col) / len(col) for col in zip(*draw, strict=True)]
+            (line,) = ax.plot(range(depth), mean, **style)
+            handles.setdefault(f"{label}: mean of {len(draw)} seed(s)", line)
+        ax.set_yscale("log" if log else "linear")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("layer (0 = embedding)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
+        ax.grid(alpha=0.3, which="both")
     if not panels:
         axes[0].text(0.5, 0.5, "no job logged rank/layer_*", ha="center", va="center")
     for ax in axes[::PANELS_PER_ROW]:
