@@ -415,44 +415,51 @@ def residual_figure(
     curves: dict[tuple[str, str, str], RankProfile], mixers: list[str], depth: int
 ) -> plt.Figure:
     """Log relative residual against depth, one panel per mixer (four to a row), one line per
-    (variant, norm) of `curves` (keyed by mixer, variant, norm; dashed: with LayerNorm)."""
+    (variant, norm) of `curves` (keyed by mixer, variant, norm; dashed: with LayerNorm). The
+    eight lines of a panel often coincide (a collapsed stack at float64's floor, a skip stack
+    at 1): `series_styles` draws them as concentric hollow markers, so each stays visible."""
     import torch
 
     cols = min(4, len(mixers))
     rows = -(-len(mixers) // cols)
+    height = 2.9 * rows + 0.9
     fig, grid = plt.subplots(
-        rows,
-        cols,
-        squeeze=False,
-        sharex=True,
-        sharey=True,
-        figsize=(3.0 * cols + 1.6, 2.9 * rows + 0.5),
+        rows, cols, squeeze=False, sharex=True, sharey=True, figsize=(3.0 * cols + 1.9, height)
     )
     axes = [ax for row in grid for ax in row]
     depths = range(depth + 1)
+    labels = {
+        (v, n): f"{v}{'' if n == 'none' else ' +LN'}"
+        for m in mixers
+        for v, n in _variants_of(curves, m)
+    }
+    styles = series_styles(list(labels.values()))
     for ax, mixer in zip(axes, mixers, strict=False):
         for variant, norm in _variants_of(curves, mixer):
+            label = labels[variant, norm]
             mean = torch.tensor(curves[mixer, variant, norm].mean)
             ax.semilogy(
                 depths,
                 mean.clamp_min(1e-17),
-                marker="o",
-                markersize=3,
                 linestyle="-" if norm == "none" else "--",
-                label=f"{variant}{'' if norm == 'none' else ' +LN'}",
+                label=label,
+                **styles[label],
             )
-        ax.set_title(mixer)
+        ax.set_title(mixer, fontsize=10)
         ax.grid(alpha=0.3)
     for ax in axes[len(mixers) :]:
         ax.axis("off")
     for row in grid:
         row[0].set_ylabel("‖res(H)‖ / ‖H‖")
-    for ax in grid[-1]:
-        ax.set_xlabel("depth")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="center right", fontsize=8)
+    for c in range(cols):  # the depth axis under the lowest panel of each column
+        lowest = [grid[r][c] for r in range(rows) if r * cols + c < len(mixers)][-1]
+        lowest.xaxis.set_tick_params(labelbottom=True)
+        lowest.xaxis.set_major_locator(MaxNLocator(integer=True))
+        lowest.set_xlabel("depth")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="center right", fontsize=8)
     fig.suptitle("Rank collapse at init: relative residual (float64 probe; dashed: with LayerNorm)")
-    fig.tight_layout(rect=(0, 0, 1 - 1.4 / (3.0 * cols + 1.6), 1))
+    fig.tight_layout(rect=(0, 0, 1 - 1.7 / (3.0 * cols + 1.9), 1 - 0.5 / height))
     return fig
 
 
