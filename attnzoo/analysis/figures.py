@@ -648,64 +648,77 @@ def lambda_figure(sweep: list[Any], title: str) -> plt.Figure:
 
 
 def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
-    """The recall study's figure (scripts/recall.py): per depth, the measure `on` against width (a
-    line through each mixer's means, every seed a dot) above the sampled validation accuracy
-    against training step at the widest width with curves (every fresh seed a line). A cell is
-    a dict with width, depth, chosen (mixer: lr), groups and curves (rows of mixer, seed, step,
+    """The recall study's figure (scripts/recall.py), one row of panels: per depth, the measure
+    `on` against width (a line through each mixer's means, every seed a dot, the mixers nudged
+    apart by a fixed share of a width step, every depth on the same width axis), then, per depth
+    that kept them, the sampled validation accuracy against training step at its widest width
+    with curves (every fresh seed a line); one legend of the mixers below. A cell is a dict with
+    width, depth, chosen (mixer: lr), groups and curves (rows of mixer, seed, step,
     val_accuracy)."""
     depths = sorted({c["depth"] for c in cells})
-    fig, axes = plt.subplots(2, len(depths), figsize=(4.8 * len(depths), 7), squeeze=False)
-    for col, depth in enumerate(depths):
-        mine = sorted((c for c in cells if c["depth"] == depth), key=lambda c: c["width"])
-        shown = ([c for c in mine if c["curves"]] or [None])[-1]
-        top, bottom = axes[0][col], axes[1][col]
-        for i, mixer in enumerate(dict.fromkeys(m for c in mine for m in c["chosen"])):
+    widths = sorted({c["width"] for c in cells})
+    mixers = list(dict.fromkeys(m for c in cells for m in c["chosen"]))
+    by_width = sorted(cells, key=lambda c: c["width"])
+    shown = {}
+    for depth in depths:
+        kept = [c for c in by_width if c["depth"] == depth and c["curves"]]
+        if kept:
+            shown[depth] = kept[-1]
+    n = len(depths) + len(shown)
+    fig, grid = plt.subplots(1, n, figsize=(4.6 * n, 4.6), squeeze=False)
+    axes = list(grid[0])
+    for ax, depth in zip(axes, depths, strict=False):
+        for i, mixer in enumerate(mixers):
             xs, means = [], []
-            for c in mine:
+            for c in (c for c in by_width if c["depth"] == depth):
                 for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
                     values = list(g.values(on).values())
-                    dx = 1 + 0.03 * (i - 2.5)  # spread the mixers' dots apart on the log axis
-                    top.scatter(
-                        [c["width"] * dx] * len(values), values, s=12, color=f"C{i}", alpha=0.6
-                    )
+                    x = c["width"] * 2 ** (0.06 * (i - (len(mixers) - 1) / 2))
+                    ax.scatter([x] * len(values), values, s=12, color=f"C{i}", alpha=0.6)
                     if values:
-                        xs.append(c["width"] * dx)
+                        xs.append(x)
                         means.append(sum(values) / len(values))
-            top.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
-            for seed in dict.fromkeys(r["seed"] for r in (shown or {}).get("curves", [])):
-                curve = [
-                    (float(r["step"]), float(r["val_accuracy"]))
-                    for r in shown["curves"]
-                    if r["mixer"] == mixer and r["seed"] == seed
-                ]
-                bottom.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1, alpha=0.7)
-        top.set_xscale("log", base=2)
-        top.set(
+            ax.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(widths, [str(w) for w in widths])
+        ax.set_xlim(widths[0] / 2**0.5, widths[-1] * 2**0.5)
+        ax.set(
             xlabel="model width (model.dim)",
             ylabel="MQAR test accuracy (fresh seeds)",
             ylim=(-0.02, 1.02),
-            title=f"depth {depth}",
+            title=f"depth {depth}: test accuracy against width",
         )
-        top.grid(alpha=0.3)
-        if shown is None:  # cells read from a report written before curves were kept
-            bottom.set_axis_off()
-            bottom.text(
-                0.5,
-                0.5,
-                f"depth {depth}: no validation curves recorded",
-                ha="center",
-                va="center",
-                transform=bottom.transAxes,
-            )
-            continue
-        bottom.set(
+        ax.grid(alpha=0.3)
+    for ax, (depth, cell) in zip(axes[len(depths) :], shown.items(), strict=True):
+        for i, mixer in enumerate(mixers):
+            for seed in dict.fromkeys(r["seed"] for r in cell["curves"]):
+                curve = [
+                    (float(r["step"]), float(r["val_accuracy"]))
+                    for r in cell["curves"]
+                    if r["mixer"] == mixer and r["seed"] == seed
+                ]
+                if curve:
+                    ax.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1, alpha=0.7)
+        ax.set(
             xlabel="training step",
             ylabel="val accuracy (sampled)",
             ylim=(-0.02, 1.02),
-            title=f"depth {depth}, width {shown['width']}: every fresh seed",
+            title=f"depth {depth}, width {cell['width']}: every fresh seed",
         )
-        bottom.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="best")
-    fig.tight_layout()
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.04),
+        ncol=len(labels),
+        fontsize=8,
+    )
+    unkept = [str(d) for d in depths if d not in shown]
+    if unkept:  # cells read from a report written before curves were kept
+        note = f"no validation curves were kept for depth {', '.join(unkept)}"
+        fig.text(0.5, 0.0, note, ha="center", va="bottom", fontsize=7)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
