@@ -625,6 +625,7 @@ def test_sigmoid_costs_scaled_dots_flops_and_the_gated_parts_have_no_cost(bench)
         cases.candidates("gated", shapes[2], "torch", 3)
 
 
+@pytest.mark.slow  # the benchmark's validation in the interpreter (~9 s)
 def test_a_candidate_that_departs_from_the_float64_truth_fails_validation(
     script, monkeypatch, tmp_path
 ):

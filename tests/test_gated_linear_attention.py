@@ -220,7 +220,7 @@ def test_gradients_when_one_output_is_unused(impl, used):
     ],
     ids=["bnhk-storage", "sliced", "expanded"],
 )
-@pytest.mark.sample(1)
+@pytest.mark.slow  # the interpreter over strided inputs (~10 s each)
 def test_strided_inputs_match_the_recurrence(view):
     q, k, v, log_decay, _ = inputs(2, 2, 74, 18, 18, True)
     q, k, v, log_decay = (view(t) for t in (q, k, v, log_decay))
@@ -367,6 +367,7 @@ def _op_args(per_key: bool, state: bool):
 @pytest.mark.parametrize(
     ("per_key", "state"), [(True, True), pytest.param(False, False, marks=pytest.mark.slow)]
 )
+@pytest.mark.slow  # opcheck's every check in the interpreter (~20 s); autograd against the recurrence stays
 def test_opcheck_passes(per_key, state):
     results = torch.library.opcheck(
         torch.ops.attnzoo.gated_linear_attention.default, _op_args(per_key, state)

@@ -140,6 +140,7 @@ def check_report(tmp_path: Path, only: tuple[str, ...] | None) -> None:
     assert len(saved) == len(expected) and not any(r["error"] for r in saved)
 
 
+@pytest.mark.slow  # a subprocess; the representative report stays
 def test_report_unsets_triton_interpret_itself() -> None:
     """Run with TRITON_INTERPRET=1 in its environment, it still compiles real GPU code."""
     out = run([str(REPORT), "--only", "attention.attn_fwd fp16 plain HEAD=16 "], interpret=True)

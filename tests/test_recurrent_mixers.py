@@ -259,6 +259,7 @@ def test_parameter_count(name):
 @pytest.mark.parametrize(
     "name", [n if n == "gla" else pytest.param(n, marks=pytest.mark.slow) for n in RECURRENT]
 )  # one through the command line in the default tier: all three share the trainer's path
+@pytest.mark.slow  # subprocess runs; in-process training of each mixer stays
 def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
     home = str(tmp_path / "wandb-home")
     env = {

@@ -230,7 +230,7 @@ def test_a_sink_of_minus_infinity_is_no_sink_on_the_kernels(poison):
 
 
 @pytest.mark.parametrize("mixer", ["quadratic", "metric"])
-@pytest.mark.sample(1)
+@pytest.mark.slow  # Inductor; test_custom_ops compiles the mixers
 def test_a_model_with_a_learned_sink_compiles_on_the_kernels(mixer):
     """torch.compile(fullgraph=True) over a model whose mixers pass a learned sink to the Triton
     ops (quadratic: the composite op hands it to the scaled-dot op): the loss and every

@@ -132,7 +132,7 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
     assert len(shares) == 7  # depth 6: paths through 0..6 heads
 
 
-def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+def run_subprocess(name: str, *args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / name), *args],
         capture_output=True,
@@ -148,7 +148,9 @@ def test_path_length_study_evaluates_every_length_next_to_the_full_model(tmp_pat
     pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
     out = tmp_path / "pl"
     tiny = ["--depth", "2", "--heads", "2", "--dim", "16", "--steps", "30", "--n-paths", "3"]
-    run_script("path_length.py", "--tasks", "sort", *tiny, "--eval-batches", "1", "--out", str(out))
+    run_subprocess(
+        "path_length.py", "--tasks", "sort", *tiny, "--eval-batches", "1", "--out", str(out)
+    )
     assert {"path_length.csv", "path_length.md", "path_length.png", "runs"} <= {
         p.name for p in out.iterdir()
     }
@@ -267,7 +269,7 @@ def test_mixer_ablation_smoke_tunes_selects_reruns_fresh_seeds_and_tests_the_cla
     a verdict per claim. About 30 s on 2 CPU cores."""
     pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
     out = tmp_path / "ma"
-    proc = run_script(
+    proc = run_subprocess(
         "mixer_ablation.py", "--smoke", "--tasks", "imdb", "--mixers", *FIVE, "--out", str(out)
     )
     md = (out / "mixer_ablation.md").read_text()
@@ -280,12 +282,12 @@ def test_mixer_ablation_smoke_both_tasks_in_parallel_and_a_rerun_resumes(tmp_pat
     pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
     out = tmp_path / "ma"
     args = ("--smoke", "--parallel", "2", "--mixers", *FIVE, "--out", str(out))
-    run_script("mixer_ablation.py", *args)
+    run_subprocess("mixer_ablation.py", *args)
     md = (out / "mixer_ablation.md").read_text()
     flags = f"--smoke --parallel 2 --mixers {' '.join(FIVE)} --out"
     check_mixer_report(out, md, ("shakespeare_char", "imdb"), flags)
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/**/summary.json")}
-    again = run_script("mixer_ablation.py", *args)
+    again = run_subprocess("mixer_ablation.py", *args)
     assert again.stdout.count("done already") == 2 + len(list(out.glob("*/final/lr_*")))
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/**/summary.json")} == before
 
@@ -295,7 +297,9 @@ def test_mixer_ablation_skips_a_task_without_its_corpus(tmp_path):
     out = tmp_path / "ma"
     empty = tmp_path / "no_data"
     empty.mkdir()
-    proc = run_script("mixer_ablation.py", "--smoke", "--data-dir", str(empty), "--out", str(out))
+    proc = run_subprocess(
+        "mixer_ablation.py", "--smoke", "--data-dir", str(empty), "--out", str(out)
+    )
     assert "skipping task 'shakespeare_char': its corpus is not in" in proc.stdout
     assert "skipping task 'imdb'" in proc.stdout
     md = (out / "mixer_ablation.md").read_text()
@@ -503,7 +507,7 @@ def test_rank_ablation_reads_init_and_trained_profiles_from_the_records():
 @pytest.mark.slow  # ~1 min: 24 toy runs in three sweeps
 def test_rank_ablation_smoke_writes_the_report_and_pure_attention_collapses(tmp_path):
     out = tmp_path / "ra"
-    proc = run_script("rank_ablation.py", "--smoke", "--out", str(out))
+    proc = run_subprocess("rank_ablation.py", "--smoke", "--out", str(out))
     md = (out / "rank_ablation.md").read_text()
     assert md.strip() in proc.stdout
     assert re.search(r"^Command: `python .*rank_ablation\.py --smoke --out ", md, re.M)
@@ -522,7 +526,7 @@ def test_rank_ablation_smoke_writes_the_report_and_pure_attention_collapses(tmp_
             pure["trained_relative_residual_kept_mean"]
         )
     assert "| none, no norm | " in md and "## At init, MLP on" in md
-    again = run_script("rank_ablation.py", "--smoke", "--out", str(out))
+    again = run_subprocess("rank_ablation.py", "--smoke", "--out", str(out))
     assert again.stdout.count("done already") == 3
 
 
@@ -560,7 +564,7 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     """`--preset gpu --smoke`: the GPU experiment files, their sizes overridden tiny, on CPU."""
     pytest.importorskip("attnzoo.train", reason="the trainer is not merged yet")
     out = tmp_path / "ma"
-    run_script(
+    run_subprocess(
         "mixer_ablation.py",
         "--preset",
         "gpu",
@@ -580,7 +584,7 @@ def test_the_gpu_presets_run_at_toy_size_on_cpu_with_smoke(tmp_path):
     md = (out / "mixer_ablation.md").read_text()
     assert "`experiment=shakespeare_char_study_gpu` + the --smoke toy size" in md
     out = tmp_path / "ra"
-    run_script(
+    run_subprocess(
         "rank_ablation.py",
         "--preset",
         "gpu",
@@ -668,11 +672,14 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
         pytest.param("mixer_ablation", 260, marks=pytest.mark.slow),
     ],
 )
-def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path):
+def test_a_study_is_priced_before_it_runs(name, jobs, tmp_path, run_script):
     """--dry-run: the jobs and the time they take, nothing run and nothing written."""
     out = tmp_path / "out"
-    proc = run_script(f"{name}.py", "--dry-run", "--parallel", "2", "--out", str(out))
-    assert f"total: {jobs} jobs, about " in proc.stdout and "2 at a time" in proc.stdout
+    code, printed, err = run_script(
+        ROOT / "scripts" / f"{name}.py", "--dry-run", "--parallel", "2", "--out", str(out)
+    )
+    assert code == 0, err
+    assert f"total: {jobs} jobs, about " in printed and "2 at a time" in printed
     assert not out.exists()
 
 

@@ -670,6 +670,7 @@ def png_size(path: Path) -> tuple[int, int]:
     "mixers",
     [MIXERS_11, pytest.param(MIXERS_11 + [f"m{i}" for i in range(5)], marks=pytest.mark.slow)],
 )
+@pytest.mark.slow  # figure layout with eleven mixers (~10 s)
 def test_figures_with_many_series_wrap_into_rows_of_readable_panels(tmp_path, mixers):
     """One panel per mixer (val_curves), per residual (rank_vs_depth) or per residual of the
     compared mixers (val_bands): at most four panels to a row, so 11 or 16 panels are a grid
