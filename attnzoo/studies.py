@@ -323,7 +323,7 @@ def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note:
     jobs = sum(n for _, n, _ in sweeps)
     seconds = sum(n * s for _, n, s in sweeps) / max(parallel, 1)
     at = f"{parallel} at a time" if parallel > 1 else "one at a time"
-    lines.append(f"  total: {jobs} jobs, about {_hours(seconds)} {at} ({basis}){note}")
+    lines.append(f"  total: {jobs} jobs, about {duration(seconds)} {at} ({basis}){note}")
     return "\n".join(lines)
 
 
@@ -338,10 +338,6 @@ def tuned_study_price(args: argparse.Namespace, seconds: dict[str, float], basis
         plan.append((f"{task} fresh seeds", n * len(args.seeds), seconds[task]))
         extra += args.max_extensions * len(args.tune_seeds) * n
     return price(plan, args.parallel, basis, f"; grid extensions add up to {extra} runs more")
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
 def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list[str]:

@@ -77,6 +77,10 @@ from attnzoo.studies import (
     write_smoke_data,
 )
 
+# Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
+# its --smoke at --parallel 2 on 2 CPU cores: 71 s for 24 jobs.
+SMOKE_JOB_S = (6.0, "measured: its --smoke at --parallel 2 on 2 CPU cores: 71 s for 24 jobs")
+
 RESIDUALS = ["none", "add", "scaled", "rezero", "layerscale", "denseformer", "attnres"]
 # Seconds per job, start-up included, for --dry-run: on CPU measured (900 runs in 4495 s at
 # --parallel 2 on 2 cores, torch 2.13); on one H100 the estimate of docs/sweeps.md (not measured).
@@ -334,22 +338,22 @@ def main() -> None:
     start = time.perf_counter()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     env = dict(os.environ)
-    if args.dry_run:
-        seconds, basis = RUN_S[args.preset]
-        plan = sweeps(args)
-        print(price([(n, plan[n][1], seconds) for n in args.sweeps], args.parallel, basis))
-        return
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.smoke:
+    if args.smoke:  # the smoke's own grid, which --dry-run prices too
         if args.mixers == parser.get_default("mixers"):
             args.mixers = ["scaled_dot", "pooling"]
         if args.residuals == parser.get_default("residuals"):
             args.residuals = ["none", "add", "attnres"]
         if args.seeds == parser.get_default("seeds"):
             args.seeds = [0, 1]
-        if args.data_dir is None:
-            args.data_dir = str(args.out / "smoke_data")
-            env |= write_smoke_data(Path(args.data_dir))
+    if args.dry_run:
+        seconds, basis = SMOKE_JOB_S if args.smoke else RUN_S[args.preset]
+        plan = sweeps(args)
+        print(price([(n, plan[n][1], seconds) for n in args.sweeps], args.parallel, basis))
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.smoke and args.data_dir is None:
+        args.data_dir = str(args.out / "smoke_data")
+        env |= write_smoke_data(Path(args.data_dir))
     plan = sweeps(args)
     common = [
         "experiment=rank_ablation" + ("_gpu" if args.preset == "gpu" else ""),

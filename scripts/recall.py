@@ -72,6 +72,13 @@ from attnzoo.studies import (
     tuning_lines,
 )
 
+# Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
+# its --smoke at --parallel 2 on 2 CPU cores: 119 s for 48 jobs and 6 grid extensions.
+SMOKE_JOB_S = (
+    5.0,
+    "measured: its --smoke at --parallel 2 on 2 CPU cores: 119 s for 48 jobs and 6 grid extensions",
+)
+
 SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summarize.py")))
 RECALL_MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"]
 # What every run of a preset trains: the task at its size, the block, the budget. The CPU preset
@@ -478,7 +485,7 @@ def main() -> None:
     if args.dry_run:
         n, plan = len(args.mixers), []
         for w, d in cells:
-            per, how = cell_seconds(w, d, args.preset)
+            per, how = (SMOKE_JOB_S[0], "smoke") if args.smoke else cell_seconds(w, d, args.preset)
             plan += [
                 (
                     f"width {w}, depth {d} tuning ({how})",
@@ -491,7 +498,7 @@ def main() -> None:
             price(
                 plan,
                 args.parallel,
-                preset["basis"],
+                SMOKE_JOB_S[1] if args.smoke else preset["basis"],
                 f"; grid extensions add up to "
                 f"{args.max_extensions * len(args.tune_seeds) * n * len(cells)} runs more",
             )

@@ -69,6 +69,13 @@ from attnzoo.studies import (
     write_smoke_data,
 )
 
+# Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
+# its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs and 8 grid extensions.
+SMOKE_JOB_S = (
+    13.0,
+    "measured: its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs and 8 grid extensions",
+)
+
 SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summarize.py")))
 # arm: (mixer, its option, what it is); the first is the reference
 ARMS = {
@@ -435,14 +442,15 @@ def main() -> None:
         args.seeds = args.seeds[:2]
     if args.dry_run:
         n = len(args.arms)
+        seconds, basis = SMOKE_JOB_S if args.smoke else (preset["seconds"], preset["basis"])
         print(
             price(
                 [
-                    ("tuning", n * len(args.lrs) * len(args.tune_seeds), preset["seconds"]),
-                    ("fresh seeds", n * len(args.seeds), preset["seconds"]),
+                    ("tuning", n * len(args.lrs) * len(args.tune_seeds), seconds),
+                    ("fresh seeds", n * len(args.seeds), seconds),
                 ],
                 args.parallel,
-                preset["basis"],
+                basis,
                 f"; grid extensions add up to "
                 f"{args.max_extensions * len(args.tune_seeds) * n} runs more",
             )

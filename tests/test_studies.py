@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -777,3 +778,20 @@ def test_rank_collapse_dry_run_counts_the_models_and_writes_nothing(tmp_path, ru
     assert "the rate study: 9 models, ~" in printed  # (2 stacks + the control) × 3 seeds
     assert "the λ-skip sweep: 0 models, ~" in printed
     assert "nothing written" in printed and not out.exists()
+
+
+@pytest.mark.parametrize("name,jobs", [("rank_ablation", 24), ("recall", 48), ("sinks", 32)])
+def test_a_smoke_is_priced_from_its_own_grid_and_its_measured_jobs(
+    name, jobs, tmp_path, run_script
+):
+    """--dry-run --smoke: the smoke's grid (not the full study's) at the smoke's measured seconds
+    per job, which the basis names."""
+    code, printed, err = run_script(
+        ROOT / "scripts" / f"{name}.py", "--dry-run", "--smoke", "--parallel", "2"
+    )
+    assert code == 0, err
+    assert f"total: {jobs} jobs, about " in printed and "(measured: its --smoke" in printed
+    from attnzoo.studies import duration
+
+    module = runpy.run_path(str(ROOT / "scripts" / f"{name}.py"))
+    assert f"about {duration(jobs * module['SMOKE_JOB_S'][0] / 2)} 2 at a time" in printed
