@@ -424,7 +424,7 @@ def test_metric_and_quadratic_reject_bad_shapes() -> None:
 @pytest.mark.parametrize(
     "mixer,causal", [("scaled_dot", True), ("quadratic", False), ("metric", True)]
 )
-@pytest.mark.sample(1)
+@pytest.mark.slow  # a model trained in the interpreter; the ops' own checks stay
 def test_tiny_model_on_triton_matches_torch_and_trains(mixer: str, causal: bool) -> None:
     def build(impl: str) -> Model:
         torch.manual_seed(1)

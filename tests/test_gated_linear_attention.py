@@ -162,6 +162,7 @@ def test_fp32_matches_the_recurrence(impl, per_key, n):
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("per_key", [PER_TOKEN_SLOW, True], ids=["per-token", "per-key"])
+@pytest.mark.slow  # 200 tokens in the interpreter (~15 s)
 def test_strong_decay_over_a_long_sequence_stays_exact(impl, per_key):
     """log α = −5 over 200 tokens: the cumulative log decay reaches −1000 (exp of it, or of its
     negative, is far outside fp32); every factor the chunks form is relative to a chunk start.

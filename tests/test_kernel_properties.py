@@ -32,7 +32,7 @@ from attnzoo.kernels.pooling import naive as pool_reference  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-EXAMPLES = int(os.environ.get("ATTNZOO_HYPOTHESIS_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("ATTNZOO_HYPOTHESIS_EXAMPLES", "6"))
 KERNEL_SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,  # the interpreter's first call of a kernel compiles it

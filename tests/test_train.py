@@ -431,6 +431,7 @@ def test_a_requeued_slurm_job_resumes_by_itself(tmp_path, monkeypatch):
     assert summary["status"] == "completed" and summary["resumed_from"] == 10
 
 
+@pytest.mark.slow  # a three-job multirun in a subprocess (~14 s)
 def test_multirun_goes_on_after_a_failing_job_and_groups_wandb_runs_by_configuration(tmp_path):
     sweep = tmp_path / "my-sweep"
     out = subprocess.run(

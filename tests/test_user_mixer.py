@@ -185,7 +185,7 @@ def _train(
     )
 
 
-@pytest.mark.sample(1)
+@pytest.mark.slow  # two subprocess runs; the user mixer's in-process tests stay
 def test_a_user_mixer_trains_from_the_command_line_and_a_typo_leaves_nothing(user_code, tmp_path):
     run_dir = tmp_path / "run"
     out = _train(["mixer.shift=2", f"hydra.run.dir={run_dir}"], user_code, tmp_path)
