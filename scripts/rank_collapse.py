@@ -127,13 +127,17 @@ CONTROL = "attnzoo.analysis.controls.FrozenStochastic"
 CONTROL_NAME = "frozen random row-stochastic (control)"
 
 
+def rate_stacks(mixers: list[str]) -> dict[str, Stack]:
+    """The rate study's pure stacks: each mixer, its option rows and eps-0 rows, the control."""
+    return {**stacks(mixers, {**OPTION_ROWS, **EPS_ZERO}), CONTROL: Stack(CONTROL)}
+
+
 def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     """Pure stacks (no skip, MLP or norm) of every mixer and of the control over --rate-seeds
     seeds: the residual curves, the kind of collapse with its intervals (collapse_kind), the
     paper's exponent where the cubic regime has layers (fit_rate), and log10 r at depth 3."""
     out: dict[str, dict] = {}
-    rows = stacks(args.mixers, {**OPTION_ROWS, **EPS_ZERO})
-    rows[CONTROL] = Stack(CONTROL)
+    rows = rate_stacks(args.mixers)
     print(f"the rate study: {len(rows)} pure stacks × {args.rate_seeds} seeds", file=sys.stderr)
     progress = Progress(len(rows), stream=sys.stderr)
     for name, stack in rows.items():
@@ -180,7 +184,7 @@ def price(rows_of: dict[str, Stack], args: argparse.Namespace) -> None:
     one = argparse.Namespace(**{**vars(args), "rate_seeds": 1})
     variants = [(r, m, n) for r, m in VARIANTS.values() for n in NORMS]
     block = sum(timed(measure, stack, *v, args, 0) for stack in rows_of.values() for v in variants)
-    rate_rows = [*stacks(args.mixers, {**OPTION_ROWS, **EPS_ZERO}).values(), Stack(CONTROL)]
+    rate_rows = list(rate_stacks(args.mixers).values())
     rate = sum(timed(pure_curve, stack, args, 1000) for stack in rate_rows)
     lam = timed(lambda_sweep, args.mixers, one)
     lambda_models = sum(stack_of(n).mixer in args.mixers for n in LAMBDA_STACKS)

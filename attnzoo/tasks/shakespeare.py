@@ -120,22 +120,19 @@ class LanguageModelTask(Task):
         batch of its own, so nothing is padded."""
         if split == "train":
             raise ValueError("the whole-split evaluation reads 'val' or 'test', not 'train'")
-        n = self._ids(split).numel() - 1  # predicted tokens
-        full = n // self.seq_len
-        count = len(range(0, full, batch_size)) + bool(n % self.seq_len)
-        return Batches(self._windows(split, batch_size), count)
-
-    def _windows(self, split: str, batch_size: int) -> Iterator[Batch]:
         ids = self._ids(split)
-        n = ids.numel() - 1
-        full = n // self.seq_len
+        full, tail = divmod(ids.numel() - 1, self.seq_len)  # predicted tokens: windows and rest
+        count = len(range(0, full, batch_size)) + bool(tail)
+        return Batches(self._windows(ids, full, tail, batch_size), count)
+
+    def _windows(self, ids: torch.Tensor, full: int, tail: int, batch_size: int) -> Iterator[Batch]:
         windows = ids[: full * self.seq_len + 1]
         for first in range(0, full, batch_size):
             rows = torch.arange(first, min(first + batch_size, full))
             window_bn = rows[:, None] * self.seq_len + torch.arange(self.seq_len + 1)[None, :]
             tokens_bn = windows[window_bn]
             yield Batch(tokens_bn[:, :-1].contiguous(), tokens_bn[:, 1:].contiguous())
-        if n % self.seq_len:
+        if tail:
             tail_1n = ids[full * self.seq_len :][None, :]
             yield Batch(tail_1n[:, :-1].contiguous(), tail_1n[:, 1:].contiguous())
 
