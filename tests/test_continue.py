@@ -76,11 +76,17 @@ def _shell(cwd: Path, line: str, timeout: float = 300) -> subprocess.CompletedPr
 
 
 def _tree(folder: Path) -> dict[str, str]:
-    """Every file under `folder` (hidden ones too) and the SHA-256 of its bytes."""
+    """Every file under `folder` (hidden ones too) and the SHA-256 of its bytes.
+
+    A symbolic link counts by where it points: W&B links each run's `debug-core.log` to its
+    service's own log, which that long-lived process goes on writing after the run has ended.
+    """
     return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(folder)): (
+            f"-> {os.readlink(p)}" if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+        )
         for p in sorted(folder.rglob("*"))
-        if p.is_file()
+        if p.is_file() or p.is_symlink()
     }
 
 
