@@ -444,6 +444,13 @@ def validate(cfg: DictConfig) -> None:
             "(a language model) and this mixer cannot be causal (every output mixes every "
             "token); allowed: a non-causal task, or a mixer that can be causal"
         )
+    if not TASKS[name].causal and not getattr(mixer_cls, "supports_bidirectional", True):
+        causal = sorted(n for n, t in TASKS.items() if t.causal)
+        raise ConfigError(
+            f"mixer={mixer_label(cfg.mixer)} is not allowed with task={name}: the task is not "
+            "causal (every output sees every token) and this mixer is causal only; allowed: a "
+            f"causal task ({', '.join(causal)}), or a mixer that can be bidirectional"
+        )
     m, t = cfg.model, cfg.train
     _require(m.dim >= 1, "model.dim", m.dim, "a positive int")
     _require(m.depth >= 1, "model.depth", m.depth, "a positive int")

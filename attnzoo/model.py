@@ -251,9 +251,16 @@ class Model(nn.Module):
                     "model's)"
                 )
 
-        def new_block() -> Block:
+        # A mixer with a `layer_index` option (diff_attention's λ_init by depth) is told which
+        # block it is, from 1, unless its options fix one; shared blocks are all block 1.
+        takes_index = "layer_index" in mixer_options(c.mixer)
+
+        def new_block(index: int) -> Block:
+            opts = dict(mixer_opts)
+            if takes_index and opts.get("layer_index") is None:
+                opts["layer_index"] = index
             mixer = build_mixer(
-                c.mixer, dim=c.dim, heads=c.heads, causal=c.causal, impl=c.impl, **mixer_opts
+                c.mixer, dim=c.dim, heads=c.heads, causal=c.causal, impl=c.impl, **opts
             )
             return Block(
                 c.dim,
@@ -269,8 +276,8 @@ class Model(nn.Module):
                 depth=c.depth,
             )
 
-        shared = new_block() if c.share_blocks else None
-        self.blocks = nn.ModuleList([shared or new_block() for _ in range(c.depth)])
+        shared = new_block(1) if c.share_blocks else None
+        self.blocks = nn.ModuleList([shared or new_block(i + 1) for i in range(c.depth)])
         # denseformer, attnres: the module that runs the blocks, keeping every earlier output
         self.depth_mixing = res.depth_mixing(self.residual, c.depth, c.dim, c.mlp)
         self.norm = make_norm(c.norm, c.dim)

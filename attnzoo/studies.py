@@ -542,14 +542,12 @@ def tuning_lines(
 
 def mixers_for_task(task: str, mixers: list[str]) -> tuple[list[str], list[str]]:
     """The mixers of `mixers` that can run `task` (a registered task name), and those left out:
-    a causal task (a language model) leaves out the mixers with `supports_causal = False`,
-    which the trainer would refuse."""
-    from attnzoo.mixers import mixer_class
+    a causal task (a language model) leaves out the mixers with `supports_causal = False`, a
+    bidirectional one those with `supports_bidirectional = False`: the trainer would refuse them."""
+    from attnzoo.mixers import can_run, mixer_class
     from attnzoo.tasks import TASKS
 
-    if not TASKS[task].causal:
-        return list(mixers), []
-    able = [m for m in mixers if getattr(mixer_class(m), "supports_causal", True)]
+    able = [m for m in mixers if can_run(mixer_class(m), TASKS[task].causal)]
     return able, [m for m in mixers if m not in able]
 
 

@@ -1,6 +1,6 @@
 """Token-mixing ops on Triton kernels, with PyTorch references beside them.
 
-One folder per op family (attention, pooling, linear, gated, delta), each holding everything
+One folder per op family (attention, pooling, linear, gated, delta, softpick, stick_breaking), each holding everything
 about its ops: `ops.py` (the public function, its `torch.library` registration and its checks),
 `naive.py` (the PyTorch reference), and the Triton kernels with their launcher and AOT specs.
 Beside them only plumbing that names no op: `_op.py` (registration helpers, the dtype policy,
@@ -26,6 +26,8 @@ if __name__ == "attnzoo.kernels":
     from .gated import gated_linear_attention
     from .linear import linear_attention
     from .pooling import pool_mix
+    from .softpick import softpick_attention
+    from .stick_breaking import stick_breaking_attention
 
     __all__ = [
         "delta_rule",
@@ -36,4 +38,6 @@ if __name__ == "attnzoo.kernels":
         "quadratic_attention",
         "scaled_dot_attention",
         "sigmoid_attention",
+        "softpick_attention",
+        "stick_breaking_attention",
     ]

@@ -6,15 +6,17 @@ import pytest
 import torch
 
 from attnzoo import MIXERS, Block, Model, ModelConfig, build_mixer
-from attnzoo.mixers import mixer_options
+from attnzoo.mixers import can_run, mixer_options
 
 D, H = 32, 4
 DK = D // H
 
 
 def sized(name: str, n: int = 32) -> dict:
-    """The `max_len` a Model gives a mixer that takes one (token_mlp), for one built alone."""
-    return {"max_len": n} if "max_len" in mixer_options(name) else {}
+    """The `max_len` a Model gives a mixer that takes one (token_mlp), for one built alone; and
+    `causal=True` for a mixer that is causal only."""
+    causal_only = {} if can_run(MIXERS[name], causal=False) else {"causal": True}
+    return ({"max_len": n} if "max_len" in mixer_options(name) else {}) | causal_only
 
 
 def n_params(module: torch.nn.Module) -> int:
@@ -61,7 +63,7 @@ def test_metric_mixer_equals_attention_with_q_pm_k_v_p():
 def test_causal_mixers_never_look_ahead(name):
     if not getattr(MIXERS[name], "supports_causal", True):
         pytest.skip(f"{name} cannot be causal (supports_causal = False)")
-    mixer = build_mixer(name, dim=D, heads=H, causal=True, **sized(name))
+    mixer = build_mixer(name, dim=D, heads=H, **sized(name) | {"causal": True})
     x = torch.randn(2, 12, D)
     t = 5
     changed = x.clone()

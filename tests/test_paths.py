@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnzoo import MIXERS, Model, ModelConfig, build_mixer
-from attnzoo.mixers import mixer_options
+from attnzoo.mixers import can_run, mixer_options
 from attnzoo.paths import (
     all_paths,
     mean_path_length,
@@ -18,8 +18,10 @@ D, H, N = 16, 4, 7
 
 
 def sized(name: str, n: int = 32) -> dict:
-    """The `max_len` a Model gives a mixer that takes one (token_mlp), for one built alone."""
-    return {"max_len": n} if "max_len" in mixer_options(name) else {}
+    """The `max_len` a Model gives a mixer that takes one (token_mlp), for one built alone; and
+    `causal=True` for a mixer that is causal only."""
+    causal_only = {} if can_run(MIXERS[name], causal=False) else {"causal": True}
+    return ({"max_len": n} if "max_len" in mixer_options(name) else {}) | causal_only
 
 
 @pytest.mark.parametrize("name", sorted(MIXERS))
@@ -27,10 +29,11 @@ def sized(name: str, n: int = 32) -> dict:
 def test_single_head_contributions_sum_to_the_mixer_output(name, causal):
     if not hasattr(MIXERS[name], "head_outputs"):
         pytest.skip(f"{name} has no head_outputs (not linear in its input)")
-    if causal and not getattr(MIXERS[name], "supports_causal", True):
-        pytest.skip(f"{name} cannot be causal (supports_causal = False)")
+    if not can_run(MIXERS[name], causal):
+        pytest.skip(f"{name} cannot be built with causal={causal}")
     torch.manual_seed(0)
-    mixer = build_mixer(name, dim=D, heads=H, causal=causal, impl="torch", **sized(name)).double()
+    options = {"impl": "torch", **sized(name), "causal": causal}
+    mixer = build_mixer(name, dim=D, heads=H, **options).double()
     x_bnd = torch.randn(2, N, D, dtype=torch.float64)
     mask = torch.zeros(2, N, dtype=torch.bool)
     mask[1, -2:] = True
@@ -58,7 +61,10 @@ def test_sum_over_all_paths_is_the_skip_attention_network(name, head):
     if not hasattr(MIXERS[name], "head_outputs"):
         pytest.skip(f"{name} has no head_outputs (not linear in its input)")
     torch.manual_seed(2)
-    cfg = ModelConfig(dim=D, depth=3, heads=2, mixer=name, mlp=False, norm="none", impl="torch")
+    causal = not can_run(MIXERS[name], causal=False)  # bidirectional where the mixer can be
+    cfg = ModelConfig(
+        dim=D, depth=3, heads=2, mixer=name, mlp=False, norm="none", impl="torch", causal=causal
+    )
     model = Model(cfg, out_features=5, max_len=N, vocab_size=11, head=head).double()
     with torch.no_grad():  # a non-zero position table, so paths see positions as they would
         model.pos.normal_()

@@ -40,6 +40,9 @@ trains and is measured, and the feature says "not available for this mixer":
     supports_causal = False   (a class attribute; True when absent)
         the mixer cannot be causal: its constructor refuses `causal=True`, and the trainer
         refuses it with a causal task before any work (attnzoo.config.validate)
+    supports_bidirectional = False   (a class attribute; True when absent)
+        the converse: the mixer is causal only (its weights are defined for j ≤ i), its
+        constructor refuses `causal=False`, and the trainer refuses it with a non-causal task
     rows_are_distributions = False   (a class attribute; True when absent)
         `attention_probs` gives a matrix whose rows are not distributions (the hidden attention
         matrix of a recurrent mixer): the attention maps draw it, the attention entropy is n/a

@@ -82,10 +82,16 @@ def mixer_class(mixer: str | type[nn.Module]) -> type[nn.Module]:
     return cls
 
 
+def can_run(cls: type, causal: bool) -> bool:
+    """Whether mixer class `cls` can be built `causal` (or bidirectional, `causal=False`): False
+    where it declares `supports_causal = False` or `supports_bidirectional = False`."""
+    return getattr(cls, "supports_causal" if causal else "supports_bidirectional", True)
+
+
 def causal_mixers() -> list[str]:
     """The registered mixers that can run a causal task (language modelling), in registry order:
     those without `supports_causal = False`."""
-    return [name for name, cls in MIXERS.items() if getattr(cls, "supports_causal", True)]
+    return [name for name, cls in MIXERS.items() if can_run(cls, causal=True)]
 
 
 def mixer_options(mixer: str | type[nn.Module]) -> dict[str, object]:
