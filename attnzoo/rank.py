@@ -36,6 +36,7 @@ from torch import nn
 
 NA = float("nan")  # a measure that does not apply
 WEIGHTS_PREFIX = "attention"  # WEIGHT_STATS are logged as attention/<stat>/layer_<k>
+GATE_MEAN = "gate_mean"  # an output gate's mean value, logged as attention/gate_mean/layer_<k>
 
 
 def composite_norm(a: torch.Tensor) -> torch.Tensor:
@@ -322,7 +323,8 @@ class RankProfile:
     measures: dict[str, list[float]] = field(default_factory=dict)
     measures_std: dict[str, list[float]] = field(default_factory=dict)
     # WEIGHT_STATS of the weights that produced each state (NaN where none did); filled when
-    # the weights were captured (an attention measure was asked for)
+    # the weights were captured (an attention measure was asked for); and GATE_MEAN, the mean of
+    # the output gate that scaled each state's mixer output, where a mixer has one (`gate_values`)
     weights: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
@@ -413,6 +415,37 @@ def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | HiddenWe
             h.remove()
 
 
+def gate_mean(gate_bh: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean of an output gate over heads, (gate) dimensions and non-padding tokens, (batch,)
+    float64; `gate_bh` is (batch, heads, tokens) or (batch, heads, tokens, dk), as a mixer's
+    `gate_values` gives it."""
+    g = gate_bh.detach().to(torch.float64)
+    g_bhn = g.mean(dim=-1) if g.dim() == 4 else g
+    return _query_mean(g_bhn, key_padding_mask).mean(dim=1)
+
+
+@contextlib.contextmanager
+def capture_gates(model: nn.Module) -> Iterator[list[float | None]]:
+    """Within the block, every mixer call of an attnzoo model appends the batch mean of its
+    output gate (`gate_mean` of its `gate_values` on the mixer's input), or None for a mixer
+    without a gate, in call order: entry k belongs to block k + 1."""
+    captured: list[float | None] = []
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        mask = args[1] if len(args) > 1 else kwargs.get("key_padding_mask")
+        values = getattr(module, "gate_values", None)
+        gate = values(args[0]) if callable(values) else None
+        captured.append(None if gate is None else _nanmean(gate_mean(gate, mask)))
+
+    mixers = {id(b.mixer): b.mixer for b in getattr(model, "blocks", ())}.values()
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]
+    try:
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def _cast(inputs: Any, dtype: torch.dtype) -> Any:
     """`inputs` (a tensor, or a mapping of them) with its floating-point tensors in `dtype`."""
     if isinstance(inputs, torch.Tensor):
@@ -461,7 +494,8 @@ def rank_profile(
     """Run `model(inputs, key_padding_mask, return_hidden=True)` in eval mode and measure every
     hidden state with `measures`: names from MEASURES, None for all of them; the relative
     residual always. The default is the relative residual alone, the trainer's figure at every
-    evaluation; an attention measure hooks the mixers (call it on the uncompiled module).
+    evaluation; an attention measure hooks the mixers (call it on the uncompiled module). A
+    mixer with an output gate (`gate_values`) adds its mean per block (`weights["gate_mean"]`).
     With `dtype=torch.float64` a float64 copy of the model is used, which sees the residual
     fall far past float32's floor (about 1e-7)."""
 
@@ -475,4 +509,8 @@ def rank_profile(
             model.train(was_training)
         return states, (attn if attentions else None)
 
-    return profile_forward(model, inputs, hidden, measures, dtype, key_padding_mask)
+    with capture_gates(model) as gates:
+        profile = profile_forward(model, inputs, hidden, measures, dtype, key_padding_mask)
+    if any(g is not None for g in gates):  # a mixer with an output gate: its mean per block
+        profile.weights[GATE_MEAN] = [NA, *(NA if g is None else g for g in gates)]
+    return profile

@@ -217,6 +217,7 @@ def test_saved_config_round_trips(tmp_path):
         "metric_param": "psd",
         "attn_dropout": 0.0,
         "sink": "none",
+        "gate": "none",
     }
     assert back["model"]["residual"] == "none" and back["model"]["norm"] == "layernorm"
 
@@ -235,7 +236,7 @@ def test_model_defaults_and_fields_come_from_model_config():
     assert model_config(cfg, causal=True) == ModelConfig(
         norm="rmsnorm",
         mixer="metric",
-        mixer_options={"metric_param": "psd", "attn_dropout": 0.0, "sink": "none"},
+        mixer_options={"metric_param": "psd", "attn_dropout": 0.0, "sink": "none", "gate": "none"},
         causal=True,
         impl="torch",
     )

@@ -137,7 +137,8 @@ def deltanet_reference(mixer, x, causal):
     """The delta rule per head, S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,
     o_t = S_tᵀ q_t / √dk, with q, k, v through a causal depthwise conv (a sum over the last
     taps) and SiLU, q and k L2-normalised per head, β = σ(x W_β) and, gated,
-    α = exp(−exp(A_log) softplus(x W_α + dt_bias)); then RMSNorm per head, output projection."""
+    α = exp(−exp(A_log) softplus(x W_α + dt_bias)); then RMSNorm per head, gated times the output
+    gate SiLU(x W_g), and the output projection."""
     dk = D // H
     w_conv = mixer.conv.weight.detach()[:, 0]
     taps = w_conv.shape[1]
@@ -175,7 +176,10 @@ def deltanet_reference(mixer, x, causal):
         o = o + scan(*(t.flip(1) for t in (q, k, v, beta, alpha))).flip(1)
     o = o.unflatten(-1, (H, dk))
     normed = o / (o.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * mixer.norm.weight.detach()
-    return normed.flatten(-2) @ mixer.proj.weight.detach().T
+    normed = normed.flatten(-2)
+    if mixer.gated:
+        normed = normed * F.silu(x @ mixer.gate.weight.detach().T)
+    return normed @ mixer.proj.weight.detach().T
 
 
 REFERENCES = {
@@ -307,7 +311,7 @@ def test_trains_on_a_causal_task_from_the_command_line(name, tmp_path):
 @pytest.mark.parametrize("causal", [True, False])
 def test_gated_deltanet_matches_its_recurrence_and_hidden_matrix(causal):
     """Gated DeltaNet: the decay joins the recurrence, the hidden matrix and the parameters
-    (W_α: D → H, A_log and dt_bias per head)."""
+    (W_α: D → H, A_log and dt_bias per head), and the output gate W_g: D → D."""
     mixer = built("deltanet", causal, seed=2, gated=True)
     x = torch.randn(2, N, D, dtype=torch.float64)
     torch.testing.assert_close(
@@ -319,4 +323,4 @@ def test_gated_deltanet_matches_its_recurrence_and_hidden_matrix(causal):
         p.numel() for p in build_mixer("deltanet", dim=D, heads=H, causal=True).parameters()
     )
     gated = sum(p.numel() for p in mixer.parameters())
-    assert gated - plain == D * H + 2 * H
+    assert gated - plain == D * H + 2 * H + D * D

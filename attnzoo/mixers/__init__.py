@@ -46,6 +46,10 @@ trains and is measured, and the feature says "not available for this mixer":
     rows_are_distributions = False   (a class attribute; True when absent)
         `attention_probs` gives a matrix whose rows are not distributions (the hidden attention
         matrix of a recurrent mixer): the attention maps draw it, the attention entropy is n/a
+    gate_values(x_bnd) -> (B, H, N) or (B, H, N, dk), or None
+        the output gate σ(x W_g) that scales each head's output (the softmax mixers' `gate`
+        option, attnzoo.mixers.base): the rank probe logs its mean per block
+        (`attention/gate_mean/layer_<k>`, attnzoo.rank)
 """
 
 import importlib

@@ -46,6 +46,13 @@ def _per_head_projection(out_bhnk: torch.Tensor, proj: nn.Linear) -> torch.Tenso
 
 
 SINKS = ("none", "learned", "zero_kv")  # the softmax mixers' `sink` option
+OUTPUT_GATES = ("none", "headwise", "elementwise")  # the softmax mixers' `gate` option
+
+
+def gate_flops(dim: int, heads: int, gate: object = "none") -> float:
+    """Forward FLOPs per token of the `gate` option's projection x W_g: 2 D H (headwise), 2 D²
+    (elementwise), 0 without it (the sigmoid and the product are elementwise, not counted)."""
+    return {"headwise": 2.0 * dim * heads, "elementwise": 2.0 * dim * dim}.get(str(gate), 0.0)
 
 
 class _HeadsThenProjection(nn.Module):
@@ -55,6 +62,46 @@ class _HeadsThenProjection(nn.Module):
 
     proj: nn.Linear
     attn_dropout: float
+    # the `gate` option (`_init_gate`), named apart from a subclass's own gates; a class that
+    # does not opt in has none
+    output_gate: str = "none"
+
+    def _init_gate(self, gate: str, dim: int, heads: int) -> None:
+        """The `gate` option (OUTPUT_GATES): the output of each head multiplied by σ(x W_g)
+        before the output projection (Qiu et al. 2025, "Gated Attention for Large Language
+        Models", arXiv 2505.06708, position G1). `headwise`: one gate per head and token, W_g:
+        D → H; `elementwise`: one per head dimension, W_g: D → D; `none`: no gate and no
+        parameter. x is the mixer's input, the one that gives q; W_g has no bias and
+        PyTorch's default init, as the q projection (the authors' gate is extra rows of
+        q_proj)."""
+        if gate not in OUTPUT_GATES:
+            raise ValueError(f"gate must be one of {OUTPUT_GATES}, got {gate!r}")
+        self.output_gate = gate
+        if gate != "none":
+            self.gate_proj = nn.Linear(dim, heads if gate == "headwise" else dim, bias=False)
+
+    def gate_values(self, x_bnd: torch.Tensor) -> torch.Tensor | None:
+        """The output gate σ(x W_g) on input x: (B, H, N) headwise, (B, H, N, dk) elementwise;
+        None without a gate. `attention_probs` stays the weights before it."""
+        if self.output_gate == "none":
+            return None
+        g_bnc = torch.sigmoid(self.gate_proj(x_bnd))
+        if self.output_gate == "headwise":
+            return rearrange(g_bnc, "b n h -> b h n")
+        return rearrange(g_bnc, "b n (h k) -> b h n k", h=self.heads)
+
+    def _gated(self, out_bhnk: torch.Tensor, x_bnd: torch.Tensor) -> torch.Tensor:
+        """The per-head outputs times the output gate from `x_bnd` (unchanged without one)."""
+        if self.output_gate == "none":
+            return out_bhnk
+        g = self.gate_values(x_bnd)
+        return out_bhnk * (g[..., None] if self.output_gate == "headwise" else g)
+
+    def _deepnet_init_gate_(self) -> None:
+        """DeepNet's init of W_g: Xavier-normal, gain 1, as the queries (and as retention's and
+        GLA's gates)."""
+        if self.output_gate != "none":
+            nn.init.xavier_normal_(self.gate_proj.weight, gain=1.0)
 
     def _init_sink(self, sink: str, heads: int) -> None:
         """The `sink` option (SINKS): `none`; `learned`, a logit per head in every row's softmax
@@ -87,7 +134,8 @@ class _HeadsThenProjection(nn.Module):
     def forward(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return self.proj(rearrange(self.attend(x_bnd, key_padding_mask), "b h n k -> b n (h k)"))
+        out_bhnk = self._gated(self.attend(x_bnd, key_padding_mask), x_bnd)
+        return self.proj(rearrange(out_bhnk, "b h n k -> b n (h k)"))
 
     def head_outputs(
         self,
@@ -95,8 +143,11 @@ class _HeadsThenProjection(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         scores_from: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x)."""
-        return _per_head_projection(self.attend(x_bnd, key_padding_mask, scores_from), self.proj)
+        """Each head's contribution, (B, H, N, D); scores from `scores_from` (default x), and the
+        output gate with them: with both frozen the head is linear in x."""
+        out_bhnk = self.attend(x_bnd, key_padding_mask, scores_from)
+        out_bhnk = self._gated(out_bhnk, x_bnd if scores_from is None else scores_from)
+        return _per_head_projection(out_bhnk, self.proj)
 
 
 class _QKVHeads(_HeadsThenProjection):
@@ -127,6 +178,7 @@ class _QKVHeads(_HeadsThenProjection):
         w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)
         for w, gain in ((w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.proj.weight.data, beta)):
             nn.init.xavier_normal_(w, gain=gain)
+        self._deepnet_init_gate_()
 
 
 class _OneHead(nn.Module):

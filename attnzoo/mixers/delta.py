@@ -52,8 +52,10 @@ class DeltaNet(_Recurrent):
     q, k, v from x through a short causal depthwise convolution (`conv_kernel`, FLA's default 4)
     and SiLU, q and k L2-normalised per head; β_t = σ(x_t W_β) per head; α_t = 1 (DeltaNet) or,
     gated, α_t = exp(−exp(A_log) · softplus(x_t W_α + dt_bias)) per head, Mamba-2's decay and
-    init. Then an RMSNorm per head and the output projection: out(RMSNorm(o)). No output gate
-    (flash-linear-attention's DeltaNet default). `impl="triton"` runs the op's PyTorch path: the
+    init. Then an RMSNorm per head and the output projection: out(RMSNorm(o)) for DeltaNet (no
+    output gate, flash-linear-attention's DeltaNet default); gated, with Gated DeltaNet's output
+    gate, out(RMSNorm(o) ⊙ SiLU(x W_g)), W_g: D → D (flash-linear-attention's GatedDeltaNet
+    default, `use_gate=True`, and Qwen3-Next's). `impl="triton"` runs the op's PyTorch path: the
     delta rule has no Triton kernel in attnzoo. `attn_dropout` is accepted and unused.
     """
 
@@ -83,6 +85,8 @@ class DeltaNet(_Recurrent):
             self.A_log = nn.Parameter(torch.empty(heads).uniform_(1, 16).log())
         self.norm = _HeadNorm(heads, self.dk, rms=True)
         self.proj = nn.Linear(dim, dim, bias=False)
+        if gated:  # the output gate, W_g (made last: the other weights are DeltaNet's at a seed)
+            self.gate = nn.Linear(dim, dim, bias=False)
 
     @staticmethod
     def flops_per_token(
@@ -94,11 +98,13 @@ class DeltaNet(_Recurrent):
         conv_kernel: int = 4,
         **options: object,
     ) -> float:
-        """q, k, v and output projections 8 D², β's (and gated, α's) projection 2 D H each, the
-        depthwise convolution 6 D · conv_kernel; the scan in its recurrent form, three state
-        products per head and token (the prediction S̃ᵀk_t, the write k_t u_tᵀ, the read-out
-        S_tᵀq_t), 2 · dk² FLOPs each: 1.5 × `scan_flops`, whose form has two."""
+        """q, k, v and output projections 8 D², β's (and gated, α's) projection 2 D H each,
+        gated the output gate's 2 D², the depthwise convolution 6 D · conv_kernel; the scan in
+        its recurrent form, three state products per head and token (the prediction S̃ᵀk_t, the
+        write k_t u_tᵀ, the read-out S_tᵀq_t), 2 · dk² FLOPs each: 1.5 × `scan_flops`, whose
+        form has two."""
         projections = 8 * dim * dim + 2 * dim * heads * (2 if gated else 1)
+        projections += 2 * dim * dim if gated else 0
         conv = 6 * dim * conv_kernel
         return projections + conv + 1.5 * scan_flops(heads, dim // heads, dim // heads, causal)
 
@@ -142,11 +148,17 @@ class DeltaNet(_Recurrent):
         return m
 
     def finish(self, o_bhnv, x_bnd, key_padding_mask=None):
+        """out(RMSNorm(o)), gated out(RMSNorm(o) ⊙ SiLU(x W_g)) (fla's FusedRMSNormGated)."""
         o_bnhv = self.norm(rearrange(o_bhnv, "b h n v -> b n h v"))
-        return self.proj(rearrange(o_bnhv, "b n h v -> b n (h v)").to(x_bnd.dtype))
+        o_bnc = rearrange(o_bnhv, "b n h v -> b n (h v)")
+        if self.gated:
+            o_bnc = o_bnc * F.silu(self.gate(x_bnd).to(o_bnc.dtype))
+        return self.proj(o_bnc.to(x_bnd.dtype))
 
     def deepnet_init_(self, beta: float) -> None:
-        """DeepNet's init: gain 1 on Wq, Wk, `beta` on Wv and the output."""
+        """DeepNet's init: gain 1 on Wq, Wk (and gated, the output gate's W_g, as retention's and
+        GLA's gates), `beta` on Wv and the output."""
         w_q, w_k, w_v = self.qkv.weight.data.chunk(3, dim=0)
-        for w, gain in ((w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.proj.weight.data, beta)):
+        gate = [(self.gate.weight.data, 1.0)] if self.gated else []
+        for w, gain in ((w_q, 1.0), (w_k, 1.0), (w_v, beta), (self.proj.weight.data, beta), *gate):
             nn.init.xavier_normal_(w, gain=gain)

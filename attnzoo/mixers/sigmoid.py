@@ -10,7 +10,7 @@ import math
 import torch
 
 from attnzoo import kernels
-from attnzoo.mixers.base import _eye_values, _QKVHeads
+from attnzoo.mixers.base import _eye_values, _QKVHeads, gate_flops
 from attnzoo.mixers.registry import register
 from attnzoo.mixers.softmax import keys_per_query
 
@@ -27,7 +27,9 @@ class SigmoidAttention(_QKVHeads):
     parameters, as scaled_dot). No normalisation: the weights of a row are not a distribution
     (`rows_are_distributions = False`: the attention entropy reads n/a, the row sums are the
     measure). `bias`: a number, or "-log_n" (the paper's b = −log N, N the length of the call,
-    which keeps a row's total weight near 1 at init). `attn_dropout` is accepted and unused.
+    which keeps a row's total weight near 1 at init). `gate`: the softmax mixers' output gate
+    (`none`, `headwise`, `elementwise`; attnzoo.mixers.base). `attn_dropout` is accepted and
+    unused.
     """
 
     rows_are_distributions = False
@@ -41,6 +43,7 @@ class SigmoidAttention(_QKVHeads):
         impl: str,
         bias: float | str = LOG_N,
         attn_dropout: float = 0.0,
+        gate: str = "none",
     ) -> None:
         super().__init__()
         if bias != LOG_N and (
@@ -49,13 +52,16 @@ class SigmoidAttention(_QKVHeads):
             raise ValueError(f"bias must be a finite number or {LOG_N!r}, got {bias!r}")
         self.bias = bias
         self._init_qkv(dim, heads, causal, impl, attn_dropout)
+        self._init_gate(gate, dim, heads)
 
     @staticmethod
     def flops_per_token(
         dim: int, heads: int, seq_len: int, causal: bool, **options: object
     ) -> float:
-        """q, k, v and output projections 8 D²; scores q·k and weights·v 4 D Nₑ (scaled_dot's)."""
-        return 8 * dim * dim + 4 * dim * keys_per_query(seq_len, causal)
+        """q, k, v and output projections 8 D²; scores q·k and weights·v 4 D Nₑ (scaled_dot's);
+        with `gate`, its projection (`gate_flops`)."""
+        gate = gate_flops(dim, heads, options.get("gate", "none"))
+        return 8 * dim * dim + 4 * dim * keys_per_query(seq_len, causal) + gate
 
     def _bias(self, n: int) -> float:
         return -math.log(n) if self.bias == LOG_N else float(self.bias)

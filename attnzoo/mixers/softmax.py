@@ -1,6 +1,8 @@
 """The softmax attention mixers: scaled-dot attention, quadratic-form and metric-tensor scores,
 and sliding-window (local) attention. Each computes softmax-normalised scores per head, attends
-through an attnzoo.kernels op and projects the concatenated heads back to the width."""
+through an attnzoo.kernels op and projects the concatenated heads back to the width. Each takes
+the options `sink` (a logit per head in the softmax) and `gate` (an output gate σ(x W_g) on each
+head before the projection), both off by default (attnzoo.mixers.base)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from attnzoo.mixers.base import (
     _eye_values,
     _HeadsThenProjection,
     _QKVHeads,
+    gate_flops,
     keys_per_query,
 )
 from attnzoo.mixers.registry import register
@@ -38,10 +41,12 @@ class ScaledDotAttention(_QKVHeads):
         impl: str,
         attn_dropout: float = 0.0,
         sink: str = "none",
+        gate: str = "none",
     ) -> None:
         super().__init__()
         self._init_qkv(dim, heads, causal, impl, attn_dropout)
         self._init_sink(sink, heads)
+        self._init_gate(gate, dim, heads)
 
     def reach(self) -> tuple[int, int] | None:
         """The keys query i sees, (left, right) of it, as the op's `window` takes them."""
@@ -53,8 +58,10 @@ class ScaledDotAttention(_QKVHeads):
     def flops_per_token(
         dim: int, heads: int, seq_len: int, causal: bool, **options: object
     ) -> float:
-        """q, k, v and output projections 8 D²; scores q·k and weights·v 4 D Nₑ."""
-        return 8 * dim * dim + 4 * dim * keys_per_query(seq_len, causal)
+        """q, k, v and output projections 8 D²; scores q·k and weights·v 4 D Nₑ; with `gate`,
+        its projection (`gate_flops`)."""
+        gate = gate_flops(dim, heads, options.get("gate", "none"))
+        return 8 * dim * dim + 4 * dim * keys_per_query(seq_len, causal) + gate
 
     def attention_probs(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -110,6 +117,7 @@ class QuadraticFormAttention(_HeadsThenProjection):
         impl: str,
         attn_dropout: float = 0.0,
         sink: str = "none",
+        gate: str = "none",
     ) -> None:
         super().__init__()
         _check_heads(dim, heads)
@@ -119,15 +127,17 @@ class QuadraticFormAttention(_HeadsThenProjection):
         self.u = nn.Parameter(torch.randn(heads, dim, dim) / (3 * math.sqrt(dim)))
         self.value = nn.Linear(dim, dim, bias=False)
         self.proj = nn.Linear(dim, dim, bias=False)
+        self._init_gate(gate, dim, heads)
 
     @staticmethod
     def flops_per_token(
         dim: int, heads: int, seq_len: int, causal: bool, **options: object
     ) -> float:
         """v and output projections 4 D²; x U⁽ʰ⁾ per head 2 H D²; scores (x U)·x 2 H D Nₑ;
-        weights·v 2 D Nₑ."""
+        weights·v 2 D Nₑ; with `gate`, its projection (`gate_flops`)."""
         d, h, n = dim, heads, keys_per_query(seq_len, causal)
-        return 4 * d * d + 2 * h * d * d + 2 * h * d * n + 2 * d * n
+        gate = gate_flops(dim, heads, options.get("gate", "none"))
+        return 4 * d * d + 2 * h * d * d + 2 * h * d * n + 2 * d * n + gate
 
     def attention_probs(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -152,9 +162,11 @@ class QuadraticFormAttention(_HeadsThenProjection):
 
     def deepnet_init_(self, beta: float) -> None:
         """DeepNet's init (model.residual=deepnorm): Xavier-normal with gain `beta` on Wv and the
-        output projection; U, which plays the query/key part, keeps its own init."""
+        output projection; U, which plays the query/key part, keeps its own init; the output
+        gate's W_g gain 1."""
         nn.init.xavier_normal_(self.value.weight, gain=beta)
         nn.init.xavier_normal_(self.proj.weight, gain=beta)
+        self._deepnet_init_gate_()
 
     def attend(
         self,
@@ -200,6 +212,7 @@ class MetricTensorAttention(_HeadsThenProjection):
         metric_param: str = "sym",
         attn_dropout: float = 0.0,
         sink: str = "none",
+        gate: str = "none",
     ) -> None:
         super().__init__()
         _check_heads(dim, heads)
@@ -227,23 +240,27 @@ class MetricTensorAttention(_HeadsThenProjection):
             self.m_free = nn.Parameter(torch.randn(heads, dk) / math.sqrt(dk))
         else:
             self.register_parameter("m_free", None)
+        self._init_gate(gate, dim, heads)
 
     def deepnet_init_(self, beta: float) -> None:
         """DeepNet's init (model.residual=deepnorm): Xavier-normal with gain `beta` on the output
         projection. P gives queries, keys and values at once; it is initialised as DeepNet does
         queries and keys (Xavier-normal, gain 1), since scaling it would also scale the scores
-        (by beta squared). M keeps its own init."""
+        (by beta squared). M keeps its own init; the output gate's W_g gain 1."""
         nn.init.xavier_normal_(self.p.weight, gain=1.0)
         nn.init.xavier_normal_(self.proj.weight, gain=beta)
+        self._deepnet_init_gate_()
 
     @staticmethod
     def flops_per_token(
         dim: int, heads: int, seq_len: int, causal: bool, **options: object
     ) -> float:
         """p and output projections 4 D²; p M⁽ʰ⁾ per head 2 D dk; scores (p M)·p and weights·p
-        4 D Nₑ (every metric_param: M is applied as a matrix)."""
+        4 D Nₑ (every metric_param: M is applied as a matrix); with `gate`, its projection
+        (`gate_flops`)."""
         d, dk = dim, dim // heads
-        return 4 * d * d + 2 * d * dk + 4 * d * keys_per_query(seq_len, causal)
+        gate = gate_flops(dim, heads, options.get("gate", "none"))
+        return 4 * d * d + 2 * d * dk + 4 * d * keys_per_query(seq_len, causal) + gate
 
     def attention_probs(
         self, x_bnd: torch.Tensor, key_padding_mask: torch.Tensor | None = None
@@ -347,10 +364,11 @@ class LocalAttention(ScaledDotAttention):
         window: int = 16,
         attn_dropout: float = 0.0,
         sink: str = "none",
+        gate: str = "none",
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise ValueError(f"local window must be an int >= 0 (keys each side), got {window!r}")
-        super().__init__(dim, heads, causal, impl, attn_dropout, sink)
+        super().__init__(dim, heads, causal, impl, attn_dropout, sink, gate)
         self.window = window
 
     @staticmethod
@@ -358,6 +376,7 @@ class LocalAttention(ScaledDotAttention):
         dim: int, heads: int, seq_len: int, causal: bool, **options: object
     ) -> float:
         """q, k, v and output projections 8 D²; scores and weights·v 4 D Nₑ over the keys in
-        the window."""
+        the window; with `gate`, its projection (`gate_flops`)."""
         window = int(options.get("window", 16))
-        return 8 * dim * dim + 4 * dim * _window_keys(seq_len, window, causal)
+        gate = gate_flops(dim, heads, options.get("gate", "none"))
+        return 8 * dim * dim + 4 * dim * _window_keys(seq_len, window, causal) + gate
