@@ -614,7 +614,12 @@ def test_a_study_runs_every_mixer_that_can_run_each_task():
         m for m, c in MIXERS.items() if not getattr(c, "supports_causal", True)
     }
     assert "nystrom" in left_out and lm + left_out != [] and set(lm) | set(left_out) == set(MIXERS)
-    assert mixers_for_task("imdb", list(MIXERS)) == (list(MIXERS), [])  # not causal: every one
+    # not causal: every mixer but the causal-only ones (stick-breaking, forgetting)
+    able, left_out = mixers_for_task("imdb", list(MIXERS))
+    assert left_out == [
+        m for m, c in MIXERS.items() if not getattr(c, "supports_bidirectional", True)
+    ]
+    assert "stick_breaking" in left_out and able == [m for m in MIXERS if m not in left_out]
 
 
 def test_the_studies_list_the_mixers_as_their_committed_tables_do():
