@@ -61,7 +61,7 @@ def table_rows(stdout: str) -> list[list[str]]:
 
 # The default tier's ahead-of-time compile (`--only` substrings, any of them): every kernel, each
 # dtype, each variant row (plain, chunked, metric, wide q/k tiles), the variant with causal, padding
-# mask and dropout all on, the sink and sigmoid variants, and the forward's tile shapes where
+# mask and dropout all on, the sink, sigmoid and key-bias variants, and the forward's tile shapes where
 # sm_90 must use wgmma; ~40 compilations instead of ~1700. The slow tier compiles every config.
 REPRESENTATIVE = (
     "attn_fwd fp16 plain HEAD=64 ",  # every tile shape of the most used variant
@@ -77,6 +77,9 @@ REPRESENTATIVE = (
     "attn_fwd fp16 chunked causal mask sigmoid HEAD=32 ",  # sigmoid: no running max or lse
     "attn_bwd_dkdv fp16 plain causal mask sigmoid HEAD=64 ",
     "attn_bwd_dq fp32 wide128 causal mask sigmoid HEAD=32 ",
+    "attn_fwd fp16 plain causal mask dropout keybias HEAD=64 ",  # the key bias (forgetting)
+    "attn_bwd_dkdv fp16 plain causal mask dropout keybias HEAD=64 ",  # its column sums
+    "attn_bwd_dq bf16 plain causal mask dropout keybias HEAD=64 ",  # the exact delta it stores
     "pool_fwd bf16 mask any-window BLOCK_N=64 ",
     "pool_bwd fp32 any-window BLOCK_N=128 ",
 )

@@ -37,6 +37,21 @@ already the with-sink probabilities, and dS = P ∘ (dP − delta) holds. The si
 dsink_h = −Σ_{b,i} p_sink · delta with p_sink = exp2(sink − lse) (raising the sink's logit moves
 every probability of the row by −p_j · p_sink), is formed by the launcher from lse and delta.
 
+Key bias (KEY_BIAS, a compile-time switch; KeyBias (B·H, N) fp32, base 2): a logit per key added
+to every row's scores before the mask and the running max, so p_ij = exp2(s_ij·scale2 + kb_j −
+lse_i) throughout: the forward and the dq kernel load the key tile's logits with its keys, the
+dk/dv kernel loads its own tile's once. Its gradient, d key_bias_j = Σ_i dS_ij (dS = P ∘ (dP −
+delta), in natural units like the scores), is a column sum of dS: the dk/dv kernel, which
+walks every query tile of its key tile, sums its dSᵀ tiles' rows into a [BLOCK_N] fp32
+accumulator and stores them (chunk 0; zero for a padding key), so no atomic add is needed. Rows
+past the end, masked pairs and empty rows have P = 0, hence dS = 0: they add nothing.
+A column sum amplifies an error that a row sum would not: delta = rowsum(dO ∘ O) from the
+stored (fp16/bf16-rounded) O is off by a rounding ε_i, which puts −ε_i P_ij into every dS_ij
+of row i; a row's dS sums to −ε_i instead of 0, and a cumulative sum of column sums (FoX's
+d log f) gathers the ε_i of every later row. So with KEY_BIAS the dq kernel runs first and also
+stores rowsum(P ∘ dP) from its fp32 tiles (the exact delta: dropout's mask included, a sink's
+value being zero), and the dk/dv kernel uses that one (dq keeps the usual delta).
+
 Sigmoid attention (SIGMOID, a compile-time switch; the bias a runtime fp32): no normalisation.
 The forward sums σ(scale · q·k + bias) · v over the visible keys (a masked score is −inf, whose σ
 is 0) with no running max or sum, and stores no lse. The backward recomputes P = σ from q and k,
@@ -272,11 +287,13 @@ def _fwd_loop(
     K,
     V,
     Mask,
+    KeyBias,
     seed,
     q_base,
     k_base,
     v_base,
     mask_base,
+    kb_base,
     pid_bh,
     offs_m,
     offs_d,
@@ -304,6 +321,7 @@ def _fwd_loop(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     SIGMOID: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
     MASKED: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_PREC: tl.constexpr,
@@ -336,6 +354,8 @@ def _fwd_loop(
             DOT_PREC,
         )
         s = s * scale2
+        if KEY_BIAS:  # one logit per key (base 2), the same in every row, before the mask
+            s += tl.load(KeyBias + kb_base + offs_n, mask=offs_n < N, other=0.0)[None, :]
         if MASKED:
             s = _mask(
                 s,
@@ -393,6 +413,7 @@ def _attn_fwd(
     Mask,
     Seed,
     Sink,
+    KeyBias,
     sqb,
     sqh,
     sqn,
@@ -428,6 +449,7 @@ def _attn_fwd(
     WINDOW: tl.constexpr,
     SINK: tl.constexpr,
     SIGMOID: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_PREC: tl.constexpr,
@@ -456,6 +478,7 @@ def _attn_fwd(
         l_i = tl.full([BLOCK_M], 1.0, tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
+    kb_base = pid_bh.to(tl.int64) * N  # the key bias, (B·H, N) contiguous
     if WINDOW:  # one loop over the tiles the window reaches; the inner ones skip the mask
         lo, inner_lo, inner_hi, hi = _window_tiles(
             pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N
@@ -471,11 +494,13 @@ def _attn_fwd(
             K,
             V,
             Mask,
+            KeyBias,
             seed,
             q_base,
             k_base,
             v_base,
             mask_base,
+            kb_base,
             pid_bh,
             offs_m,
             offs_d,
@@ -503,6 +528,7 @@ def _attn_fwd(
             CAUSAL,
             WINDOW,
             SIGMOID,
+            KEY_BIAS,
             False,
             BLOCK_N,
             DOT_PREC,
@@ -517,11 +543,13 @@ def _attn_fwd(
         K,
         V,
         Mask,
+        KeyBias,
         seed,
         q_base,
         k_base,
         v_base,
         mask_base,
+        kb_base,
         pid_bh,
         offs_m,
         offs_d,
@@ -549,6 +577,7 @@ def _attn_fwd(
         CAUSAL,
         WINDOW,
         SIGMOID,
+        KEY_BIAS,
         True,
         BLOCK_N,
         DOT_PREC,
@@ -601,6 +630,7 @@ def _attn_bwd_delta(
 @triton.jit
 def _dq_loop(
     dq,
+    pdp,
     q0,
     do,
     lse,
@@ -609,11 +639,13 @@ def _dq_loop(
     K,
     V,
     Mask,
+    KeyBias,
     seed,
     q_base,
     k_base,
     v_base,
     mask_base,
+    kb_base,
     pid_bh,
     offs_m,
     offs_k,
@@ -643,6 +675,7 @@ def _dq_loop(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     SIGMOID: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
     MASKED: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_PREC: tl.constexpr,
@@ -671,10 +704,13 @@ def _dq_loop(
             CHUNKED,
             DOT_PREC,
         )
-        if SIGMOID:  # noqa: SIM108 (a compile-time branch)
+        if SIGMOID:
             p = _sigmoid2(s * scale2 + bias2)
         else:
-            p = tl.exp2(s * scale2 - lse[:, None])
+            s = s * scale2
+            if KEY_BIAS:
+                s += tl.load(KeyBias + kb_base + offs_n, mask=offs_n < N, other=0.0)[None, :]
+            p = tl.exp2(s - lse[:, None])
         if MASKED:
             p = _mask(
                 p,
@@ -704,12 +740,14 @@ def _dq_loop(
             ds = dp * p * (1.0 - p)
         else:
             ds = p * (dp - delta[:, None])
+            if KEY_BIAS:  # rowsum(P ∘ dP): delta from fp32 products, for the dk/dv kernel
+                pdp += tl.sum(p * dp, 1)
         if CHUNKED:  # noqa: SIM108
             kc = _load_rows(K + k_base, offs_n, skn, offs_c, N, d_qk)
         else:
             kc = k0
         dq += tl.dot(ds.to(kc.dtype), kc, input_precision=DOT_PREC)
-    return dq
+    return dq, pdp
 
 
 @triton.jit(do_not_specialize=_WINDOW_ARGS)
@@ -724,6 +762,8 @@ def _attn_bwd_dq(
     DQ,
     Mask,
     Seed,
+    KeyBias,
+    DeltaExact,
     sqb,
     sqh,
     sqn,
@@ -763,13 +803,16 @@ def _attn_bwd_dq(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     SIGMOID: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_PREC: tl.constexpr,
 ):
     """One query tile and one q/k feature chunk (QK_HEAD wide, as in the dk/dv kernel):
     dq = scale · dS · k for that chunk. WINDOW: the key tiles of the forward's window loops.
-    SIGMOID: Lse and Delta are never read."""
+    SIGMOID: Lse and Delta are never read. KEY_BIAS: chunk 0 also stores DeltaExact =
+    rowsum(P ∘ dP) from the fp32 products, which the dk/dv kernel (launched after this one)
+    then uses as delta."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_c = tl.program_id(2)
@@ -793,15 +836,21 @@ def _attn_bwd_dq(
         seed = tl.load(Seed)
 
     dq = tl.zeros([BLOCK_M, QK_HEAD], tl.float32)
+    if KEY_BIAS:  # noqa: SIM108 (a compile-time branch)
+        pdp = tl.zeros([BLOCK_M], tl.float32)
+    else:
+        pdp = 0.0
     k_base, v_base, mask_base = b * skb + h * skh, b * svb + h * svh, b * smb
+    kb_base = row_base
     if WINDOW:  # as in the forward
         lo, inner_lo, inner_hi, hi = _window_tiles(
             pid_m * BLOCK_M, left, right, N, BLOCK_M, BLOCK_N
         )
     else:
         full, hi = _key_tiles(pid_m, N, BLOCK_M, BLOCK_N, CAUSAL)
-        dq = _dq_loop(
+        dq, pdp = _dq_loop(
             dq,
+            pdp,
             q0,
             do,
             lse,
@@ -810,11 +859,13 @@ def _attn_bwd_dq(
             K,
             V,
             Mask,
+            KeyBias,
             seed,
             q_base,
             k_base,
             v_base,
             mask_base,
+            kb_base,
             pid_bh,
             offs_m,
             offs_k,
@@ -844,13 +895,15 @@ def _attn_bwd_dq(
             CAUSAL,
             WINDOW,
             SIGMOID,
+            KEY_BIAS,
             False,
             BLOCK_N,
             DOT_PREC,
         )
         lo, inner_lo, inner_hi = full, 0, 0
-    dq = _dq_loop(
+    dq, pdp = _dq_loop(
         dq,
+        pdp,
         q0,
         do,
         lse,
@@ -859,11 +912,13 @@ def _attn_bwd_dq(
         K,
         V,
         Mask,
+        KeyBias,
         seed,
         q_base,
         k_base,
         v_base,
         mask_base,
+        kb_base,
         pid_bh,
         offs_m,
         offs_k,
@@ -893,6 +948,7 @@ def _attn_bwd_dq(
         CAUSAL,
         WINDOW,
         SIGMOID,
+        KEY_BIAS,
         True,
         BLOCK_N,
         DOT_PREC,
@@ -902,14 +958,19 @@ def _attn_bwd_dq(
     dq_ptrs = DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqn + offs_c[None, :]
     dq_mask = (offs_m[:, None] < N) & (offs_c[None, :] < d_qk)
     tl.store(dq_ptrs, dq.to(DQ.dtype.element_ty), mask=dq_mask)
+    if KEY_BIAS:  # noqa: SIM102 (compile-time test, then a runtime one)
+        if pid_c == 0:
+            tl.store(DeltaExact + row_base + offs_m, pdp, mask=offs_m < N)
 
 
 @triton.jit
 def _dkdv_loop(
     dk,
     dv,
+    dkb,
     k0,
     v,
+    kb,
     Q,
     K,
     M,
@@ -951,6 +1012,7 @@ def _dkdv_loop(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     SIGMOID: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
     MASKED: tl.constexpr,
     BLOCK_M: tl.constexpr,
     DOT_PREC: tl.constexpr,
@@ -989,7 +1051,10 @@ def _dkdv_loop(
             p_t = _sigmoid2(s_t * scale2 + bias2)
         else:
             lse = tl.load(Lse + row_base + offs_m, mask=offs_m < N, other=float("inf"))
-            p_t = tl.exp2(s_t * scale2 - lse[None, :])
+            s_t = s_t * scale2
+            if KEY_BIAS:  # the key tile's own logits, one per row of the transposed scores
+                s_t += kb[:, None]
+            p_t = tl.exp2(s_t - lse[None, :])
         if MASKED:
             p_t = _mask(
                 p_t,
@@ -1020,12 +1085,14 @@ def _dkdv_loop(
         else:
             delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N, other=0.0)
             ds_t = p_t * (dp_t - delta[None, :])
+            if KEY_BIAS:  # d key_bias_j = Σ_i dS_ij: the key tile's row sums of dSᵀ
+                dkb += tl.sum(ds_t, 1)
         if CHUNKED:  # noqa: SIM108
             qc = _load_rows(Q + q_base, offs_m, sqn, offs_c, N, d_qk)
         else:
             qc = q0
         dk += tl.dot(ds_t.to(qc.dtype), qc, input_precision=DOT_PREC)
-    return dk, dv
+    return dk, dv, dkb
 
 
 @triton.jit(do_not_specialize=_WINDOW_ARGS)
@@ -1041,6 +1108,8 @@ def _attn_bwd_dkdv(
     DV,
     Mask,
     Seed,
+    KeyBias,
+    DKeyBias,
     sqb,
     sqh,
     sqn,
@@ -1083,6 +1152,7 @@ def _attn_bwd_dkdv(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     SIGMOID: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_PREC: tl.constexpr,
@@ -1119,6 +1189,11 @@ def _attn_bwd_dkdv(
     dk = tl.zeros([BLOCK_N, QK_HEAD], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD], tl.float32)
     q_base, do_base, row_base = b * sqb + h * sqh, b * sdob + h * sdoh, pid_bh.to(tl.int64) * N
+    if KEY_BIAS:  # the key tile's logits, loaded once, and their gradient's accumulator
+        kb = tl.load(KeyBias + row_base + offs_n, mask=offs_n < N, other=0.0)
+        dkb = tl.zeros([BLOCK_N], tl.float32)
+    else:
+        kb, dkb = 0.0, 0.0
     if WINDOW:  # one loop over the query tiles that reach the key tile; inner ones skip the mask
         lo, inner_lo, inner_hi, hi = _window_tiles(
             pid_n * BLOCK_N, right, left, N, BLOCK_N, BLOCK_M
@@ -1129,11 +1204,13 @@ def _attn_bwd_dkdv(
         inner_lo, inner_hi = 0, 0
     else:
         lo, hi, inner_lo, inner_hi = 0, 0, 0, 0
-    dk, dv = _dkdv_loop(
+    dk, dv, dkb = _dkdv_loop(
         dk,
         dv,
+        dkb,
         k0,
         v,
+        kb,
         Q,
         K,
         M,
@@ -1175,16 +1252,19 @@ def _attn_bwd_dkdv(
         CAUSAL,
         WINDOW,
         SIGMOID,
+        KEY_BIAS,
         True,
         BLOCK_M,
         DOT_PREC,
     )
     if not WINDOW:
-        dk, dv = _dkdv_loop(
+        dk, dv, dkb = _dkdv_loop(
             dk,
             dv,
+            dkb,
             k0,
             v,
+            kb,
             Q,
             K,
             M,
@@ -1226,6 +1306,7 @@ def _attn_bwd_dkdv(
             CAUSAL,
             WINDOW,
             SIGMOID,
+            KEY_BIAS,
             False,
             BLOCK_M,
             DOT_PREC,
@@ -1238,6 +1319,11 @@ def _attn_bwd_dkdv(
         pad = _padding(Mask, b * smb, offs_n, N)
         dk = tl.where(pad[:, None], 0.0, dk)
         dv = tl.where(pad[:, None], 0.0, dv)
+        if KEY_BIAS:
+            dkb = tl.where(pad, 0.0, dkb)
+    if KEY_BIAS:  # noqa: SIM102 (compile-time test, then a runtime one)
+        if pid_c == 0:
+            tl.store(DKeyBias + row_base + offs_n, dkb, mask=offs_n < N)
     dk_ptrs = DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_c[None, :]
     dk_mask = (offs_n[:, None] < N) & (offs_c[None, :] < d_qk)
     tl.store(dk_ptrs, dk.to(DK.dtype.element_ty), mask=dk_mask)

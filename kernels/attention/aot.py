@@ -31,6 +31,7 @@ _CONSTEXPRS = frozenset(
         "WINDOW",
         "SINK",
         "SIGMOID",
+        "KEY_BIAS",
         "BLOCK_M",
         "BLOCK_N",
         "DOT_PREC",
@@ -48,7 +49,7 @@ def _signature(fn, dtype: torch.dtype) -> dict[str, str]:
             sig[name] = "*i8"
         elif name == "Seed":
             sig[name] = "*i64"
-        elif name in ("Lse", "Delta", "Sink"):
+        elif name in ("Lse", "Delta", "Sink", "KeyBias", "DKeyBias", "DeltaExact"):
             sig[name] = "*fp32"
         elif name in ("Q", "K", "V", "M", "Out", "DO", "DQ", "DK", "DV"):
             sig[name] = ptr
@@ -83,20 +84,23 @@ def _aligned(fn, sig: dict[str, str]) -> dict:
 # config all of them with a causal mask, and all of them with a sliding window instead (the
 # launcher folds causal into the window, so WINDOW never comes with CAUSAL); the forward with a
 # sink as well (the backward kernels take no sink), and sigmoid attention with its masks (it
-# has no dropout).
+# has no dropout), and a key bias (the Forgetting Transformer's: causal, with padding and
+# dropout) in all three kernels.
 _SWITCHES = (
     "",
     "causal mask dropout",
     "window mask dropout",
     "causal mask dropout sink",
     "causal mask sigmoid",
+    "causal mask dropout keybias",
 )
 
 
 def _compiled(kernel: str, metric: bool, switches: str) -> bool:
-    """Whether a variant takes these switches: a window and sigmoid attention only come with
-    scaled-dot attention's prologue (plain, chunked, wide), a sink only reaches the forward."""
-    if metric and ("window" in switches or "sigmoid" in switches):
+    """Whether a variant takes these switches: a window, sigmoid attention and a key bias only
+    come with scaled-dot attention's prologue (plain, chunked, wide), a sink only reaches the
+    forward."""
+    if metric and ("window" in switches or "sigmoid" in switches or "keybias" in switches):
         return False
     return "sink" not in switches or kernel == "attn_fwd"
 
@@ -106,7 +110,7 @@ def aot_specs() -> list[AotSpec]:
     also when this process runs the interpreter) with no mask and no dropout; and at the first
     configuration of each, the variants with the switches of `_SWITCHES` (causal or a sliding
     window, padding mask and dropout; with a sink; sigmoid attention with causal and padding
-    masks)."""
+    masks; with a key bias)."""
     specs = []
     for (kernel, dtype, head, qk_head, metric, chunked), switches in itertools.product(
         spec_cases(), _SWITCHES
@@ -133,6 +137,7 @@ def aot_specs() -> list[AotSpec]:
                 "CAUSAL": "causal" in switches,
                 "WINDOW": "window" in switches,
                 "SIGMOID": "sigmoid" in switches,
+                "KEY_BIAS": "keybias" in switches,
                 "BLOCK_M": bm,
                 "BLOCK_N": bn,
                 "DOT_PREC": dot_precision(dtype),

@@ -60,8 +60,8 @@ def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
 
 class _Problem:
     """Everything the three kernels share for one call: operands, sizes, flags, mask, dropout,
-    the sink (one logit per head, fp32) and, for sigmoid attention, the bias (`sigmoid`; None:
-    the softmax)."""
+    the sink (one logit per head, fp32), the key bias (one logit per key, (B·H, N) fp32) and,
+    for sigmoid attention, the bias (`sigmoid`; None: the softmax)."""
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class _Problem:
         window: tuple[int, int] | None = None,
         sink: torch.Tensor | None = None,
         sigmoid: float | None = None,
+        key_bias: torch.Tensor | None = None,
     ) -> None:
         b, h, n, d_qk = q.shape
         d_v = v.shape[-1]
@@ -115,11 +116,27 @@ class _Problem:
                 f"kernels; got sink={sink is not None}, dropout_p={self.dropout_p}, "
                 f"metric={m is not None}"
             )
+        if key_bias is not None and (sigmoid is not None or m is not None):
+            raise ValueError(
+                "a key bias comes with scaled-dot attention's softmax only in these kernels; got "
+                f"sigmoid={sigmoid is not None}, metric={m is not None}"
+            )
         self.sigmoid = sigmoid is not None
         self.bias2 = 0.0 if sigmoid is None else float(sigmoid) * LOG2E
         # the sink's logits in base 2, as the forward's running max reads them
         self.sink = sink
         self.sink2 = None if sink is None else (sink.detach().float() * LOG2E).contiguous()
+        # the key bias in base 2, (B·H, N) contiguous fp32, as the kernels index it
+        self.key_bias = key_bias
+        self.kb2 = (
+            None
+            if key_bias is None
+            else (key_bias.detach().float() * LOG2E).reshape(b * h, n).contiguous()
+        )
+
+    def key_bias_arg(self) -> torch.Tensor:
+        """The key bias's kernel argument (a placeholder without one: the kernels never read it)."""
+        return self.kb2 if self.kb2 is not None else _placeholder(self.q.device, torch.float32)
 
     def inputs(self) -> tuple:
         return (self.q, self.k, self.v, self.m_or_q)
@@ -141,6 +158,7 @@ class _Problem:
             "CAUSAL": self.causal,
             "WINDOW": self.window,
             "SIGMOID": self.sigmoid,
+            "KEY_BIAS": self.kb2 is not None,
             "DOT_PREC": dot_precision(self.q.dtype),
         }
 
@@ -208,6 +226,7 @@ def attention_forward(p: _Problem) -> tuple[torch.Tensor, torch.Tensor | None]:
         p.mask_i8,
         p.seed,
         sink,
+        p.key_bias_arg(),
         *p.strides(),
         *out.stride()[:3],
         p.mask_i8.stride(0) if p.has_mask else 0,
@@ -230,19 +249,24 @@ def attention_backward(
     lse: torch.Tensor | None,
     d_out: torch.Tensor,
     grad_dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`, and the sink's gradient
-    (H,) in its dtype (None without a sink); for metric dv is None and dk holds the key and
-    value roles' sum. Sigmoid attention needs neither `out` nor `lse` (None)."""
+) -> tuple[
+    torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None
+]:
+    """dq and dk (B, H, N, dk) and dv (B, H, N, dv) in `grad_dtype`, the sink's gradient (H,)
+    and the key bias's (B, H, N), each in its own dtype (None without one); for metric dv is
+    None and dk holds the key and value roles' sum. Sigmoid attention needs neither `out` nor
+    `lse` (None)."""
     _check_interpretable(p)
     d_out = _unit_feature_stride(d_out)
     _check_reach("d_out", d_out)
     dq = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
     dk = _alloc((p.b, p.h, p.n, p.d_qk), grad_dtype, p.q.device)
     dv = None if p.metric else _alloc((p.b, p.h, p.n, p.d_v), grad_dtype, p.q.device)
+    dkb = None if p.kb2 is None else _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
     if p.n == 0 or p.b * p.h == 0:
         dsink = None if p.sink is None else torch.zeros_like(p.sink)
-        return dq, dk, dv, dsink
+        d_key_bias = None if p.key_bias is None else p.key_bias.new_zeros(p.key_bias.shape)
+        return dq, dk, dv, dsink, d_key_bias
     dv_arg = dk if dv is None else dv
     smb = p.mask_i8.stride(0) if p.has_mask else 0
     common = (
@@ -279,15 +303,23 @@ def attention_backward(
             num_stages=1,
         )
     grid_n = lambda meta: (cdiv(p.n, meta["BLOCK_N"]), p.b * p.h, chunks)
+    # With a key bias the dq kernel runs first and leaves delta from its fp32 products, which
+    # the dk/dv kernel uses (its d key_bias is a column sum of dS: _jit.py says why).
+    delta_kv = delta
+    if dkb is not None:
+        delta_kv = _alloc((p.b * p.h, p.n), torch.float32, p.q.device)
+        _launch_dq(p, d_out, lse, delta, dq, delta_kv, smb, common)
     _bwd_dkdv[grid_n](
         *p.inputs(),
         d_out,
         lse,
-        delta,
+        delta_kv,
         dk,
         dv_arg,
         p.mask_i8,
         p.seed,
+        p.key_bias_arg(),
+        dkb if dkb is not None else p.key_bias_arg(),
         *p.strides(),
         *d_out.stride()[:3],
         *dk.stride()[:3],
@@ -296,7 +328,17 @@ def attention_backward(
         *common,
         **p.backward_flags(),
     )
-    grid_m = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, chunks)
+    if dkb is None:
+        _launch_dq(p, d_out, lse, delta, dq, p.key_bias_arg(), smb, common)
+    dsink = None if p.sink2 is None else _sink_gradient(p, lse, delta_kv)
+    d_key_bias = None if dkb is None else dkb.view(p.b, p.h, p.n).to(p.key_bias.dtype)
+    return dq, dk, dv, dsink, d_key_bias
+
+
+def _launch_dq(p: _Problem, d_out, lse, delta, dq, delta_exact, smb: int, common: tuple) -> None:
+    """The dq kernel over every query tile (and q/k chunk); with a key bias it also writes
+    rowsum(P ∘ dP) into `delta_exact` (a placeholder without one: never written)."""
+    grid_m = lambda meta: (cdiv(p.n, meta["BLOCK_M"]), p.b * p.h, p.backward_chunks())
     _bwd_dq[grid_m](
         *p.inputs(),
         d_out,
@@ -305,6 +347,8 @@ def attention_backward(
         dq,
         p.mask_i8,
         p.seed,
+        p.key_bias_arg(),
+        delta_exact,
         *p.strides(),
         *d_out.stride()[:3],
         *dq.stride()[:3],
@@ -312,7 +356,6 @@ def attention_backward(
         *common,
         **p.backward_flags(),
     )
-    return dq, dk, dv, None if p.sink2 is None else _sink_gradient(p, lse, delta)
 
 
 def _sink_gradient(p: _Problem, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -341,10 +384,12 @@ def scaled_dot_forward(
     seed: torch.Tensor | None,
     window: tuple[int, int] | None = None,
     sink: torch.Tensor | None = None,
+    key_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q kᵀ · scale) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for the backward).
-    `window` = (left, right): query i sees the keys i − left ..= i + right; `sink` (H,): one
-    more logit per head in every row's softmax, of value zero."""
+    """softmax(q kᵀ · scale + key_bias) v per head: (out (B, H, N, dv), lse (B·H, N) fp32 for
+    the backward). `window` = (left, right): query i sees the keys i − left ..= i + right;
+    `sink` (H,): one more logit per head in every row's softmax, of value zero; `key_bias`
+    (B, H, N): a logit per key added to every row's scores."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(
         q_bhnk,
@@ -358,6 +403,7 @@ def scaled_dot_forward(
         seed,
         window,
         sink,
+        key_bias=key_bias,
     )
     out, lse = attention_forward(prob)
     assert lse is not None
@@ -378,9 +424,10 @@ def scaled_dot_backward(
     seed: torch.Tensor | None,
     window: tuple[int, int] | None = None,
     sink: torch.Tensor | None = None,
+    key_bias: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
-    """[dq, dk, dv], each like its input, and dsink (H,) when there is a sink; the dropout mask
-    is drawn again from `seed`."""
+    """[dq, dk, dv], each like its input, then dsink (H,) when there is a sink and d key_bias
+    (B, H, N) when there is a key bias; the dropout mask is drawn again from `seed`."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(
         q_bhnk,
@@ -394,10 +441,11 @@ def scaled_dot_backward(
         seed,
         window,
         sink,
+        key_bias=key_bias,
     )
-    dq, dk, dv, dsink = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
+    dq, dk, dv, dsink, d_key_bias = attention_backward(prob, out, lse, d_out, q_bhnk.dtype)
     assert dv is not None
-    return [dq, dk, dv] + ([] if dsink is None else [dsink])
+    return [dq, dk, dv] + [g for g in (dsink, d_key_bias) if g is not None]
 
 
 def metric_forward(
@@ -442,7 +490,7 @@ def metric_backward(
     prob = _Problem(
         p_bhnk, p_bhnk, p_bhnk, m_hkk, causal, key_padding_mask, scale, dropout_p, seed, sink=sink
     )
-    dq, dkv, _, dsink = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
+    dq, dkv, _, dsink, _ = attention_backward(prob, out, lse, d_out, p_bhnk.dtype)
     # In the inputs' dtype, as PyTorch's autograd of q = p·M does: each product accumulates in
     # fp32 and rounds once, and dM sums the batch's (K, K) products (no fp32 copies of p or dq).
     dp = dkv.add_(dq @ m_hkk.mT)
@@ -480,7 +528,7 @@ def sigmoid_backward(
     (1 − σ)."""
     q_bhnk, k_bhnk, v_bhnv = (_unit_feature_stride(t) for t in (q_bhnk, k_bhnk, v_bhnv))
     prob = _Problem(q_bhnk, k_bhnk, v_bhnv, None, causal, key_padding_mask, scale, sigmoid=bias)
-    dq, dk, dv, _ = attention_backward(prob, None, None, d_out, q_bhnk.dtype)
+    dq, dk, dv, *_ = attention_backward(prob, None, None, d_out, q_bhnk.dtype)
     assert dv is not None
     return dq, dk, dv
 

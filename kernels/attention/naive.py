@@ -1,5 +1,6 @@
 """The attention ops in PyTorch: the references the kernels are tested against, and the ops'
-PyTorch path where SDPA does not take the call (a sink, sigmoid attention, impl="torch").
+PyTorch path where SDPA does not take the call (a sink, a key bias, sigmoid attention,
+impl="torch").
 
 They are written for clarity: the full score matrix is materialised. Inputs in half precision
 are computed in float32 and cast back, which is what the kernels do too (fp32 accumulation).
@@ -91,11 +92,15 @@ def scaled_dot_attention(
     keep_bhnn: torch.Tensor | None = None,
     window: tuple[int, int] | None = None,
     sink: torch.Tensor | None = None,
+    key_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v; `window` = (left, right) as in `allowed_keys`; `sink` as in
-    `attention_from_scores`."""
+    """softmax(q kᵀ · scale + key_bias) v; `window` = (left, right) as in `allowed_keys`; `sink`
+    as in `attention_from_scores`; `key_bias` (B, H, N): one logit added to every score of key j
+    (in every row), e.g. the Forgetting Transformer's −Σ_{l≤j} log f_l."""
     ct = accumulate_dtype(q_bhnk)
     scores_bhnn = (q_bhnk.to(ct) @ k_bhnk.to(ct).transpose(-1, -2)) * scale
+    if key_bias is not None:
+        scores_bhnn = scores_bhnn + key_bias.to(ct)[..., None, :]
     out = attention_from_scores(
         scores_bhnn, v_bhnv.to(ct), causal, key_padding_mask, dropout_p, keep_bhnn, window, sink
     )

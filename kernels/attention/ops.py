@@ -10,7 +10,7 @@ the references of naive.py.
 
 | op | the custom op's inputs | outputs |
 |---|---|---|
-| scaled_dot_attention | q, k, v, mask?, causal, scale, dropout_p, seed?, window?, sink? | out, lse |
+| scaled_dot_attention | q, k, v, mask?, causal, scale, dropout_p, seed?, window?, sink?, key_bias? | out, lse |
 | quadratic_attention | x, u, v, mask?, causal, scale, dropout_p, seed?, sink? | out |
 | metric_attention | p, m, mask?, causal, scale, dropout_p, seed?, sink? | out, lse |
 | sigmoid_attention | q, k, v, mask?, causal, scale, bias | out |
@@ -42,6 +42,16 @@ window.
 **Sink** (the three softmax ops, optional: a float tensor (H,)): one more logit per head in
 every row's softmax whose value is zero (`_sink_args`); it has a gradient, which the backward op
 returns after the others.
+
+**Key bias** (`key_bias`, scaled_dot_attention, optional: a float tensor (B, H, N)): a logit
+added to every score of key j, in every row, before the softmax: softmax_j(scale · q_i·k_j +
+key_bias_j). A bias of the form c_i − c_j is one per key, since a row's own c_i cancels in its
+softmax: the Forgetting Transformer's decay Σ_{l=j+1..i} log f_l is key_bias = −cumsum(log f)
+under a causal mask (attnzoo.mixers.forgetting). It composes with the masks, the window, the
+sink and dropout (a masked pair stays masked whatever its bias). Its gradient is the column sums
+of the scores' gradient, d key_bias_j = Σ_i dS_ij with dS = P ∘ (dP − rowsum(dO ∘ O)); the
+backward op returns it last. SDPA does not take it: impl="auto" then runs the reference where
+it would have run SDPA, as with a sink.
 """
 
 from __future__ import annotations
@@ -146,6 +156,30 @@ def check_sink(sink, heads: int, device: torch.device) -> None:
         raise ValueError(f"sink is on {sink.device} but the inputs are on {device}")
 
 
+def check_key_bias(key_bias, q: Tensor) -> None:
+    """A key bias: a float tensor (batch, heads, tokens) on q's device, one logit per key added
+    to every row's scores (its values are not read: that would cost a device synchronisation)."""
+    if key_bias is None:
+        return
+    b, h, n, _ = q.shape
+    if (
+        not isinstance(key_bias, Tensor)
+        or not key_bias.is_floating_point()
+        or tuple(key_bias.shape) != (b, h, n)
+    ):
+        got = (
+            f"{tuple(key_bias.shape)} {key_bias.dtype}"
+            if isinstance(key_bias, Tensor)
+            else type(key_bias).__name__
+        )
+        raise ValueError(
+            f"key_bias must be a float tensor of one logit per key, (batch, heads, tokens) = "
+            f"({b}, {h}, {n}), got {got}"
+        )
+    if key_bias.device != q.device:
+        raise ValueError(f"key_bias is on {key_bias.device} but the inputs are on {q.device}")
+
+
 def _launch():
     return _op.triton_part(f"{__package__}.launch")
 
@@ -170,14 +204,17 @@ def scaled_dot_attention_op(
     seed: Tensor | None,
     window: list[int] | None = None,
     sink: Tensor | None = None,
+    key_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     return _launch().scaled_dot_forward(
-        q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, sink
+        q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, sink, key_bias
     )
 
 
 @scaled_dot_attention_op.register_fake
-def _(q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window=None, sink=None):
+def _(
+    q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window=None, sink=None, key_bias=None
+):
     b, h, n, _ = q.shape
     return q.new_empty((b, h, n, v.shape[-1])), _op.rows_like(q, b * h, n)
 
@@ -197,10 +234,24 @@ def scaled_dot_attention_backward_op(
     seed: Tensor | None,
     window: list[int] | None = None,
     sink: Tensor | None = None,
+    key_bias: Tensor | None = None,
 ) -> list[Tensor]:
     _check_backward_inputs(d_out, out, lse, q, v.shape[-1])
     return _launch().scaled_dot_backward(
-        d_out, q, k, v, out, lse, key_padding_mask, causal, scale, dropout_p, seed, window, sink
+        d_out,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        key_padding_mask,
+        causal,
+        scale,
+        dropout_p,
+        seed,
+        window,
+        sink,
+        key_bias,
     )
 
 
@@ -219,24 +270,30 @@ def _(
     seed,
     window=None,
     sink=None,
+    key_bias=None,
 ):
-    return [
-        _op.contiguous_like(q),
-        _op.contiguous_like(k),
-        _op.contiguous_like(v),
-    ] + _sink_grad_like(sink)
+    return (
+        [
+            _op.contiguous_like(q),
+            _op.contiguous_like(k),
+            _op.contiguous_like(v),
+        ]
+        + _sink_grad_like(sink)
+        + _sink_grad_like(key_bias)
+    )
 
 
 def _sink_grad_like(sink: Tensor | None) -> list[Tensor]:
-    """A backward op's last output: the sink's gradient, where there is a sink."""
+    """A backward op's trailing output: the gradient of an optional input (a sink, a key bias),
+    where the call has one."""
     return [] if sink is None else [sink.new_empty(sink.shape)]
 
 
 def _scaled_dot_setup(ctx, inputs, output) -> None:
-    q, k, v, mask, causal, scale, dropout_p, seed, *optional = inputs  # window?, sink?
-    window, sink = (*optional, None, None)[:2]
+    q, k, v, mask, causal, scale, dropout_p, seed, *optional = inputs  # window?, sink?, key_bias?
+    window, sink, key_bias = (*optional, None, None, None)[:3]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, mask, seed, sink)
+    ctx.save_for_backward(q, k, v, out, lse, mask, seed, sink, key_bias)
     ctx.causal, ctx.scale, ctx.dropout_p = causal, scale, dropout_p
     ctx.window, ctx.n_inputs = window, len(inputs)
     _op.no_gradient_for(ctx, lse)
@@ -250,7 +307,8 @@ def _with_sink_gradient(grads: list[Tensor], n_inputs: int, n_first: int) -> tup
 
 
 def _scaled_dot_backward(ctx, d_out, d_lse):
-    q, k, v, out, lse, mask, seed, sink = ctx.saved_tensors
+    q, k, v, out, lse, mask, seed, sink, key_bias = ctx.saved_tensors
+    optional = () if key_bias is None else (key_bias,)
     grads = scaled_dot_attention_backward_op(
         d_out,
         q,
@@ -265,8 +323,16 @@ def _scaled_dot_backward(ctx, d_out, d_lse):
         seed,
         ctx.window,
         sink,
+        *optional,
     )
-    return _with_sink_gradient(grads, ctx.n_inputs, 3)
+    # the inputs' gradients: q, k, v, then the sink's (input 9) and the key bias's (input 10)
+    # where the call has them, in the backward op's order
+    result = [*grads[:3], *(None,) * (ctx.n_inputs - 3)]
+    optional_grads = iter(grads[3:])
+    for position, given in ((9, sink), (10, key_bias)):
+        if given is not None:
+            result[position] = next(optional_grads)
+    return tuple(result)
 
 
 scaled_dot_attention_op.register_autograd(_scaled_dot_backward, setup_context=_scaled_dot_setup)
@@ -539,13 +605,15 @@ def scaled_dot_attention(
     impl: str = "auto",
     window: tuple[int, int] | None = None,
     sink: Tensor | None = None,
+    key_bias: Tensor | None = None,
 ) -> Tensor:
-    """softmax(q kᵀ · scale) v, per head, with dropout on the probabilities.
+    """softmax(q kᵀ · scale + key_bias) v, per head, with dropout on the probabilities.
 
     q, k: (B, H, N, dk); v: (B, H, N, dv) -> (B, H, N, dv). `scale` defaults to 1/sqrt(dk).
     `window` = (left, right): query i sees only keys i − left ..= i + right (the module
     docstring says how it combines with `causal` and the padding mask); None: every key.
-    `sink` (H,): an attention sink per head (`_sink_args`).
+    `sink` (H,): an attention sink per head (`_sink_args`). `key_bias` (B, H, N): a logit added
+    to every score of key j (the module docstring's **Key bias**); None: no bias.
     """
     (q, k, v), _ = _op.apply_dtype_policy((q, k, v))
     check_attention(q, k, v, key_padding_mask)
@@ -553,17 +621,28 @@ def scaled_dot_attention(
     window = check_window(window)
     scale, dropout_p = _op.default_scale(scale, q.shape[-1]), check_dropout(dropout_p)
     sink_args = _sink_args(sink, q)
+    check_key_bias(key_bias, q)
     with _op.autocast_off(q):
         if _op.use_triton(impl, "q", q, AUTO_TRITON["scaled_dot_attention"]):
             seed = _op.dropout_seed(q, dropout_p)
+            optional = sink_args if key_bias is None else (sink, key_bias)
             out, _ = scaled_dot_attention_op(
-                q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, *sink_args
+                q, k, v, key_padding_mask, causal, scale, dropout_p, seed, window, *optional
             )
             return out
-        if _use_sdpa(impl, q) and sink is None:
+        if _use_sdpa(impl, q) and sink is None and key_bias is None:
             return _sdpa(q, k, v, causal, key_padding_mask, scale, dropout_p, window)
         return naive.scaled_dot_attention(
-            q, k, v, causal, key_padding_mask, scale, dropout_p, window=window, sink=sink
+            q,
+            k,
+            v,
+            causal,
+            key_padding_mask,
+            scale,
+            dropout_p,
+            window=window,
+            sink=sink,
+            key_bias=key_bias,
         )
 
 

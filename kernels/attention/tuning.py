@@ -322,6 +322,7 @@ def autotuned(kernel: str) -> triton.runtime.Autotuner:
             "CAUSAL",
             "WINDOW",
             "SIGMOID",
+            "KEY_BIAS",
             *(["SINK"] if "SINK" in KERNELS[kernel].arg_names else []),
         ],
         prune_configs_by={"early_config_prune": _pruner(kernel)},
