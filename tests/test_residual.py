@@ -11,6 +11,7 @@ import torch
 
 from attnzoo import MIXERS, Block, Model, ModelConfig, build_mixer, rank_profile
 from attnzoo.config import ConfigError
+from attnzoo.mixers import can_run
 from attnzoo.residual import (
     ATTNRES_FORMS,
     RESIDUALS,
@@ -47,8 +48,11 @@ def _one_thread():
 
 
 def config(residual: str = "add", **kw) -> ModelConfig:
-    """A small model of `residual`, a variant or the name of one of its FORMS."""
+    """A small model of `residual`, a variant or the name of one of its FORMS; causal where the
+    mixer is causal only (stick-breaking, forgetting)."""
     residual, form = FORMS.get(residual, (residual, {}))
+    if "causal" not in kw and not can_run(MIXERS[kw.get("mixer", "scaled_dot")], causal=False):
+        kw["causal"] = True
     kw = {
         "dim": D,
         "depth": 3,

@@ -9,6 +9,7 @@ import io
 import json
 import math
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -415,6 +416,27 @@ def test_a_run_stopped_by_its_budget_is_evaluated_whole(tmp_path, count_final):
     assert summary["status"] == "completed" and summary["compute"]["stopped_by"] == "seconds"
     assert summary["step"] < 100000 and len(count_final) == 1
     assert (summary["final"]["val/n"], summary["final"]["test/n"]) == (50, 30)
+
+
+def test_seconds_that_run_out_after_a_steps_check_still_say_the_budget_stopped_it(
+    tmp_path, monkeypatch
+):
+    """The seconds may run out between the step's own check and the loop's (in the step's
+    logging): the run is still stopped by its seconds, not by nothing."""
+    from attnzoo.train import compose, run, trainer
+
+    check = trainer.Trainer.check_nonfinite
+
+    def slow_check(self):  # the logging of step 1 outlasts the whole budget
+        if self.state.step == 1:
+            time.sleep(0.4)
+        return check(self)
+
+    monkeypatch.setattr(trainer.Trainer, "check_nonfinite", slow_check)
+    cfg = compose([*TINY, "train.max_steps=100000", "train.max_seconds=0.3", "train.log_every=1"])
+    summary = run(cfg, tmp_path)
+    assert summary["status"] == "completed" and summary["compute"]["stopped_by"] == "seconds"
+    assert summary["step"] == 1
 
 
 def test_a_diverged_run_has_no_final_evaluation(tmp_path, monkeypatch, count_final):

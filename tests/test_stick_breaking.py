@@ -335,4 +335,6 @@ def test_the_cli_exits_2_naming_the_mixer_on_a_bidirectional_task(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2, proc.stderr
-    assert "mixer=stick_breaking" in proc.stderr and "cannot be bidirectional" in proc.stderr
+    assert "mixer=stick_breaking is not allowed with task=sort" in proc.stderr
+    assert "causal only" in proc.stderr and "allowed: a causal task (mqar" in proc.stderr
+    assert not (tmp_path / "run").exists()  # refused before anything is written

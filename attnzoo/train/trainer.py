@@ -383,6 +383,9 @@ class Trainer:
                     self.bar.update(1)
                 if is_ckpt and not stop.requested:
                     self.checkpoint()
+            if self.budget.spent and self.budget.stopped_by is None:
+                # the seconds ran out between a step's check and the loop's (in its logging)
+                self.budget.stopped_by = "seconds"
             if status == "completed" and stop.requested:
                 error = self.check_nonfinite()  # a checkpoint must not hold a bad step
                 status = "diverged" if error else stop.status
