@@ -195,7 +195,19 @@ STUDY_MIXERS = (
 
 # Every mixer of the package, in the order the studies over the whole zoo (rank_collapse) and
 # the benchmarks list them: their tables keep it whatever order the registry has.
-ZOO_MIXERS = (*STUDY_MIXERS, "retention", "gla", "mamba2", "deltanet", "sigmoid")
+ZOO_MIXERS = (
+    *STUDY_MIXERS,
+    "retention",
+    "gla",
+    "mamba2",
+    "deltanet",
+    "sigmoid",
+    "softpick",
+    "stick_breaking",
+    "diff_attention",
+    "forgetting",
+    "ssmax",
+)
 
 
 def study_mixers(causal: bool = False) -> list[str]:

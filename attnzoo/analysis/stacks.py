@@ -39,6 +39,14 @@ class Stack:
     causal: bool = False
 
 
+def causal_only(name: str) -> bool:
+    """Whether the mixer registered as `name` can only be causal (stick-breaking, forgetting)."""
+    from attnzoo.mixers import MIXERS, can_run
+
+    cls = MIXERS.get(name)
+    return cls is not None and not can_run(cls, causal=False)
+
+
 def recurrent(name: str) -> bool:
     """Whether the mixer registered as `name` is of the recurrent family (a scan over tokens,
     causal by nature): a user's recurrent mixer is probed causal too."""
@@ -56,6 +64,8 @@ OPTION_ROWS = {
     "scaled_dot (sink zero_kv)": Stack("scaled_dot", {"sink": "zero_kv"}),
     "sigmoid (bias 0)": Stack("sigmoid", {"bias": 0.0}),
     "deltanet (gated)": Stack("deltanet", {"gated": True}, causal=True),
+    "scaled_dot (gate headwise)": Stack("scaled_dot", {"gate": "headwise"}),
+    "scaled_dot (gate elementwise)": Stack("scaled_dot", {"gate": "elementwise"}),
 }
 # rows of the rate study only: linear attention and FAVOR+ with no eps in their normaliser
 EPS_ZERO = {
@@ -70,7 +80,8 @@ LAMBDA_NORMS = {"none": ("none", "pre"), "post-LN": ("layernorm", "post")}
 
 def stack_of(name: str) -> Stack:
     """The stack of a row name: an option row, a rate-study row, or a mixer at its defaults."""
-    return {**OPTION_ROWS, **EPS_ZERO}.get(name) or Stack(name, causal=recurrent(name))
+    causal = recurrent(name) or causal_only(name)
+    return {**OPTION_ROWS, **EPS_ZERO}.get(name) or Stack(name, causal=causal)
 
 
 def stacks(mixers: list[str], rows: dict[str, Stack] = OPTION_ROWS) -> dict[str, Stack]:

@@ -77,8 +77,15 @@ def skip_shares(t: Tables) -> dict[tuple[str, str, str], list[float]]:
     return shares
 
 
+# the one mixer at its defaults a skip alone does not keep: its per-head RMSNorm rescales the
+# attention's output to unit size whatever the skip carries
+SKIP_EXCEPTION = "diff_attention"
+
+
 def skip_alone(shares: dict) -> dict:
-    return {k: v for k, v in shares.items() if k[1:] == ("+skip", "none")}
+    return {
+        k: v for k, v in shares.items() if k[1:] == ("+skip", "none") and k[0] != SKIP_EXCEPTION
+    }
 
 
 def skip_with_more(shares: dict) -> dict:
@@ -91,6 +98,8 @@ def skip_keeps(t: Tables) -> Problems:
     for key, shares in skip_alone(skip_shares(t)).items():
         low = mean_interval(shares).low
         yield from expect(low >= KEPT, f"{key}: r_L / r_0 interval starts at {low:.3g} < {KEPT}")
+    high = mean_interval(skip_alone_shares(t, SKIP_EXCEPTION)).high
+    yield from expect(high <= COLLAPSED, f"{SKIP_EXCEPTION} with a skip alone ends at {high:.3g}")
 
 
 def skip_fields(t: Tables) -> dict[str, str]:
@@ -104,6 +113,7 @@ def skip_fields(t: Tables) -> dict[str, str]:
         "collapsed": str(sum(m <= COLLAPSED for m in more)),
         "stacks": str(len(more)),
         "seeds": "/".join(map(str, sorted(seeds))),
+        "diff": fmt(mean_skip_share(t, SKIP_EXCEPTION), ".2f"),
     }
 
 
@@ -149,11 +159,11 @@ def lambda_rows(t: Tables, mixer: str, norm: str) -> dict[float, dict[str, str]]
 
 
 def recurrent_keep(t: Tables) -> Problems:
-    """Mamba-2 and DeltaNet (both forms) keep rank in pure stacks; retention's and GLA's lose
-    their state itself; with a λ-skip of any λ ≠ 0 of the sweep, no norm or post-LN, all four
-    keep rank."""
-    yield from verdicts_are(t, ("mamba2", "deltanet", "deltanet (gated)"), NO_COLLAPSE)
-    yield from verdicts_are(t, ("retention", "gla"), VANISHES)
+    """Mamba-2 and DeltaNet keep rank in pure stacks; retention's, GLA's and Gated DeltaNet's
+    (with its output gate) lose their state itself; with a λ-skip of any λ ≠ 0 of the sweep, no
+    norm or post-LN, Mamba-2, retention, GLA and DeltaNet keep rank."""
+    yield from verdicts_are(t, ("mamba2", "deltanet"), NO_COLLAPSE)
+    yield from verdicts_are(t, ("retention", "gla", "deltanet (gated)"), VANISHES)
     for m in ("mamba2", "retention", "gla", "deltanet"):
         for norm in ("none", "post-LN"):
             for lam, r in lambda_rows(t, m, norm).items():
@@ -207,6 +217,22 @@ def mean_skip_share(t: Tables, mixer: str) -> float:
     return sum(shares) / len(shares)
 
 
+def say_no_verdicts(t: Tables) -> Problems:
+    """The gates cubic; ssmax and diff_attention collapse (rate not resolved); softpick's state
+    vanishes; stick-breaking and forgetting keep rank."""
+    yield from cubic(t, ("scaled_dot (gate headwise)", "scaled_dot (gate elementwise)"))
+    yield from collapses(t, ("ssmax", "diff_attention"))
+    yield from verdicts_are(t, ("softpick",), VANISHES)
+    yield from verdicts_are(t, ("stick_breaking", "forgetting"), NO_COLLAPSE)
+
+
+def k_interval(t: Tables, mixer: str) -> str:
+    r = t.one(RATE, mixer=mixer)
+    return (
+        f"{fmt(num(r, 'k'), '.2f')} [{fmt(num(r, 'k_low'), '.2f')}, {fmt(num(r, 'k_high'), '.2f')}]"
+    )
+
+
 NEW_MIXERS = [
     Claim(
         "collapse-non-stochastic",
@@ -220,7 +246,8 @@ NEW_MIXERS = [
         "collapse-recurrent",
         README,
         "pure Mamba-2 and DeltaNet stacks keep rank; retention's and GLA's lose their state "
-        "itself, which any λ-skip of the sweep restores",
+        "itself, which any λ-skip of the sweep restores; Gated DeltaNet's, with its output gate, "
+        "loses it too",
         (RATE, LAMBDA),
         recurrent_keep,
     ),
@@ -295,9 +322,9 @@ RANK_COLLAPSE = [
     Claim(
         "collapse-skip",
         README,
-        "a skip alone keeps every mixer's residual, but with LayerNorm or an MLP beside it "
-        "{collapsed} of {stacks} stacks still end at a fifth or less of it (means over {seeds} "
-        "seeds; rates with 95% intervals)",
+        "a skip alone keeps every mixer's residual but differential attention's (r_L / r_0 = "
+        "{diff}), and with LayerNorm or an MLP beside it {collapsed} of {stacks} stacks still end "
+        "at a fifth or less of it (means over {seeds} seeds; rates with 95% intervals)",
         (SEEDS,),
         skip_keeps,
         skip_fields,
@@ -348,8 +375,9 @@ RANK_COLLAPSE = [
     Claim(
         "collapse-skip-docs",
         RESULTS_PAGE,
-        "A skip alone (no norm, no MLP) keeps the residual of every mixer: r_L / r_0 between "
-        "{alone_low} and {alone_high} (means over {seeds} seeds). With LayerNorm or an MLP beside "
+        "A skip alone (no norm, no MLP) keeps the residual of every mixer but differential "
+        "attention: r_L / r_0 between {alone_low} and {alone_high} (means over {seeds} seeds), "
+        "differential attention's {diff}. With LayerNorm or an MLP beside "
         "the skip it does not always: {collapsed} of the {stacks} skip stacks with either end at "
         "r_L / r_0 ≤ 0.2 by their means",
         (SEEDS,),
@@ -357,4 +385,19 @@ RANK_COLLAPSE = [
         skip_fields,
     ),
     *NEW_MIXERS,
+    Claim(
+        "collapse-say-no",
+        RESULTS_PAGE,
+        "the output gate, headwise or elementwise, leaves scaled-dot's collapse doubly "
+        "exponential at the paper's rate (k = {headwise} and {elementwise}); scalable softmax and "
+        "differential attention collapse too, rate not resolved past float64's floor; softpick's "
+        "pure stack loses its state itself (its rows sum to less than 1); stick-breaking and "
+        "forgetting attention, both causal, keep rank",
+        (RATE,),
+        say_no_verdicts,
+        lambda t: {
+            "headwise": k_interval(t, "scaled_dot (gate headwise)"),
+            "elementwise": k_interval(t, "scaled_dot (gate elementwise)"),
+        },
+    ),
 ]
