@@ -76,6 +76,7 @@ def tokens(batch: int = 2, seed: int = 1) -> torch.Tensor:
 
 @pytest.mark.parametrize("mixer", sorted(MIXERS))
 @pytest.mark.parametrize("residual", VARIANTS)
+@pytest.mark.sample(24)  # every variant and every mixer at least once; the grid in the slow tier
 def test_every_variant_trains_every_mixer(residual, mixer):
     """A few Adam steps on one batch of the sorting task lower the loss, and every parameter,
     the variant's own included, gets a finite gradient and moves (rezero's branches need a step

@@ -219,6 +219,7 @@ def test_trains_from_the_command_line_and_refuses_bad_options_with_exit_2(tmp_pa
     assert "Traceback" not in bad.stderr and not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow  # a 300-step training run; the task's data and scoring are checked above
 def test_a_small_attention_model_learns_recall(tmp_path):
     """2 layers of scaled-dot attention, 300 steps (about 10 s on one CPU thread): held-out
     accuracy far above chance (1/8, a guess among the values) and above 1/3 (a guess among the

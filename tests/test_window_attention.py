@@ -121,6 +121,7 @@ def test_triton_window_matches_an_explicit_mask_forward_and_backward(case) -> No
 
 @pytest.mark.parametrize("impl", ["torch", "auto"])
 @pytest.mark.parametrize("case", CASES + SLOW_CASES, ids=case_id)
+@pytest.mark.sample(8)
 def test_torch_paths_match_an_explicit_mask_forward_and_backward(case, impl: str) -> None:
     """impl="torch" is the reference; impl="auto" on CPU fp32 is SDPA with the window's mask
     (fp16 on CPU takes the reference there too)."""
