@@ -8,12 +8,19 @@ instead:
 | quadratic | `quadratic_attention(x, U, v)` | `sdpa(x @ U[h], x, v)`, x expanded over the heads |
 | local | `scaled_dot_attention(q, k, v, window=w)` | `sdpa(q, k, v, attn_mask=band)`, the banded boolean mask (also the PyTorch path of a windowed call) |
 | sigmoid | `sigmoid_attention(q, k, v, bias=-log N)` | its PyTorch path (`impl="torch"`, the reference: σ of the N x N scores, times v) |
+| forgetting | `scaled_dot_attention(q, k, v, causal=True, key_bias=-cumsum(log f))`, the Forgetting Transformer's decay | its PyTorch path (`impl="torch"`, the reference: what impl="auto" runs, SDPA taking no key bias); flash-linear-attention's `parallel_forgetting_attn` where `fla-core` is importable |
 
 `sdpa` is `torch.nn.functional.scaled_dot_product_attention`, one row per backend. quadratic's
 width is D = heads x head dim. local's window reaches `local_reach(shape)` keys back (and
 forward, bidirectional): min(128, N / 4); its rows inform scaled_dot_attention's AUTO_TRITON,
 which windowed calls follow too. sigmoid's bias is -log N, the sigmoid mixer's default, and its
-candidates are validated against the reference in float64.
+candidates are validated against the reference in float64. forgetting is causal only (timed at
+the causal shapes): q, k, v laid out (B, N, H, dk) as a projection leaves them and as fla takes
+them, and log f = logsigmoid(x), x ~ N(0, 1), (B, N, H) in fp32 as the mixer computes it; each
+attnzoo candidate forms the key bias -cumsum(log f) as the mixer does, fla sums log f itself.
+Every candidate is validated against the paper's formula in float64 (the decay c_i - c_j on the
+scores, c = cumsum(log f)); fla's rows have a verdict but never stand for PyTorch in which path
+won, and the part's rows inform scaled_dot_attention's AUTO_TRITON with the other two.
 
 **FLOPs** of one call, all heads (B batch, H heads, N tokens, dk head dim, D = H dk), by the
 FlashAttention papers' convention (and attnzoo/flops.py's for the forward):
@@ -30,12 +37,14 @@ FlashAttention papers' convention (and attnzoo/flops.py's for the forward):
 
     scaled_dot_attention(q, k, v)   attention_flops(B, H, N, dk, causal)
     sigmoid_attention(q, k, v)      attention_flops(B, H, N, dk, causal)  (σ in softmax's place)
+    forgetting (key_bias)           attention_flops(B, H, N, dk, causal)  (the bias add is elementwise)
     metric_attention(p, M)          2 B H N dk²  +  attention_flops(B, H, N, dk, causal)
     quadratic_attention(x, U, v)    2 B H N D²   +  attention_flops(B, H, N, D, causal, dv=dk)
     local (a window of w keys)      2 B H N w 2 dk, backward 2.5 × (the scores inside the window)
 
 **Bytes** of the forward: one read of each input and one write of each output (compulsory
-traffic) plus the key/value tiles streamed once per `BLOCK_M`-query tile.
+traffic) plus the key/value tiles streamed once per `BLOCK_M`-query tile; forgetting adds its fp32
+key bias, read once and again with every key tile.
 """
 
 from __future__ import annotations
@@ -51,8 +60,12 @@ from ..bench.cases import (
     Candidate,
     Part,
     Shape,
+    fla_function,
+    fla_here,
+    heads_first,
     randn_leaf,
     seeded,
+    skipped,
 )
 from ..bench.timing import Result
 from ..bench.verdicts import Verdict, judged, lookup, speedup
@@ -61,6 +74,7 @@ from . import naive, ops
 BLOCK_M = 128  # query tile of the byte model
 LOCAL_WINDOW = 128  # local's reach at long N: keys each side of the query (min(128, N / 4))
 ATTENTION_OPS = ("scaled_dot", "metric", "quadratic", "sigmoid")
+FLA_FORGETTING = "fla parallel_forgetting_attn"
 
 # ------------------------------------------------------------------------------------ FLOPs
 
@@ -129,11 +143,15 @@ def cost(op: str, s: Shape) -> dict[str, float]:
         compulsory = e * bh * n * (3 * d + d) + 4 * bh * n
         streamed = e * bh * tiles * min(n, keys + BLOCK_M) * (2 * d)  # the window's k, v tiles
         return {"fwd_flop": fwd, "bwd_flop": bwd, "fwd_bytes": compulsory + streamed}
-    fwd = op_flops(op, s.batch, s.heads, n, d, s.causal)
-    bwd = op_flops(op, s.batch, s.heads, n, d, s.causal, backward=True)
+    flops_of = "scaled_dot" if op == "forgetting" else op  # the key bias add is elementwise
+    fwd = op_flops(flops_of, s.batch, s.heads, n, d, s.causal)
+    bwd = op_flops(flops_of, s.batch, s.heads, n, d, s.causal, backward=True)
     if op == "scaled_dot":
         compulsory = e * bh * n * (3 * d + d) + 4 * bh * n  # q, k, v in; out, lse out
         streamed = e * bh * tiles * n * (2 * d)  # k and v tiles per query tile
+    elif op == "forgetting":  # scaled_dot's traffic plus the fp32 key bias, with every key tile
+        compulsory = e * bh * n * (3 * d + d) + 4 * bh * n + 4 * bh * n  # q, k, v, bias; out, lse
+        streamed = (e * 2 * d + 4) * bh * tiles * n  # k, v and bias tiles per query tile
     elif op == "sigmoid":  # scaled_dot's traffic without the lse (no row statistics)
         compulsory = e * bh * n * (3 * d + d)
         streamed = e * bh * tiles * n * (2 * d)
@@ -207,6 +225,48 @@ def sigmoid_truth(q, k, v, causal: bool, bias: float):
     return naive.sigmoid_attention(q, k, v, causal, None, 1.0 / math.sqrt(q.shape[-1]), bias)
 
 
+def forgetting_key_bias(log_f_bnh):
+    """The op's key bias -cumsum(log f) over the tokens, (B, H, N), as the mixer forms it."""
+    return -heads_first(log_f_bnh).cumsum(dim=-1)
+
+
+def forgetting_op(q_bnhk, k_bnhk, v_bnhv, log_f_bnh, impl: str = "torch"):
+    """attnzoo's scaled-dot op, causal, with the Forgetting Transformer's key bias, on (B, N, H, ...)
+    inputs read as (B, H, N, ...) views, at the default scale 1/sqrt(dk); impl "torch" is its
+    reference, the path impl="auto" takes where the kernel is not chosen (SDPA takes no key bias)."""
+    qkv = (heads_first(q_bnhk), heads_first(k_bnhk), heads_first(v_bnhv))
+    return ops.scaled_dot_attention(
+        *qkv, causal=True, impl=impl, key_bias=forgetting_key_bias(log_f_bnh)
+    )
+
+
+def fla_forgetting():
+    """flash-linear-attention's forgetting attention on (B, N, H, ...) tensors, or None and why it
+    is not there: `parallel_forgetting_attn(q, k, v, g, scale)` takes the log forget gates
+    g = log f (B, N, H), sums them itself and is causal; its o (B, N, H, V) comes back as the op's
+    (B, H, N, V)."""
+    fn, keywords, why = fla_function("fla.ops.forgetting_attn", "parallel_forgetting_attn")
+    if fn is None:
+        return None, why
+
+    def run(q_bnhk, k_bnhk, v_bnhv, log_f_bnh, scale: float):
+        return heads_first(fn(q_bnhk, k_bnhk, v_bnhv, log_f_bnh, scale=scale, **keywords))
+
+    return run, ""
+
+
+def forgetting_truth(q_bnhk, k_bnhk, v_bnhv, log_f_bnh):
+    """The Forgetting Transformer's formula in float64, the validation's truth for the forgetting
+    part: softmax_j(q_i·k_j / sqrt(dk) + c_i - c_j) v over the keys j <= i, c = cumsum(log f) (the
+    paper's decay D_ij, the row's own c_i kept, which the op's key bias leaves to the softmax)."""
+    q, k, v = (heads_first(t).double() for t in (q_bnhk, k_bnhk, v_bnhv))
+    c_bhn = heads_first(log_f_bnh).double().cumsum(dim=-1)
+    scores_bhnn = q @ k.mT / math.sqrt(q.shape[-1]) + c_bhn[..., :, None] - c_bhn[..., None, :]
+    n = q.shape[-2]
+    future_nn = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax(scores_bhnn.masked_fill(future_nn, -math.inf), dim=-1) @ v
+
+
 # ------------------------------------------------------------------------------------ inputs, candidates
 
 
@@ -215,6 +275,16 @@ def qkv(s: Shape, device: str, dtype: torch.dtype, seed: int = 0) -> tuple[torch
     gen = seeded(seed)
     b, h, n, d = s.batch, s.heads, s.n, s.head_dim
     return tuple(randn_leaf(gen, device, dtype, b, h, n, d) for _ in range(3))
+
+
+def forgetting_inputs(s: Shape, device: str, dtype: torch.dtype, seed: int = 0):
+    """q, k, v (B, N, H, dk) and the log forget gates log f = logsigmoid(x), x ~ N(0, 1), (B, N, H)
+    in fp32, as the mixer computes them."""
+    gen = seeded(seed)
+    b, h, n, d = s.batch, s.heads, s.n, s.head_dim
+    q, k, v = (randn_leaf(gen, device, dtype, b, n, h, d) for _ in range(3))
+    log_f = F.logsigmoid(torch.randn(b, n, h, generator=gen)).to(device).requires_grad_(True)
+    return q, k, v, log_f
 
 
 def metric_inputs(s: Shape, device: str, dtype: torch.dtype, seed: int = 0):
@@ -290,6 +360,19 @@ def sigmoid_candidates(s, impl, window, backends=BACKENDS, device="cuda"):
 def sigmoid_truth_of(s: Shape):
     c, bias = s.causal, sigmoid_bias(s)
     return "float64 reference", lambda q, k, v: sigmoid_truth(q, k, v, c, bias)
+
+
+def forgetting_candidates(s, impl, window, backends=BACKENDS, device="cuda"):
+    scale = 1.0 / math.sqrt(s.head_dim)  # the op's default, given to fla's too
+    ours = Candidate("attnzoo", lambda q, k, v, log_f: forgetting_op(q, k, v, log_f, impl))
+    torch_path = Candidate(TORCH_PATH, forgetting_op)
+    fla, why = fla_here(*fla_forgetting(), device, backends)
+    run = (lambda q, k, v, log_f: fla(q, k, v, log_f, scale)) if fla else skipped
+    return [ours, torch_path, Candidate(FLA_FORGETTING, run, skip=why)]
+
+
+def forgetting_truth_of(s: Shape):
+    return "float64 FoX formula", forgetting_truth
 
 
 # ------------------------------------------------------------------------------------ targets
@@ -439,6 +522,29 @@ def sigmoid_targets(results: list[Result], n_target: int) -> list[Verdict]:
     ]
 
 
+def forgetting_targets(results: list[Result], n_target: int) -> list[Verdict]:
+    """fwd+bwd >= 1.0x its PyTorch path (the reference, which forms the N x N weights) and
+    >= 1.0x flash-linear-attention's parallel_forgetting_attn (where fla-core was importable;
+    else "not measured" with the reason), at N = 4096, causal."""
+    get, shape = lookup(results), f"N{n_target}-causal"
+    ours, out = get("forgetting", shape, "attnzoo"), []
+    for name, what in (
+        (TORCH_PATH, "its PyTorch path"),
+        (FLA_FORGETTING, "flash-linear-attention"),
+    ):
+        target = f"forgetting fwd+bwd vs {what}, {shape}"
+        skip = next(
+            (r for r in results if (r.part, r.shape, r.candidate) == ("forgetting", shape, name)),
+            None,
+        )
+        ratio = speedup(ours, get("forgetting", shape, name))
+        if ratio is None and skip is not None and skip.note.startswith("skipped"):
+            out.append(Verdict(target, f"– ({skip.note})", "≥ 1.0×", "not measured"))
+        else:
+            out.append(judged(target, ratio, 1.0, "≥ 1.0×"))
+    return out
+
+
 def _auto(op: str):
     return lambda: ops.AUTO_TRITON[op]
 
@@ -500,5 +606,19 @@ PARTS = [
         truth=sigmoid_truth_of,
         targets=sigmoid_targets,
         auto_triton=_auto("sigmoid_attention"),
+    ),
+    Part(
+        "forgetting",
+        order=95,
+        op="scaled_dot_attention",  # with a key bias
+        share_s=14,
+        inputs=forgetting_inputs,
+        candidates=forgetting_candidates,
+        cost=lambda s, window: cost("forgetting", s),
+        truth=forgetting_truth_of,
+        targets=forgetting_targets,
+        auto_triton=_auto("scaled_dot_attention"),
+        modes=(True,),  # the decay runs from a key to the later queries
+        not_auto=(FLA_FORGETTING,),
     ),
 ]
