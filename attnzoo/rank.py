@@ -389,7 +389,8 @@ class RankProfile:
 
 @contextlib.contextmanager
 def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | HiddenWeights | None]]:
-    """Within the block, every mixer call of an attnzoo model appends its (batch, heads, N, N)
+    """Within the block, every mixer call of an attnzoo model (a model whose blocks have no
+    `mixer`, such as the GPT baseline, captures nothing) appends its (batch, heads, N, N)
     attention weights to the returned list: a tensor of probabilities, `HiddenWeights` for a
     mixer whose rows are not distributions (`rows_are_distributions = False`), or None for a
     mixer that gives none (no `attention_probs` method: pooling, identity, a mixer of the user's
@@ -426,7 +427,8 @@ def gate_mean(gate_bh: torch.Tensor, key_padding_mask: torch.Tensor | None = Non
 
 @contextlib.contextmanager
 def capture_gates(model: nn.Module) -> Iterator[list[float | None]]:
-    """Within the block, every mixer call of an attnzoo model appends the batch mean of its
+    """Within the block, every mixer call of an attnzoo model (a model whose blocks have no
+    `mixer`, such as the GPT baseline, captures nothing) appends the batch mean of its
     output gate (`gate_mean` of its `gate_values` on the mixer's input), or None for a mixer
     without a gate, in call order: entry k belongs to block k + 1."""
     captured: list[float | None] = []
@@ -437,7 +439,10 @@ def capture_gates(model: nn.Module) -> Iterator[list[float | None]]:
         gate = values(args[0]) if callable(values) else None
         captured.append(None if gate is None else _nanmean(gate_mean(gate, mask)))
 
-    mixers = {id(b.mixer): b.mixer for b in getattr(model, "blocks", ())}.values()
+    blocks = getattr(model, "blocks", ())
+    mixers = {
+        id(m): m for m in (getattr(b, "mixer", None) for b in blocks) if m is not None
+    }.values()
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]
     try:
         yield captured

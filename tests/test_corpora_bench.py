@@ -60,6 +60,18 @@ def test_plain_gpt_has_the_shape_of_scaled_dot_model(head: str) -> None:
         torch.testing.assert_close(plain(changed, mask), logits)
 
 
+def test_the_plain_gpt_is_probed_for_rank_like_attnzoo_models() -> None:
+    """The benchmark measures the baseline's final rank with the trainer's probe: its blocks have
+    no `mixer` (so no output gate to capture), and the profile still has a value per state."""
+    from attnzoo.bench.plain_gpt import PlainGPT
+    from attnzoo.rank import rank_profile
+
+    plain = PlainGPT(65, 65, 64, dim=32, depth=2, heads=4, head="lm")
+    profile = rank_profile(plain, torch.randint(0, 65, (2, 10)), None)
+    assert len(profile.mean) == 3 and all(0 < float(r) <= 2 for r in profile.mean)
+    assert "gate_mean" not in profile.weights
+
+
 def test_recipes_are_the_experiment_configs_with_the_flags_as_overrides() -> None:
     """`--tasks shakespeare` trains what `python -m attnzoo.train experiment=shakespeare_char`
     trains (nanoGPT's CPU recipe), and each flag overrides its config key."""

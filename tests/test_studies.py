@@ -61,8 +61,9 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
         "lambda_skip.png",
     }
     rows = list(csv.DictReader((out / "rank_collapse.csv").read_text().splitlines()))
-    # (two mixers + scaled_dot's option rows: causal, two sinks) x variants x norms x (depth + 1)
-    assert len(rows) == 5 * 4 * 2 * 7
+    # (two mixers + scaled_dot's option rows: causal, two sinks, two gates) x variants x norms
+    # x (depth + 1)
+    assert len(rows) == 7 * 4 * 2 * 7
     sweep = list(csv.DictReader((out / "lambda_skip.csv").open()))
     assert {r["mixer"] for r in sweep} == {"scaled_dot (causal)"}  # the sweep's one stack here
     assert len(sweep) == 7 * 2  # λ x norms
@@ -103,7 +104,13 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
     ) in md
     rate = list(csv.DictReader((out / "cubic_rate.csv").open()))
     control = "attnzoo.analysis.controls.FrozenStochastic"
-    options = {"scaled_dot (causal)", "scaled_dot (sink learned)", "scaled_dot (sink zero_kv)"}
+    options = {
+        "scaled_dot (causal)",
+        "scaled_dot (sink learned)",
+        "scaled_dot (sink zero_kv)",
+        "scaled_dot (gate headwise)",
+        "scaled_dot (gate elementwise)",
+    }
     assert {r["mixer"] for r in rate} == {"scaled_dot", "metric", control, *options}
     table = {r["mixer"]: r for r in csv.DictReader((out / "collapse_rate.csv").open())}
     assert table["scaled_dot"]["verdict"] == "collapses doubly exponentially"
