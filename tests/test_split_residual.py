@@ -125,3 +125,31 @@ def test_a_softmax_with_a_sink_has_no_split_rule(sink):
     assert not supports_split(model)
     with pytest.raises(ValueError, match="split rule"):
         split_residual_profile(model, torch.randint(0, 11, (2, 8)))
+
+
+@pytest.mark.parametrize("gate", ["headwise", "elementwise"])
+def test_a_gated_softmax_has_no_split_rule(gate):
+    """The gate multiplies each head's output by σ(x W_g), which the scaled-dot rule would leave
+    out: a gated pure stack is measured by the plain forward, and that forward is not the
+    ungated one's (the split profile of the same weights without the gate differs)."""
+    torch.manual_seed(0)
+    options = {"gate": gate}
+    cfg = ModelConfig(
+        dim=16,
+        depth=3,
+        heads=2,
+        mixer="scaled_dot",
+        mixer_options=options,
+        residual="none",
+        mlp=False,
+        norm="none",
+    )
+    model = Model(cfg, out_features=2, max_len=8, vocab_size=11).double()
+    assert not supports_split(model)
+    tokens = torch.randint(0, 11, (2, 8))
+    gated = rank_profile(model, tokens, dtype=torch.float64).mean
+    for block in model.blocks:  # the same weights, the gate switched off
+        block.mixer.output_gate = "none"
+    assert supports_split(model)
+    plain = split_residual_profile(model, tokens)
+    assert abs(math.log(gated[2]) - math.log(plain[2])) > 1.0

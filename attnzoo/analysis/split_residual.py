@@ -292,8 +292,11 @@ RULES: dict[type, Callable[[nn.Module, Split], Split]] = {
 
 def rule_for(mixer: nn.Module) -> Callable[[nn.Module, Split], Split] | None:
     """The split rule for `mixer`, None for a mixer without one. A softmax with a sink has rows
-    that sum to less than 1, which the rules assume they do not: it has none."""
+    that sum to less than 1, which the rules assume they do not, and an output gate multiplies
+    each head's output by a function of its input, which no rule propagates: neither has one."""
     if getattr(mixer, "sink_logit", None) is not None:
+        return None
+    if getattr(mixer, "output_gate", "none") != "none":
         return None
     return next((rule for cls, rule in RULES.items() if isinstance(mixer, cls)), None)
 

@@ -218,9 +218,14 @@ def mean_skip_share(t: Tables, mixer: str) -> float:
 
 
 def say_no_verdicts(t: Tables) -> Problems:
-    """The gates cubic; ssmax and diff_attention collapse (rate not resolved); softpick's state
-    vanishes; stick-breaking and forgetting keep rank."""
-    yield from cubic(t, ("scaled_dot (gate headwise)", "scaled_dot (gate elementwise)"))
+    """The gates singly exponential (the plain float64 forward: no split rule carries a gate);
+    ssmax and diff_attention collapse (rate not resolved); softpick's state vanishes;
+    stick-breaking and forgetting keep rank."""
+    gates = ("scaled_dot (gate headwise)", "scaled_dot (gate elementwise)")
+    yield from verdicts_are(t, gates, SINGLY)
+    for mixer in gates:
+        if (measured := t.one(RATE, mixer=mixer)["measured"]) != "float64":
+            yield f"{mixer}: measured by {measured!r}, not the plain float64 forward"
     yield from collapses(t, ("ssmax", "diff_attention"))
     yield from verdicts_are(t, ("softpick",), VANISHES)
     yield from verdicts_are(t, ("stick_breaking", "forgetting"), NO_COLLAPSE)
@@ -388,8 +393,9 @@ RANK_COLLAPSE = [
     Claim(
         "collapse-say-no",
         RESULTS_PAGE,
-        "the output gate, headwise or elementwise, leaves scaled-dot's collapse doubly "
-        "exponential at the paper's rate (k = {headwise} and {elementwise}); scalable softmax and "
+        "the output gate, headwise or elementwise, slows scaled-dot's collapse to a singly "
+        "exponential one by the study's rule (k = {headwise} and {elementwise}, in float64 over "
+        "the five layers above its floor: no split rule carries a gate); scalable softmax and "
         "differential attention collapse too, rate not resolved past float64's floor; softpick's "
         "pure stack loses its state itself (its rows sum to less than 1); stick-breaking and "
         "forgetting attention, both causal, keep rank",
