@@ -13,7 +13,7 @@ import torch
 
 from .._aot import AotSpec
 from .._checks import TRITON_DTYPES
-from ._jit import HEADS_PADDED, KERNELS, _attn_bwd_delta
+from ._jit import HEADS_PADDED, KERNELS, MAX_QK_HEAD, _attn_bwd_delta
 from .tuning import DELTA_TILE, block_configs, dot_precision, spec_cases, variant_name
 
 _TRITON_DTYPE = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -96,11 +96,15 @@ _SWITCHES = (
 )
 
 
-def _compiled(kernel: str, metric: bool, switches: str) -> bool:
+def _compiled(kernel: str, head: int, qk_head: int, metric: bool, switches: str) -> bool:
     """Whether a variant takes these switches: a window, sigmoid attention and a key bias only
     come with scaled-dot attention's prologue (plain, chunked, wide), a sink only reaches the
-    forward."""
+    forward. The wide backward (q/k tiles wider than HEAD) compiles its switches at the widest
+    q/k tile only: the code is the same at every width, and the widest holds the most registers,
+    so it is where a switch would spill first (the widths between compile without switches)."""
     if metric and ("window" in switches or "sigmoid" in switches or "keybias" in switches):
+        return False
+    if switches and head < qk_head < MAX_QK_HEAD:
         return False
     return "sink" not in switches or kernel == "attn_fwd"
 
@@ -115,7 +119,7 @@ def aot_specs() -> list[AotSpec]:
     for (kernel, dtype, head, qk_head, metric, chunked), switches in itertools.product(
         spec_cases(), _SWITCHES
     ):
-        if not _compiled(kernel, metric, switches):
+        if not _compiled(kernel, head, qk_head, metric, switches):
             continue
         all_on = bool(switches)
         sig = _signature(KERNELS[kernel], dtype)
