@@ -1,7 +1,9 @@
-"""What the study commands (scripts/mixer_ablation.py, scripts/rank_ablation.py) share: the
-machine a report names, one `python -m attnzoo.train -m` sweep that a second run of the same
-command skips when its jobs all completed and resumes otherwise, the tiny synthetic corpora and
-toy size of their --smoke runs, and the options and trainer overrides every study run takes."""
+"""What the study commands (scripts/mixer_ablation.py, recall.py, sinks.py, rank_ablation.py)
+share: the machine a report names, one `python -m attnzoo.train -m` sweep that a second run of
+the same command skips when its jobs all completed and resumes otherwise, the tiny synthetic
+corpora and toy size of their --smoke runs, the options and trainer overrides every study run
+takes, and a tuned study's comparisons with its reference. The tuned-study pipeline itself
+(tune, choose, rerun, collect) is attnzoo.tuned."""
 
 from __future__ import annotations
 
@@ -400,156 +402,12 @@ def check_seeds(tune_seeds: list[int], seeds: list[int]) -> str | None:
     return None
 
 
-def mixer_of(choice: dict[str, Any], mixers: list[str]) -> str | None:
-    """The mixer a selection row is for: its `mixer` axis, or the one mixer of a study of one
-    (whose sweep varies no mixer, so its rows have no mixer axis)."""
-    return choice["axes"].get("mixer", mixers[0] if len(mixers) == 1 else None)
-
-
-def chosen_lrs(
-    selected: list[dict[str, Any]], mixers: list[str]
-) -> tuple[dict[str, float], dict[float, list[str]]]:
-    """The learning rate each mixer chose, and the mixers per chosen value (in `mixers` order):
-    one fresh-seed sweep per value."""
-    chosen = {
-        mixer_of(s, mixers): float(s["value"])
-        for s in selected
-        if mixer_of(s, mixers) in mixers and s["value"] is not None
-    }
-    by_lr: dict[float, list[str]] = {}
-    for mixer in (m for m in mixers if m in chosen):
-        by_lr.setdefault(chosen[mixer], []).append(mixer)
-    return chosen, by_lr
-
-
-def tune_lr(
-    base: list[str],
-    mixers: list[str],
-    lrs: list[float],
-    tune_seeds: list[int],
-    root: Path,
-    env: dict[str, str],
-    select: dict[str, Any],
-    max_extensions: int = 2,
-    label: str | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Path]]:
-    """Tune `train.lr` per mixer on the tuning seeds: the grid in `root`/tune, then, while a
-    mixer's choice sits at the edge of its grid, one more step beyond that edge (the grid's own
-    factor) in `root`/tune-ext<k>/lr_<value>, at most `max_extensions` times. `select` holds
-    write_tuning's keyword arguments (by, maximize, fresh_seeds, final_dir, script); the choice
-    is remade over every folder after each extension. Returns the selection, the extensions
-    ({round, lr, mixers, edge}) and the tuning folders. `label` names what is tuned in the
-    console's lines where one mixer is tuned under several arms (the sink study's arm)."""
-    from attnzoo.analysis.report import write_tuning
-    from attnzoo.analysis.selection import extend
-
-    seeds = ",".join(map(str, tune_seeds))
-    base = [*base, "train.final_splits=[val]"]  # the choice sees val only: test is never read
-    tune = [*base, f"mixer={','.join(mixers)}", f"train.lr={','.join(map(lr_text, lrs))}"]
-    sweep(
-        [*tune, f"train.seed={seeds}"],
-        root / "tune",
-        len(mixers) * len(lrs) * len(tune_seeds),
-        env,
-        root / "tune.log",
-    )
-    folders = [root / "tune"]
-    extensions: list[dict[str, Any]] = []
-    for k in range(max_extensions + 1):
-        selected = write_tuning(folders, root / "tune-summary", "train.lr", **select)
-        beyond: dict[float, list[str]] = {}
-        for s in selected:
-            mixer, lr = mixer_of(s, mixers), extend(s, cap_reached=k == max_extensions)
-            if mixer in mixers and lr is not None:
-                beyond.setdefault(float(f"{lr:.3g}"), []).append(mixer)
-        if not beyond:
-            return selected, extensions, folders
-        for lr, group in sorted(beyond.items()):
-            edge = "high" if lr > max(lrs) else "low"
-            what = label or ", ".join(group)
-            print(f"  extension {k + 1}: train.lr={lr_text(lr)} for {what} ({edge})", flush=True)
-            folder = root / f"tune-ext{k + 1}" / f"lr_{lr_text(lr)}"
-            over = [*base, f"mixer={','.join(group)}", f"train.lr={lr_text(lr)}"]
-            sweep(
-                [*over, f"train.seed={seeds}"],
-                folder,
-                len(group) * len(tune_seeds),
-                env,
-                root / "tune.log",
-            )
-            folders.append(folder)
-            extensions.append({"round": k + 1, "lr": lr, "mixers": group, "edge": edge})
-    return selected, extensions, folders
-
-
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The rows of a committed CSV table (runs.csv, tune_runs.csv), as strings."""
     import csv
 
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def row_lr(row: dict[str, str]) -> str:
-    """The `train.lr` a committed per-seed row ran at, as its overrides spell it."""
-    return next(o for o in row["overrides"].split() if o.startswith("train.lr=")).split("=", 1)[1]
-
-
-def selection_from_rows(
-    rows: list[dict[str, str]], chosen: dict[str, float], mixers: list[str]
-) -> list[dict[str, Any]] | None:
-    """A committed tuning's selection (as tune_lr returns it, for tuning_lines) remade from its
-    runs (a tune_runs.csv) by the selection the study ran (attnzoo.analysis.selection.select,
-    the final metric maximised over each mixer's learning rates). None where it does not give
-    every mixer its committed choice."""
-    from attnzoo.analysis.groups import groups_from_rows
-    from attnzoo.analysis.selection import select
-
-    labelled = [r | {"group": f"mixer={r['mixer']}, train.lr={row_lr(r)}"} for r in rows]
-    selected = select(groups_from_rows(labelled), "train.lr", by="metric", maximize=True)
-    got = {mixer_of(s, mixers): s["value"] for s in selected}
-    if any(m not in got or m not in chosen or abs(got[m] / chosen[m] - 1) > 1e-9 for m in mixers):
-        return None
-    return selected
-
-
-def tuning_lines(
-    result: dict[str, Any], lrs: list[float], tune_seeds: list[int], on: str, cap: int
-) -> list[str]:
-    """The report's learning-rate section for one task: the grid, what the choice was made on,
-    every extension of the grid past an edge, and per mixer the choice and its candidates."""
-    from attnzoo.analysis.tables import fmt
-
-    lines = [
-        "### Learning rate: grid and selection",
-        "",
-        f"Grid `train.lr` = {', '.join(map(lr_text, lrs))} on tuning seeds "
-        f"{', '.join(map(str, tune_seeds))}; per mixer the value with the best mean over the "
-        f"tuning seeds, selected on {on} (attnzoo.analysis.selection.select). A choice at an "
-        f"edge of a grid of more than two values extends it one step beyond that edge (the "
-        f"grid's factor), at most {cap} time(s). Every tuning run: `tune_runs.csv`.",
-        "",
-    ]
-    ext = result.get("extensions", [])
-    lines += [
-        f"- Extension {e['round']}: train.lr={lr_text(e['lr'])} for {', '.join(e['mixers'])} "
-        f"(beyond the {e['edge']} edge)"
-        for e in ext
-    ] or ["- No extension: every choice was interior (or the grid has two values)."]
-    lines += [
-        "",
-        f"| mixer | chosen train.lr | mean {on} (tuning) | candidates (lr: mean) | note |",
-        "|---|---|---|---|---|",
-    ]
-    mixers = list(result.get("chosen", {}))
-    for s in result["selected"]:
-        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
-        note = s["note"] + (f"; still at an edge after {cap} extension(s)" if s.get("edge") else "")
-        lines.append(
-            f"| {mixer_of(s, mixers)} | {fmt(s['value'])} | {fmt(s['mean'])} | {cands} | "
-            f"{note.strip('; ')} |"
-        )
-    return lines + [""]
 
 
 def mixers_for_task(task: str, mixers: list[str]) -> tuple[list[str], list[str]]:
@@ -604,6 +462,7 @@ def reanalyse(
 
     from attnzoo.analysis.compare import correct
     from attnzoo.analysis.groups import groups_from_rows
+    from attnzoo.tuned import row_lr
 
     merged: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in runs_files:

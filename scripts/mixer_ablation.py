@@ -44,17 +44,14 @@ import argparse
 import json
 import os
 import shlex
-import sys
-import time
 from pathlib import Path
 
 from attnzoo import MIXERS
 from attnzoo.analysis import summarize
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, correct
 from attnzoo.analysis.convergence import flattened, flattened_text
-from attnzoo.analysis.groups import group_jobs, group_row
+from attnzoo.analysis.groups import group_row
 from attnzoo.analysis.report import protocol_text, write_runs
-from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt, write_csv
 from attnzoo.studies import (
     CORPUS,
@@ -64,25 +61,20 @@ from attnzoo.studies import (
     add_run_options,
     against_reference,
     check_seeds,
-    chosen_lrs,
     data_dir_of,
     default_out,
     float_list,
     has_corpus,
     int_list,
-    lr_text,
-    machine,
     mixers_for_task,
     reanalyse,
     run_overrides,
     study_mixers,
-    sweep,
-    tune_lr,
     tuned_study_price,
-    tuning_lines,
     write_reanalysis,
     write_smoke_data,
 )
+from attnzoo.tuned import Arm, Clock, Plan, head_lines, run_cell, seeds_line, tuning_lines
 
 # Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
 # its --smoke on imdb with 3 mixers at --parallel 2 on 2 CPU cores: 61 s for 18 jobs.
@@ -152,78 +144,33 @@ def base_overrides(task: str, args: argparse.Namespace, data_dir: Path) -> list[
 
 def run_task(task: str, args: argparse.Namespace, data_dir: Path, env: dict[str, str]) -> dict:
     """Tune, select, rerun at fresh seeds and summarise one task; the numbers for the report."""
-    root = args.out / task
-    base = base_overrides(task, args, data_dir)
     by, maximize, _ = SELECT_BY[task]
     mixers, left_out = mixers_for_task(task, args.mixers)
     if left_out:
         print(f"{task}: {', '.join(left_out)} cannot run a causal task, left out")
-    print(
-        f"{task}: tuning train.lr over {', '.join(map(lr_text, args.lrs))} on seeds "
-        f"{', '.join(map(str, args.tune_seeds))}"
-    )
-    select = {
-        "by": by,
-        "maximize": maximize,
-        "fresh_seeds": ",".join(map(str, args.seeds)),
-        "final_dir": str(root / "final"),
-        "script": SUMMARIZE,
-    }
-    selected, extensions, tune_folders = tune_lr(
-        base, mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
-    )
-    chosen, by_lr = chosen_lrs(selected, mixers)
-    tune_runs = [
-        row(j) | {"job": f"{task}/{j.folder.relative_to(root) if j.folder else j.name}"}
-        for j in find_sweep_jobs(tune_folders)
-    ]
-    seeds = ",".join(map(str, args.seeds))
-    finals = []
-    for lr, group in sorted(by_lr.items()):
-        print(f"{task}: fresh seeds {seeds} at train.lr={lr_text(lr)} for {', '.join(group)}")
-        folder = root / "final" / f"lr_{lr_text(lr)}"
-        final = [
-            *base,
-            f"mixer={','.join(group)}",
-            f"train.lr={lr_text(lr)}",
-            f"train.seed={seeds}",
-        ]
-        sweep(final, folder, len(group) * len(args.seeds), env, root / "final.log")
-        finals.append(folder)
-    if not finals:
-        return {
-            "task": task,
-            "selected": selected,
-            "extensions": extensions,
-            "groups": [],
-            "tune_runs": tune_runs,
-            "error": "no LR was selected",
-        }
+    plan = Plan(args.lrs, args.tune_seeds, args.seeds, args.max_extensions, by, maximize, SUMMARIZE)
+    base = base_overrides(task, args, data_dir)
+    arms = [Arm(m, m) for m in mixers]
+    cell = run_cell(args.out, task, {"task": task}, base, arms, plan, env)
+    out = vars(cell) | {"task": task, "left_out": left_out, "groups": []}
+    if not cell.finals:
+        return out | {"error": "no LR was selected"}
     summarize(
-        finals,
-        root / "report",
+        cell.finals,
+        args.out / task / "report",
         compare_axis="mixer" if len(mixers) > 1 else None,
         margin=args.margin_loss,  # its comparisons are on the validation loss
         confidence=args.confidence,
         wandb_mode="disabled",
         script=SUMMARIZE,
     )
-    jobs = find_sweep_jobs(finals)
-    runs = [row(j) for j in jobs]
-    groups, _ = group_jobs(jobs, runs)
-    return {
-        "task": task,
-        "left_out": left_out,
-        "selected": selected,
-        "extensions": extensions,
-        "tune_runs": tune_runs,
-        "chosen": chosen,
+    groups = list(cell.groups.values())
+    return out | {
         "groups": groups,
         "table": [group_row(g, args.confidence) for g in groups],
         "flat": {g.config.get("mixer.name"): flattened(g) for g in groups},
         "vs_reference": against_reference(groups, task, margins(args), args.confidence),
-        "runs": [r | {"job": f"{task}/{r['job']}"} for r in runs],
-        "jobs": len(jobs),
+        "jobs": len(cell.runs),
     }
 
 
@@ -317,25 +264,20 @@ def write_report(results: list[dict], args: argparse.Namespace, header: dict) ->
     write_runs([r for t in results for r in t.get("runs", [])], args.out / "runs.csv")
     write_runs([r for t in results for r in t.get("tune_runs", [])], args.out / "tune_runs.csv")
     write_csv(args.out / "comparisons.csv", ["task", *COMPARISON_COLUMNS], family)
-    runs = {k: [r for t in results for r in t.get(k, [])] for k in ("tune_runs", "runs")}
-    run_s = sum(float(r.get("wall_s") or 0) for v in runs.values() for r in v)
     lines = [
-        "# Mixer ablation: replicated, tuned",
-        "",
-        f"Command: `{header['command']}`",
-        f"Machine: {header['machine']}",
-        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
-        f"runs done before it are kept); runs: {len(runs['tune_runs'])} tuning, "
-        f"{len(runs['runs'])} fresh, {run_s:.0f} s summed",
+        *head_lines(
+            "Mixer ablation: replicated, tuned",
+            header,
+            [r for t in results for r in t.get("tune_runs", [])],
+            [r for t in results for r in t.get("runs", [])],
+        ),
         "",
         f"Equivalence margins, fixed before the runs: ±{args.margin_loss:g} loss "
         f"(nats), ±{args.margin_accuracy:g} accuracy ({MARGIN_REASON}). "
         + protocol_text(family, args.confidence, 0.0, args.correction).replace("±0", "the margin")
         + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`; every comparison "
         "with raw and adjusted p: `comparisons.csv`.",
-        f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
-        f"{', '.join(map(str, args.seeds))} (fresh: the numbers below are not the ones the "
-        f"learning rate was chosen on). Mixers: {', '.join(args.mixers)}.",
+        seeds_line(args.tune_seeds, args.seeds) + f" Mixers: {', '.join(args.mixers)}.",
         "",
     ]
     if args.smoke:
@@ -428,12 +370,12 @@ def main() -> None:
         "into --out",
     )
     args = parser.parse_args()
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    clock = Clock()
     if missing := [str(p) for p in args.reanalyse or [] if not p.is_file()]:
         parser.error(f"--reanalyse: no such file: {', '.join(missing)} (a study's runs.csv)")
     if args.reanalyse:
         header = {
-            "command": command,
+            "command": clock.command,
             "margins": margins(args),
             "margin_reason": MARGIN_REASON,
             "confidence": args.confidence,
@@ -442,7 +384,6 @@ def main() -> None:
         result = reanalyse(args.reanalyse, margins(args), args.confidence, args.correction)
         print(write_reanalysis(result, args.out, header).read_text())
         return
-    started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
     env = dict(os.environ)
     if args.smoke:
         if args.lrs == parser.get_default("lrs"):
@@ -478,18 +419,14 @@ def main() -> None:
             results.append({"task": task, "skipped": msg})
             continue
         results.append(run_task(task, args, data_dir, env))
-    header = {
-        "command": command,
-        "machine": machine(),
-        "started": started,
-        "wall_s": time.perf_counter() - start,
-        "preset": args.preset,
-        "lrs": args.lrs,
-        "tune_seeds": args.tune_seeds,
-        "seeds": args.seeds,
-        "margin_loss": args.margin_loss,
-        "margin_accuracy": args.margin_accuracy,
-    }
+    header = clock.header(
+        preset=args.preset,
+        lrs=args.lrs,
+        tune_seeds=args.tune_seeds,
+        seeds=args.seeds,
+        margin_loss=args.margin_loss,
+        margin_accuracy=args.margin_accuracy,
+    )
     path = write_report(results, args, header)
     print(path.read_text())
 

@@ -7,7 +7,7 @@ mamba2, gla and deltanet; the causal mixers only, MQAR is read left to right):
 
 1. tune: `train.lr` over a log-spaced grid on ≥ 2 tuning seeds (default 100, 101), selected on
    the whole validation split's accuracy (max); a choice at an edge of a grid of more than two
-   values extends it one step, up to --max-extensions times (attnzoo.studies.tune_lr);
+   values extends it one step, up to --max-extensions times (attnzoo.tuned.tune_lr);
 2. rerun: fresh seeds (default 0, 1, 2) at each mixer's chosen learning rate;
 3. report: test accuracy on the held-out test split (never read by a choice), per seed and as a
    Student-t interval, and each mixer against scaled-dot, the reference fixed up front, paired
@@ -43,34 +43,34 @@ import itertools
 import json
 import os
 import shlex
-import sys
-import time
 from pathlib import Path
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
 from attnzoo.analysis.figures import recall_figure
-from attnzoo.analysis.groups import group_jobs, group_row, groups_from_rows
+from attnzoo.analysis.groups import group_row, groups_from_rows
 from attnzoo.analysis.report import protocol_text, write_runs
-from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt, write_csv
 from attnzoo.mixers import causal_mixers
 from attnzoo.studies import (
     SMOKE_SIZE,
     STUDY_REFERENCE,
     add_tuned_options,
-    chosen_lrs,
     int_list,
-    lr_text,
-    machine,
     price,
     read_rows,
     run_overrides,
-    selection_from_rows,
-    sweep,
-    tune_lr,
     tuned_options_problem,
+)
+from attnzoo.tuned import (
+    Arm,
+    Clock,
+    Plan,
+    head_lines,
+    seeds_line,
+    selection_from_rows,
     tuning_lines,
 )
+from attnzoo.tuned import run_cell as tuned_cell
 
 # Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
 # its --smoke at --parallel 2 on 2 CPU cores: 119 s for 48 jobs and 6 grid extensions.
@@ -140,7 +140,6 @@ def cell_name(width: int, depth: int) -> str:
 
 def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, str]) -> dict:
     """Tune, rerun at fresh seeds and compare one (width, depth) cell."""
-    root = args.out / cell_name(width, depth)
     base = [
         *PRESETS[args.preset]["overrides"],
         f"model.dim={width}",
@@ -149,46 +148,19 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
         *(SMOKE if args.smoke else []),
         *args.override,
     ]
-    print(
-        f"width {width}, depth {depth}: tuning train.lr over {', '.join(map(lr_text, args.lrs))}",
-        flush=True,
-    )
-    select = {
-        "by": "metric",
-        "maximize": True,
-        "fresh_seeds": ",".join(map(str, args.seeds)),
-        "final_dir": str(root / "final"),
-        "script": SUMMARIZE,
-    }
-    selected, extensions, tune_folders = tune_lr(
-        base, args.mixers, args.lrs, args.tune_seeds, root, env, select, args.max_extensions
-    )
-    chosen, by_lr = chosen_lrs(selected, args.mixers)
     where = {"width": width, "depth": depth}
-    tune_runs = [
-        row(j) | where | {"job": f"{root.name}/{j.folder.relative_to(root)}"}
-        for j in find_sweep_jobs(tune_folders)
-        if j.folder
-    ]
-    seeds, finals = ",".join(map(str, args.seeds)), []
-    for lr, group in sorted(by_lr.items()):
-        folder = root / "final" / f"lr_{lr_text(lr)}"
-        over = [*base, f"mixer={','.join(group)}", f"train.lr={lr_text(lr)}", f"train.seed={seeds}"]
-        sweep(over, folder, len(group) * len(args.seeds), env, root / "final.log")
-        finals.append(folder)
-    jobs = find_sweep_jobs(finals)
-    runs = [row(j) for j in jobs]
-    groups, _ = group_jobs(jobs, runs)
-    groups.sort(key=lambda g: args.mixers.index(g.config.get("mixer.name")))
+    arms = [Arm(m, m) for m in args.mixers]
+    cell = tuned_cell(args.out, cell_name(width, depth), where, base, arms, plan(args), env)
+    groups = list(cell.groups.values())
     curves = [
         {
             **where,
-            "mixer": g.config.get("mixer.name"),
+            "mixer": mixer,
             "seed": r["seed"],
             "step": x["step"],
             "val_accuracy": x["val/accuracy"],
         }
-        for g in groups
+        for mixer, g in cell.groups.items()
         for job, r in g.members
         if r["status"] == "completed"
         for x in job.records
@@ -197,18 +169,20 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
     compared = comparisons(
         groups, "mixer.name", ON, args.confidence, args.margin, STUDY_REFERENCE, "none"
     )
-    return {
+    return vars(cell) | {
         **where,
-        "selected": selected,
-        "extensions": extensions,
-        "chosen": chosen,
-        "tune_runs": tune_runs,
         "groups": groups,
         "table": [group_row(g, args.confidence) for g in groups],
         "compared": [c | where for c in compared],
-        "runs": [r | where | {"job": f"{root.name}/{r['job']}"} for r in runs],
         "curves": curves,
     }
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """The recall protocol: the choice on the whole validation split's accuracy (max)."""
+    return Plan(
+        args.lrs, args.tune_seeds, args.seeds, args.max_extensions, "metric", True, SUMMARIZE
+    )
 
 
 # What reports written before these keys were recorded ran with (the script's defaults then).
@@ -372,23 +346,21 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
     write_csv(args.out / "curves.csv", CURVE_COLUMNS, [r for c in cells for r in c["curves"]])
     recall_figure(cells, ON, args.out / "recall.png")
     preset = PRESETS[args.preset]["overrides"]
+    earlier = [
+        f"{'; '.join(f'Width {w}, depth {d}' for w, d in e['cells'])}: run by "
+        f"`{e['command']}` (started {e['started']} UTC; {e['machine']}), read here from its "
+        "tables (`runs.csv`, `tune_runs.csv`, recall.json's choices) with this report's "
+        "protocol; their comparisons are recomputed in this report's family."
+        for e in header.get("earlier", [])
+    ]
     lines = [
-        "# Recall: MQAR accuracy against width and depth",
-        "",
-        f"Command: `{header['command']}`",
-        f"Machine: {header['machine']}",
-        *(
-            f"{'; '.join(f'Width {w}, depth {d}' for w, d in e['cells'])}: run by "
-            f"`{e['command']}` (started {e['started']} UTC; {e['machine']}), read here from its "
-            "tables (`runs.csv`, `tune_runs.csv`, recall.json's choices) with this report's "
-            "protocol; their comparisons are recomputed in this report's family."
-            for e in header.get("earlier", [])
+        *head_lines(
+            "Recall: MQAR accuracy against width and depth",
+            header,
+            [r for c in cells for r in c["tune_runs"]],
+            [r for c in cells for r in c["runs"]],
+            earlier,
         ),
-        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
-        f"runs done before it are kept); runs: {sum(len(c['tune_runs']) for c in cells)} tuning, "
-        f"{sum(len(c['runs']) for c in cells)} fresh, "
-        f"{sum(float(r.get('wall_s') or 0) for c in cells for r in c['runs'] + c['tune_runs']):.0f}"
-        " s summed.",
         f"Every run: `{' '.join(preset)}`"
         + (" + the --smoke toy size" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
@@ -396,9 +368,9 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         f"{', '.join(map(str, sorted({c['width'] for c in cells})))}, depths "
         f"{', '.join(map(str, sorted({c['depth'] for c in cells})))}; "
         f"mixers {', '.join(args.mixers)}.",
-        f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
-        f"{', '.join(map(str, args.seeds))} (fresh). Equivalence margin, fixed before the runs: "
-        f"±{args.margin:g} accuracy ({MARGIN_REASON}). "
+        seeds_line(args.tune_seeds, args.seeds)
+        + f" Equivalence margin, fixed before the runs: ±{args.margin:g} accuracy "
+        f"({MARGIN_REASON}). "
         + protocol_text(family, args.confidence, args.margin, args.correction)
         + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`; every comparison "
         "with raw and adjusted p: `comparisons.csv`; validation curves of the fresh seeds: "
@@ -483,10 +455,10 @@ def main() -> None:
     ):
         parser.error(earlier)
     if args.dry_run:
-        n, plan = len(args.mixers), []
+        n, sweeps = len(args.mixers), []
         for w, d in cells:
             per, how = (SMOKE_JOB_S[0], "smoke") if args.smoke else cell_seconds(w, d, args.preset)
-            plan += [
+            sweeps += [
                 (
                     f"width {w}, depth {d} tuning ({how})",
                     n * len(args.lrs) * len(args.tune_seeds),
@@ -496,7 +468,7 @@ def main() -> None:
             ]
         print(
             price(
-                plan,
+                sweeps,
                 args.parallel,
                 SMOKE_JOB_S[1] if args.smoke else preset["basis"],
                 f"; grid extensions add up to "
@@ -504,18 +476,10 @@ def main() -> None:
             )
         )
         return
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
+    clock = Clock()
     args.out.mkdir(parents=True, exist_ok=True)
     results = [run_cell(w, d, args, dict(os.environ)) for w, d in cells]
-    header = {
-        "command": command,
-        "machine": machine(),
-        "started": started,
-        "wall_s": time.perf_counter() - start,
-        **protocol(args),
-        "margin_reason": MARGIN_REASON,
-    }
+    header = clock.header(**protocol(args), margin_reason=MARGIN_REASON)
     if earlier[1]:
         header["earlier"] = earlier[1]
     results += earlier[0]

@@ -14,7 +14,7 @@ task), per arm:
 
 1. tune: `train.lr` over a log-spaced grid on ≥ 2 tuning seeds (default 100, 101), selected on
    whole-split val loss (min); a choice at an edge of a grid of more than two values extends it
-   one step (attnzoo.studies.tune_lr);
+   one step (the tuned-study pipeline, attnzoo.tuned);
 2. rerun: fresh seeds (default 0, 1, 2) at the arm's chosen learning rate;
 3. report: test loss on the held-out test split, per seed and as a Student-t interval; each arm
    against `none`, paired by seed, on test loss (margin --margin, nats, stated before the runs)
@@ -28,8 +28,9 @@ task), per arm:
 Outputs (in --out): sinks.md (the report), sinks.json, runs.csv and tune_runs.csv (every
 fresh-seed and tuning run, with its arm), comparisons.csv (the family, raw and adjusted p),
 layers.csv (arm, seed, step, block and the statistics), sink_logits.csv (every learned sink
-logit at the end), sinks.png. Run folders are in
-<out>/<arm>/; the same command again skips completed sweeps.
+logit at the end), sinks.png. Run folders: the arms without an option share the sweeps in
+<out>/ (tune/, final/), the others are in <out>/<arm>/; the same command again skips completed
+sweeps.
 
     python scripts/sinks.py --data-dir DATA_DIR --parallel 2      # the CPU study
     python scripts/sinks.py --smoke                               # the pipeline at toy size
@@ -43,31 +44,23 @@ import json
 import math
 import os
 import shlex
-import sys
-import time
 from pathlib import Path
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
-from attnzoo.analysis.groups import group_jobs, group_row
+from attnzoo.analysis.groups import group_row
 from attnzoo.analysis.report import protocol_text, write_runs
-from attnzoo.analysis.runs import find_sweep_jobs, row
 from attnzoo.analysis.tables import ci_text, fmt, write_csv
 from attnzoo.studies import (
     SMOKE_SIZE,
     add_tuned_options,
-    chosen_lrs,
     data_dir_of,
     has_corpus,
-    lr_text,
-    machine,
     price,
     run_overrides,
-    sweep,
-    tune_lr,
     tuned_options_problem,
-    tuning_lines,
     write_smoke_data,
 )
+from attnzoo.tuned import Arm, CellRuns, Clock, Plan, head_lines, run_cell, seeds_line, tuning_lines
 
 # Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
 # its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs and 8 grid extensions.
@@ -119,114 +112,70 @@ SHOWN = {
 MARGIN_REASON = "0.05 nats, a 5% change of perplexity, as the mixer study"
 
 
-def run_arm(arm: str, args: argparse.Namespace, env: dict[str, str]) -> dict:
-    """Tune and rerun one arm at fresh seeds; its jobs and the numbers for the report."""
-    mixer, option, _ = ARMS[arm]
-    root = args.out / arm
+def run_arms(args: argparse.Namespace, env: dict[str, str]) -> CellRuns:
+    """Tune and rerun every arm at fresh seeds; its jobs and the numbers for the report. The
+    groups are labelled by arm (`arm`: the axis every comparison is on)."""
     base = [
         *PRESETS[args.preset]["overrides"],
-        *option,
         *run_overrides(args, args.data_dir),
         *(SMOKE if args.smoke else []),
         *args.override,
     ]
-    print(f"{arm}: tuning train.lr over {', '.join(map(lr_text, args.lrs))}", flush=True)
-    select = {
-        "by": "val_loss",
-        "maximize": False,
-        "fresh_seeds": ",".join(map(str, args.seeds)),
-        "final_dir": str(root / "final"),
-        "script": SUMMARIZE,
-    }
-    selected, extensions, tune_folders = tune_lr(
-        base,
-        [mixer],
-        args.lrs,
-        args.tune_seeds,
-        root,
-        env,
-        select,
-        args.max_extensions,
-        f"the {arm} arm",
+    arms = [Arm(a, ARMS[a][0], tuple(ARMS[a][1])) for a in args.arms]
+    plan = Plan(
+        args.lrs, args.tune_seeds, args.seeds, args.max_extensions, "val_loss", False, SUMMARIZE
     )
-    chosen, _ = chosen_lrs(selected, [mixer])
-    tune_runs = [
-        row(j) | {"arm": arm, "job": f"{arm}/{j.folder.relative_to(root)}"}
-        for j in find_sweep_jobs(tune_folders)
-        if j.folder
-    ]
-    out = {
-        "arm": arm,
-        "selected": selected,
-        "extensions": extensions,
-        "tune_runs": tune_runs,
-        "chosen": {arm: chosen[mixer]} if mixer in chosen else {},
-    }
-    if mixer not in chosen:
-        return out | {"groups": [], "runs": [], "jobs": []}
-    lr, seeds = chosen[mixer], ",".join(map(str, args.seeds))
-    folder = root / "final" / f"lr_{lr_text(lr)}"
-    over = [*base, f"mixer={mixer}", f"train.lr={lr_text(lr)}", f"train.seed={seeds}"]
-    sweep(over, folder, len(args.seeds), env, root / "final.log")
-    jobs = find_sweep_jobs([folder])
-    runs = [row(j) for j in jobs]
-    groups, _ = group_jobs(jobs, runs)
-    for g in groups:
+    cell = run_cell(args.out, "", {}, base, arms, plan, env)
+    for arm, g in cell.groups.items():
         g.label = {"arm": arm}
-    return out | {
-        "groups": groups,
-        "jobs": [j for j in jobs if j.status == "completed"],
-        "runs": [r | {"arm": arm, "job": f"{arm}/final/{r['job']}"} for r in runs],
-    }
+    return cell
 
 
-def layer_rows(arms: list[dict]) -> list[dict]:
+def layer_rows(cell: CellRuns) -> list[dict]:
     """Every evaluation of every completed fresh seed, per block: the statistics (STATS)."""
     rows = []
-    for a in arms:
-        for job in a["jobs"]:
-            seed = job.config.get("train", {}).get("seed")
-            for rec in job.records:
-                for k in range(1, 1 + int(job.config.get("model", {}).get("depth", 0))):
-                    values = {s: rec.get(key.format(k=k)) for s, key in STATS.items()}
-                    if "step" in rec and all(v is not None for v in values.values()):
-                        rows.append(
-                            {
-                                "arm": a["arm"],
-                                "seed": seed,
-                                "step": rec["step"],
-                                "layer": k,
-                                **values,
-                            }
-                        )
+    for arm, job in cell.completed():
+        seed = job.config.get("train", {}).get("seed")
+        for rec in job.records:
+            for k in range(1, 1 + int(job.config.get("model", {}).get("depth", 0))):
+                values = {s: rec.get(key.format(k=k)) for s, key in STATS.items()}
+                if "step" in rec and all(v is not None for v in values.values()):
+                    rows.append(
+                        {
+                            "arm": arm,
+                            "seed": seed,
+                            "step": rec["step"],
+                            "layer": k,
+                            **values,
+                        }
+                    )
     return rows
 
 
-def sink_logits(arms: list[dict]) -> list[dict]:
+def sink_logits(cell: CellRuns) -> list[dict]:
     """Every learned sink logit at the end of every completed fresh seed (its last checkpoint),
     per block and head: how far training moved them from their init, 0 (= zero_kv's sink)."""
     from attnzoo.checkpoint import read_checkpoint
 
     rows = []
-    for a in arms:
-        for job in a["jobs"]:
-            path = job.folder / "checkpoints" / "last.pt"
-            if "mixer.sink=learned" not in ARMS[a["arm"]][1] or not path.is_file():
-                continue
-            state = read_checkpoint(path)["model"]
-            for name, value in state.items():
-                if name.endswith("mixer.sink_logit"):  # blocks.<i>.mixer.sink_logit, (heads,)
-                    block = int(name.split(".")[1]) + 1
-                    rows += [
-                        {
-                            "arm": a["arm"],
-                            "seed": job.config["train"]["seed"],
-                            "block": block,
-                            "head": h,
-                            "logit": float(x),
-                        }
-                        for h, x in enumerate(value.flatten().tolist())
-                    ]
+    for arm, job in cell.completed():
+        path = job.folder / "checkpoints" / "last.pt"
+        if "mixer.sink=learned" not in ARMS[arm][1] or not path.is_file():
+            continue
+        state = read_checkpoint(path)["model"]
+        for name, value in state.items():
+            if name.endswith("mixer.sink_logit"):  # blocks.<i>.mixer.sink_logit, (heads,)
+                block = int(name.split(".")[1]) + 1
+                rows += [
+                    {
+                        "arm": arm,
+                        "seed": job.config["train"]["seed"],
+                        "block": block,
+                        "head": h,
+                        "logit": float(x),
+                    }
+                    for h, x in enumerate(value.flatten().tolist())
+                ]
     return rows
 
 
@@ -317,40 +266,37 @@ def arms_text(names: list[str]) -> str:
     )
 
 
-def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Path:
-    groups = [g for a in arms for g in a["groups"]]
+def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path:
+    groups = list(cell.groups.values())
     on_loss = comparisons(
         groups, "arm", "test_loss", args.confidence, args.margin, REFERENCE, "none"
     )
     on_rank = comparisons(groups, "arm", "rank", args.confidence, None, REFERENCE, "none")
     family = correct(on_loss + on_rank, args.correction)
-    layers = layer_rows(arms)
-    names = [a["arm"] for a in arms]
-    write_runs([r for a in arms for r in a["runs"]], args.out / "runs.csv", ("arm",))
-    write_runs([r for a in arms for r in a["tune_runs"]], args.out / "tune_runs.csv", ("arm",))
+    layers = layer_rows(cell)
+    names = list(args.arms)
+    write_runs(cell.runs, args.out / "runs.csv", ("arm",))
+    write_runs(cell.tune_runs, args.out / "tune_runs.csv", ("arm",))
     write_csv(args.out / "comparisons.csv", COMPARISON_COLUMNS, family)
     write_csv(args.out / "layers.csv", ["arm", "seed", "step", "layer", *STATS], layers)
-    logits = sink_logits(arms)
+    logits = sink_logits(cell)
     write_csv(args.out / "sink_logits.csv", ["arm", "seed", "block", "head", "logit"], logits)
     figure(layers, names, args.out / "sinks.png")
     lines = [
-        "# Sinks: attention that may go nowhere, its rank and its first-token sink",
-        "",
-        f"Command: `{header['command']}`",
-        f"Machine: {header['machine']}",
-        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
-        f"runs done before it are kept); runs: {sum(len(a['tune_runs']) for a in arms)} tuning, "
-        f"{sum(len(a['runs']) for a in arms)} fresh, "
-        f"{sum(float(r.get('wall_s') or 0) for a in arms for r in a['runs'] + a['tune_runs']):.0f}"
-        " s summed.",
+        *head_lines(
+            "Sinks: attention that may go nowhere, its rank and its first-token sink",
+            header,
+            cell.tune_runs,
+            cell.runs,
+        ),
         f"Every run: `{' '.join(PRESETS[args.preset]['overrides'])}`"
         + (" + the --smoke toy size" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
         + f"; arms: {arms_text(names)}.",
-        f"Seeds: tuning {', '.join(map(str, args.tune_seeds))}; reported "
-        f"{', '.join(map(str, args.seeds))} (fresh). Equivalence margin on test loss, fixed "
-        f"before the runs: ±{args.margin:g} ({MARGIN_REASON}); the final relative residual of the "
-        "last block is compared without a margin. "
+        seeds_line(args.tune_seeds, args.seeds)
+        + " Equivalence margin on test loss, fixed before the runs: "
+        f"±{args.margin:g} ({MARGIN_REASON}); the final relative residual of the last block is "
+        "compared without a margin. "
         + protocol_text(family, args.confidence, args.margin, args.correction)
         + " Per-seed values: `runs.csv`; tuning runs: `tune_runs.csv`; the family: "
         "`comparisons.csv`; every evaluation per block: `layers.csv`; the figure: `sinks.png`.",
@@ -358,11 +304,9 @@ def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Pa
     ]
     if args.smoke:
         lines += ["**Smoke run**: toy sizes; the numbers mean nothing.", ""]
-    for a in arms:
-        tuned = tuning_lines(
-            a, args.lrs, args.tune_seeds, "whole-split val loss (min)", args.max_extensions
-        )
-        lines += [tuned[0].replace("Learning rate", f"{a['arm']}: learning rate"), *tuned[1:]]
+    lines += tuning_lines(
+        vars(cell), args.lrs, args.tune_seeds, "whole-split val loss (min)", args.max_extensions
+    )
     lines += [
         "## Fresh seeds: test loss, final rank",
         "",
@@ -404,12 +348,12 @@ def write_report(arms: list[dict], args: argparse.Namespace, header: dict) -> Pa
     path = args.out / "sinks.md"
     path.write_text("\n".join(lines) + "\n")
     plain = {
-        a["arm"]: {
-            "chosen_lr": a["chosen"].get(a["arm"]),
-            "extensions": a["extensions"],
-            "groups": [group_row(g, args.confidence) for g in a["groups"]],
+        arm: {
+            "chosen_lr": cell.chosen.get(arm),
+            "extensions": [e for e in cell.extensions if arm in e["mixers"]],
+            "groups": [group_row(g, args.confidence) for a, g in cell.groups.items() if a == arm],
         }
-        for a in arms
+        for arm in args.arms
     }
     (args.out / "sinks.json").write_text(
         json.dumps({**header, "arms": plain}, indent=2, default=str) + "\n"
@@ -467,24 +411,19 @@ def main() -> None:
                 f"--data-dir {args.data_dir}: no Tiny Shakespeare there "
                 "(tinyshakespeare/input.txt); docs/data.md says how to fetch it"
             )
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    started, start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), time.perf_counter()
+    clock = Clock()
     args.out.mkdir(parents=True, exist_ok=True)
-    arms = [run_arm(a, args, env) for a in args.arms]
-    header = {
-        "command": command,
-        "machine": machine(),
-        "started": started,
-        "wall_s": time.perf_counter() - start,
-        "preset": args.preset,
-        "lrs": args.lrs,
-        "tune_seeds": args.tune_seeds,
-        "seeds": args.seeds,
-        "margin": args.margin,
-        "margin_reason": MARGIN_REASON,
-        "correction": args.correction,
-    }
-    print(write_report(arms, args, header).read_text())
+    cell = run_arms(args, env)
+    header = clock.header(
+        preset=args.preset,
+        lrs=args.lrs,
+        tune_seeds=args.tune_seeds,
+        seeds=args.seeds,
+        margin=args.margin,
+        margin_reason=MARGIN_REASON,
+        correction=args.correction,
+    )
+    print(write_report(cell, args, header).read_text())
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from attnzoo.studies import read_rows, selection_from_rows, tuning_lines
+from attnzoo.studies import read_rows
+from attnzoo.tuned import selection_from_rows, tuning_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "recall.py"
@@ -125,25 +126,39 @@ def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.slow  # ~1 min: 54 toy runs
-def test_the_smoke_study_tunes_reruns_compares_and_resumes(tmp_path):
-    out = tmp_path / "recall"
-    proc = recall("--smoke", "--parallel", "2", "--out", str(out))
+# The slow tier's smoke: three of the six mixers (the reference, a recurrent one and the delta
+# rule), run once for the module and read by both tests below.
+SMOKE_MIXERS = ["scaled_dot", "mamba2", "deltanet"]
+SMOKE = ["--smoke", "--mixers", *SMOKE_MIXERS, "--parallel", "2"]
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory) -> Path:
+    """The smoke study at depth 2 (~27 toy runs), its report folder."""
+    out = tmp_path_factory.mktemp("recall") / "depth2"
+    proc = recall(*SMOKE, "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_the_smoke_study_tunes_reruns_compares_and_resumes(smoke_study):
+    out = smoke_study
     md = (out / "recall.md").read_text()
     assert "## Width 16, depth 2" in md and "**Smoke run**" in md
     assert "Equivalence margin, fixed before the runs: ±0.05 accuracy" in md
     runs = list(csv.DictReader((out / "runs.csv").open()))
     assert sorted({(r["mixer"], r["seed"]) for r in runs}) == sorted(
-        (m, s) for m in MIXERS for s in ("0", "1")
+        (m, s) for m in SMOKE_MIXERS for s in ("0", "1")
     )
     assert {(r["width"], r["depth"]) for r in runs} == {("16", "2")}
     assert all(r["final_test_metric"] not in ("", None) for r in runs)  # test read at the end
     tune = list(csv.DictReader((out / "tune_runs.csv").open()))
-    assert len(tune) >= 6 * 3 * 2 and all(r["final_test_metric"] == "" for r in tune)  # val only
+    assert len(tune) >= 3 * 3 * 2 and all(r["final_test_metric"] == "" for r in tune)  # val only
+    assert all(r["job"].startswith("dim16_depth2/tune") for r in tune)  # its folder under --out
     family = list(csv.DictReader((out / "comparisons.csv").open()))
-    assert sorted(r["config"].split(" ")[0] for r in family) == sorted(MIXERS[1:])
-    assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"15"}
+    assert sorted(r["config"].split(" ")[0] for r in family) == sorted(SMOKE_MIXERS[1:])
+    assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"6"}
     assert (out / "recall.png").stat().st_size > 10_000
     curves = read_rows(out / "curves.csv")  # every fresh run's sampled validation accuracy
     assert {(r["mixer"], r["seed"]) for r in curves} == {(r["mixer"], r["seed"]) for r in runs}
@@ -151,21 +166,18 @@ def test_the_smoke_study_tunes_reruns_compares_and_resumes(tmp_path):
         steps = [int(r["step"]) for r in curves if (r["mixer"], r["seed"]) == (mixer, seed)]
         assert len(steps) >= 2 and steps == sorted(set(steps))
     assert all(0.0 <= float(r["val_accuracy"]) <= 1.0 for r in curves)
-    again = recall("--smoke", "--parallel", "2", "--out", str(out))  # every sweep completed
+    again = recall(*SMOKE, "--out", str(out))  # every sweep completed
     assert again.returncode == 0 and "-m attnzoo.train" not in again.stdout
     assert again.stdout.count("done already") >= 2
 
 
-@pytest.mark.slow  # ~2 min: 2 × 54 toy runs
-def test_a_new_cell_joins_a_committed_report_in_one_family(tmp_path):
+@pytest.mark.slow
+def test_a_new_cell_joins_a_committed_report_in_one_family(smoke_study, tmp_path):
     """A depth-1 cell run with --add-to a depth-2 report: the new report holds both cells, the
     committed cell's table and per-seed values as committed, every comparison in one Holm family
-    (30 hypotheses), its raw p-values as before; the header names the command that ran it."""
-    first, second = tmp_path / "depth2", tmp_path / "both"
-    assert recall("--smoke", "--parallel", "2", "--out", str(first)).returncode == 0
-    proc = recall(
-        "--smoke", "--depths", "1", "--parallel", "2", "--add-to", str(first), "--out", str(second)
-    )
+    (12 hypotheses), its raw p-values as before; the header names the command that ran it."""
+    first, second = smoke_study, tmp_path / "both"
+    proc = recall(*SMOKE, "--depths", "1", "--add-to", str(first), "--out", str(second))
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (second / "recall.md").read_text()
     assert "## Width 16, depth 1" in md and "## Width 16, depth 2" in md
@@ -175,13 +187,15 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(tmp_path):
     assert after["cells"][1]["groups"] == before["cells"][0]["groups"]
     assert after["earlier"][0]["cells"] == [[16, 2]]
     runs = read_rows(second / "runs.csv")
-    assert {(r["depth"], r["mixer"]) for r in runs} == {(d, m) for d in "12" for m in MIXERS}
+    assert {(r["depth"], r["mixer"]) for r in runs} == {(d, m) for d in "12" for m in SMOKE_MIXERS}
     assert [r for r in runs if r["depth"] == "2"] == read_rows(first / "runs.csv")
     curves = read_rows(second / "curves.csv")  # the committed cell's curves carried over
     assert [r for r in curves if r["depth"] == "2"] == read_rows(first / "curves.csv")
-    assert {(r["depth"], r["mixer"]) for r in curves} == {(d, m) for d in "12" for m in MIXERS}
+    assert {(r["depth"], r["mixer"]) for r in curves} == {
+        (d, m) for d in "12" for m in SMOKE_MIXERS
+    }
     family = read_rows(second / "comparisons.csv")
-    assert len(family) == 10 and {r["tests"] for r in family} == {"30"}
+    assert len(family) == 4 and {r["tests"] for r in family} == {"12"}
     old = {r["config"]: float(r["p"]) for r in read_rows(first / "comparisons.csv")}
     new = {r["config"]: float(r["p"]) for r in family if r["depth"] == "2"}
     assert new == pytest.approx(old, rel=1e-6)  # recomputed from the committed per-seed values

@@ -202,7 +202,7 @@ def check_mixer_report(out: Path, md: str, tasks: tuple[str, ...], flags: str) -
     )
     assert re.search(r"^Wall time: \d+ s, this command", head, re.M)
     n_tune, n_fresh = 20 * len(tasks), 10 * len(tasks)  # what every run summed, resumed or not
-    assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed$", head, re.M)
+    assert re.search(rf"runs: {n_tune} tuning, {n_fresh} fresh, \d+ s summed\.$", head, re.M)
     assert "±0.05 loss (nats)" in head and "±0.02 accuracy" in head  # before any number
     assert "Seeds: tuning 100, 101; reported 0, 1" in head
     assert re.search(r"One family: \d+ hypotheses in this report .* with Holm's step-down", head)
@@ -374,7 +374,7 @@ def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path):
 def test_a_study_of_one_mixer_reruns_it_at_its_choice():
     """A sweep of one mixer varies no mixer, so its selection rows have no mixer axis: the
     choice is still that mixer's (it once ran no fresh seeds and no grid extension)."""
-    from attnzoo.studies import chosen_lrs, mixer_of
+    from attnzoo.tuned import chosen_lrs, mixer_of
 
     one = [{"axes": {}, "value": 0.001}]
     assert mixer_of(one[0], ["favor"]) == "favor" and mixer_of(one[0], ["favor", "linear"]) is None
@@ -427,11 +427,11 @@ def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_p
     """tune_lr's loop with the sweeps and the selection stubbed: a mixer whose best LR keeps
     sitting at the high edge gets one more step (the grid's factor) per round, up to the cap;
     one whose choice is interior gets none."""
-    from attnzoo import studies
+    from attnzoo import tuned
     from attnzoo.analysis import report
 
     ran = []
-    monkeypatch.setattr(studies, "sweep", lambda over, folder, *a: ran.append((over, folder)))
+    monkeypatch.setattr(tuned, "sweep", lambda over, folder, *a: ran.append((over, folder)))
 
     def fake_select(folders, out, key, **kw):
         grid = [1e-3, 2e-3, 4e-3] + [4e-3 * 2**k for k in range(1, len(folders))]
@@ -442,7 +442,7 @@ def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_p
         ]
 
     monkeypatch.setattr(report, "write_tuning", fake_select)
-    selected, ext, folders = studies.tune_lr(
+    selected, ext, folders = tuned.tune_lr(
         ["experiment=imdb"],
         ["pooling", "metric"],
         [1e-3, 2e-3, 4e-3],
@@ -464,7 +464,7 @@ def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_p
     assert "train.lr=0.016" in ran[-1][0] and "mixer=pooling" in ran[-1][0]
     assert "train.seed=100,101" in ran[-1][0]
     assert all("train.final_splits=[val]" in over for over, _ in ran)  # tuning never reads test
-    lines = studies.tuning_lines(
+    lines = tuned.tuning_lines(
         {"selected": selected, "extensions": ext},
         [1e-3, 2e-3, 4e-3],
         [100, 101],
@@ -724,7 +724,7 @@ def test_a_grid_extension_line_names_what_is_tuned(monkeypatch, capsys, tmp_path
     """The sink study tunes one mixer under several arms: its extension lines name the arm, a
     study of mixers names the mixers."""
     import attnzoo.analysis.report
-    from attnzoo import studies
+    from attnzoo import tuned
 
     at_edge = [{"axes": {}, "grid": [1e-3, 1e-2], "edge": "high"}]
     for label, says in [
@@ -735,8 +735,8 @@ def test_a_grid_extension_line_names_what_is_tuned(monkeypatch, capsys, tmp_path
         monkeypatch.setattr(
             attnzoo.analysis.report, "write_tuning", lambda *a, c=chosen, **k: next(c)
         )
-        monkeypatch.setattr(studies, "sweep", lambda *a, **k: None)
-        _, extensions, _ = studies.tune_lr(
+        monkeypatch.setattr(tuned, "sweep", lambda *a, **k: None)
+        _, extensions, _ = tuned.tune_lr(
             [], ["scaled_dot"], [1e-3, 1e-2], [0], tmp_path, {}, {}, 1, label
         )
         assert extensions == [{"round": 1, "lr": 0.1, "mixers": ["scaled_dot"], "edge": "high"}]
