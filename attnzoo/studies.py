@@ -341,17 +341,20 @@ def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note:
     return "\n".join(lines)
 
 
-def tuned_study_price(args: argparse.Namespace, seconds: dict[str, float], basis: str) -> str:
-    """`price` for a tuned study (scripts/mixer_ablation.py): per task, the tuning runs (mixers
-    × --lrs × --tune-seeds) and the fresh-seed runs (mixers × --seeds), `seconds` per run of
-    each task; the grid extensions, which depend on the choices, as an upper bound beside."""
-    plan, extra = [], 0
-    for task in args.tasks:
-        n = len(mixers_for_task(task, args.mixers)[0])
-        plan.append((f"{task} tuning", n * len(args.lrs) * len(args.tune_seeds), seconds[task]))
-        plan.append((f"{task} fresh seeds", n * len(args.seeds), seconds[task]))
-        extra += args.max_extensions * len(args.tune_seeds) * n
-    return price(plan, args.parallel, basis, f"; grid extensions add up to {extra} runs more")
+def tuned_study_price(
+    args: argparse.Namespace, cells: list[tuple[str, int, float, str]], basis: str
+) -> str:
+    """`price` for a tuned study (attnzoo.tuned): per cell (`cells`: its name, its arms, seconds
+    per run and how they were had, or "") the tuning runs (arms × --lrs × --tune-seeds) and the
+    fresh-seed runs (arms × --seeds); the grid extensions, which depend on the choices, as an
+    upper bound beside."""
+    sweeps, extra = [], 0
+    for name, arms, seconds, how in cells:
+        tuning = f"{name} tuning" + (f" ({how})" if how else "")
+        sweeps.append((tuning, arms * len(args.lrs) * len(args.tune_seeds), seconds))
+        sweeps.append((f"{name} fresh seeds", arms * len(args.seeds), seconds))
+        extra += args.max_extensions * len(args.tune_seeds) * arms
+    return price(sweeps, args.parallel, basis, f"; grid extensions add up to {extra} runs more")
 
 
 def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list[str]:

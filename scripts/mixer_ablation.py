@@ -400,11 +400,17 @@ def main() -> None:
     if problem := check_seeds(args.tune_seeds, args.seeds):
         parser.error(problem)
     if args.dry_run:
-        if args.smoke:
-            seconds, basis = SMOKE_JOB_S
-            print(tuned_study_price(args, dict.fromkeys(args.tasks, seconds), basis))
-        else:
-            print(tuned_study_price(args, *RUN_S[args.preset]))
+        seconds, basis = SMOKE_JOB_S if args.smoke else RUN_S[args.preset]
+        cells = [
+            (
+                task,
+                len(mixers_for_task(task, args.mixers)[0]),
+                seconds if args.smoke else seconds[task],
+                "",
+            )
+            for task in args.tasks
+        ]
+        print(tuned_study_price(args, cells, basis))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir_of(args)

@@ -56,10 +56,10 @@ from attnzoo.studies import (
     STUDY_REFERENCE,
     add_tuned_options,
     int_list,
-    price,
     read_rows,
     run_overrides,
     tuned_options_problem,
+    tuned_study_price,
 )
 from attnzoo.tuned import (
     Arm,
@@ -455,26 +455,12 @@ def main() -> None:
     ):
         parser.error(earlier)
     if args.dry_run:
-        n, sweeps = len(args.mixers), []
+        priced = []
         for w, d in cells:
             per, how = (SMOKE_JOB_S[0], "smoke") if args.smoke else cell_seconds(w, d, args.preset)
-            sweeps += [
-                (
-                    f"width {w}, depth {d} tuning ({how})",
-                    n * len(args.lrs) * len(args.tune_seeds),
-                    per,
-                ),
-                (f"width {w}, depth {d} fresh seeds", n * len(args.seeds), per),
-            ]
-        print(
-            price(
-                sweeps,
-                args.parallel,
-                SMOKE_JOB_S[1] if args.smoke else preset["basis"],
-                f"; grid extensions add up to "
-                f"{args.max_extensions * len(args.tune_seeds) * n * len(cells)} runs more",
-            )
-        )
+            priced.append((f"width {w}, depth {d}", len(args.mixers), per, how))
+        basis = SMOKE_JOB_S[1] if args.smoke else preset["basis"]
+        print(tuned_study_price(args, priced, basis))
         return
     clock = Clock()
     args.out.mkdir(parents=True, exist_ok=True)

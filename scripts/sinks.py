@@ -55,9 +55,9 @@ from attnzoo.studies import (
     add_tuned_options,
     data_dir_of,
     has_corpus,
-    price,
     run_overrides,
     tuned_options_problem,
+    tuned_study_price,
     write_smoke_data,
 )
 from attnzoo.tuned import Arm, CellRuns, Clock, Plan, head_lines, run_cell, seeds_line, tuning_lines
@@ -385,18 +385,10 @@ def main() -> None:
     if args.smoke:
         args.seeds = args.seeds[:2]
     if args.dry_run:
-        n = len(args.arms)
         seconds, basis = SMOKE_JOB_S if args.smoke else (preset["seconds"], preset["basis"])
         print(
-            price(
-                [
-                    ("tuning", n * len(args.lrs) * len(args.tune_seeds), seconds),
-                    ("fresh seeds", n * len(args.seeds), seconds),
-                ],
-                args.parallel,
-                basis,
-                f"; grid extensions add up to "
-                f"{args.max_extensions * len(args.tune_seeds) * n} runs more",
+            tuned_study_price(
+                args, [(f"{len(args.arms)} arms", len(args.arms), seconds, "")], basis
             )
         )
         return
