@@ -318,6 +318,88 @@ def compare(
     return welch_t(list(a.values()), list(b.values()), confidence, margin)
 
 
+# ---- success rates: an outcome that either happened or did not -----------------------------------
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval for a proportion k / n (Newcombe 1998, "Two-sided confidence
+    intervals for the single proportion", method 3): the p with |k/n − p| ≤ z √(p(1 − p)/n)."""
+    if n < 1:
+        return math.nan, math.nan
+    z = float(special.ndtri(0.5 + confidence / 2))
+    phat, z2 = k / n, z * z
+    centre = (phat + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(phat * (1 - phat) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe_interval(
+    k_a: int, n_a: int, k_b: int, n_b: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """The interval of p_a − p_b from the two Wilson intervals (Newcombe 1998, "Interval
+    estimation for the difference between independent proportions", method 10): it stays in
+    [−1, 1] and keeps its coverage near nominal at the few trials a study affords."""
+    pa, pb = k_a / n_a, k_b / n_b
+    (la, ua), (lb, ub) = (
+        wilson_interval(k_a, n_a, confidence),
+        wilson_interval(k_b, n_b, confidence),
+    )
+    d = pa - pb
+    return (
+        d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2),
+        d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2),
+    )
+
+
+def rate_p(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
+    """Boschloo's exact test of p_a = p_b, two-sided (scipy.stats.boschloo_exact): Fisher's
+    p-value as the statistic, maximised over the common rate; uniformly more powerful than
+    Fisher's test and, like it, never above its level under the null."""
+    if n_a < 1 or n_b < 1:
+        return math.nan
+    if (k_a + k_b) in (0, n_a + n_b):  # every trial the same outcome: nothing to tell apart
+        return 1.0
+    from scipy.stats import boschloo_exact  # scipy.stats takes a second to import: here only
+
+    table = [[k_a, k_b], [n_a - k_a, n_b - k_b]]
+    return float(boschloo_exact(table, alternative="two-sided").pvalue)
+
+
+def compare_rates(k_a: int, n_a: int, k_b: int, n_b: int, confidence: float = 0.95) -> Comparison:
+    """Success rate a − b (k successes of n trials each): the difference of the rates, its
+    Newcombe interval and Boschloo's exact two-sided p. No margin: with a handful of trials a
+    rate moves in steps of 1/n, and an equivalence claim would need far more of them."""
+    if n_a < 1 or n_b < 1:
+        return _too_few("Boschloo exact", np.zeros(n_a), np.zeros(n_b), confidence, None)
+    low, high = newcombe_interval(k_a, n_a, k_b, n_b, confidence)
+    p = rate_p(k_a, n_a, k_b, n_b)
+    return Comparison(
+        method="Boschloo exact",
+        n_a=n_a,
+        n_b=n_b,
+        diff=k_a / n_a - k_b / n_b,
+        low=low,
+        high=high,
+        p_value=p,
+        df=math.nan,
+        confidence=confidence,
+        margin=None,
+        p_tost=None,
+        resolved=p < 1 - confidence,
+        within_margin=False,
+    )
+
+
+def rate_resolvable(n_a: int, n_b: int, alpha: float) -> float:
+    """The smallest difference of success rates that n_a and n_b trials can resolve at level
+    `alpha`: over the tables whose reference succeeds every time, the least 1 − k/n_a whose
+    exact p is below `alpha`; inf when not even all against none is."""
+    for k in range(n_a - 1, -1, -1):
+        if rate_p(k, n_a, n_b, n_b) < alpha:
+            return 1 - k / n_a
+    return math.inf
+
+
 # ---- a family of comparisons ------------------------------------------------------------------
 
 CORRECTIONS = ("holm", "bonferroni", "none")

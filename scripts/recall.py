@@ -12,7 +12,11 @@ mamba2, gla and deltanet; the causal mixers only, MQAR is read left to right):
 3. report: test accuracy on the held-out test split (never read by a choice), per seed and as a
    Student-t interval, and each mixer against scaled-dot, the reference fixed up front, paired
    by seed; every comparison of every cell in one family (--correction, default holm), with
-   the equivalence margin --margin (accuracy, stated before the runs).
+   the equivalence margin --margin (accuracy, stated before the runs). With --success ACCURACY
+   (a threshold fixed before the runs) the outcome of a seed is instead whether its test
+   accuracy reached it, and each mixer's success rate is compared with scaled-dot's by
+   Boschloo's exact test (attnzoo.stats.compare_rates), in the same one family: the analysis
+   for outcomes that are success or failure (the 1/8 plateau, or recall near 1).
 
 The task is the trainer's `task=mqar` (its defaults: vocabulary 256, 64 tokens, 8 key-value
 pairs, every key queried) on blocks with the MLP switched off (model.mlp=false: the mixers alone
@@ -33,6 +37,7 @@ in one family.
     python scripts/recall.py --parallel 2                   # the CPU study (docs/results.md)
     python scripts/recall.py --widths 32 --add-to scripts/results/recall   # one more width
     python scripts/recall.py --smoke                        # the pipeline at toy size, ~1 min
+    python scripts/recall.py --success 0.9 --seeds 0,1,2,3,4,5,6,7,8,9  # success rates, exact tests
     python scripts/recall.py --preset gpu --parallel 4      # one GPU: widths 64-512, depths 2, 4
 """
 
@@ -45,7 +50,7 @@ import os
 import shlex
 from pathlib import Path
 
-from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
+from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct, successes
 from attnzoo.analysis.figures import recall_figure
 from attnzoo.analysis.groups import group_row, groups_from_rows
 from attnzoo.analysis.report import protocol_text, write_runs
@@ -166,9 +171,7 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
         for x in job.records
         if "val/accuracy" in x and "step" in x
     ]
-    compared = comparisons(
-        groups, "mixer.name", ON, args.confidence, args.margin, STUDY_REFERENCE, "none"
-    )
+    compared = compare_cell(groups, args)
     return vars(cell) | {
         **where,
         "groups": groups,
@@ -176,6 +179,22 @@ def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, st
         "compared": [c | where for c in compared],
         "curves": curves,
     }
+
+
+def compare_cell(groups: list, args: argparse.Namespace) -> list[dict]:
+    """Each mixer of a cell against scaled-dot on test accuracy, uncorrected (the report corrects
+    every cell's together): paired by seed with the margin, or with --success the success rates
+    by Boschloo's exact test."""
+    return comparisons(
+        groups,
+        "mixer.name",
+        ON,
+        args.confidence,
+        None if args.success is not None else args.margin,
+        STUDY_REFERENCE,
+        "none",
+        success=args.success,
+    )
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -186,7 +205,13 @@ def plan(args: argparse.Namespace) -> Plan:
 
 
 # What reports written before these keys were recorded ran with (the script's defaults then).
-PROTOCOL_DEFAULTS = {"confidence": 0.95, "override": [], "smoke": False, "max_extensions": 1}
+PROTOCOL_DEFAULTS = {
+    "confidence": 0.95,
+    "override": [],
+    "smoke": False,
+    "max_extensions": 1,
+    "success": None,
+}
 
 
 def cell_seconds(width: int, depth: int, preset: str) -> tuple[float, str]:
@@ -223,6 +248,7 @@ def protocol(args: argparse.Namespace) -> dict:
         "override": args.override,
         "smoke": args.smoke,
         "max_extensions": args.max_extensions,
+        "success": args.success,
     }
 
 
@@ -265,9 +291,7 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
             )
         order = {m: i for i, m in enumerate(args.mixers)}
         groups = sorted(groups_from_rows(here), key=lambda g: order[g.config.get("mixer.name")])
-        compared = comparisons(
-            groups, "mixer.name", ON, args.confidence, args.margin, STUDY_REFERENCE, "none"
-        )
+        compared = compare_cell(groups, args)
         cells.append(
             {
                 **where,
@@ -333,7 +357,20 @@ def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list
             f" | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
             f"{fmt(r['params'])} | {r['note']} |"
         )
-    lines += ["", f"Against {STUDY_REFERENCE} (test accuracy, margin ±{args.margin:g}):"]
+    if args.success is None:
+        lines += ["", f"Against {STUDY_REFERENCE} (test accuracy, margin ±{args.margin:g}):"]
+    else:
+        counts = ", ".join(
+            f"{g.config.get('mixer.name')} {k}/{n}"
+            for g in cell["groups"]
+            for k, n in [successes(g.values(ON), args.success, False)]
+        )
+        lines += [
+            "",
+            f"Seeds whose test accuracy reached {args.success:g}: {counts}.",
+            "",
+            f"Against {STUDY_REFERENCE} (success rate, test accuracy ≥ {args.success:g}):",
+        ]
     lines += [f"- {s}" for s in verdicts.values()] or ["- nothing to compare"]
     return lines + [""]
 
@@ -369,8 +406,12 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
         f"{', '.join(map(str, sorted({c['depth'] for c in cells})))}; "
         f"mixers {', '.join(args.mixers)}.",
         seeds_line(args.tune_seeds, args.seeds)
-        + f" Equivalence margin, fixed before the runs: ±{args.margin:g} accuracy "
-        f"({MARGIN_REASON}). "
+        + (
+            f" Equivalence margin, fixed before the runs: ±{args.margin:g} accuracy "
+            f"({MARGIN_REASON}). "
+            if args.success is None
+            else f" Success, fixed before the runs: test accuracy ≥ {args.success:g}. "
+        )
         + protocol_text(family, args.confidence, args.margin, args.correction)
         + " Per-seed values: `runs.csv`; every tuning run: `tune_runs.csv`; every comparison "
         "with raw and adjusted p: `comparisons.csv`; validation curves of the fresh seeds: "
@@ -431,6 +472,14 @@ def main() -> None:
         "report, every comparison in one family (same protocol; new cells "
         "only)",
     )
+    parser.add_argument(
+        "--success",
+        type=float,
+        default=None,
+        metavar="ACCURACY",
+        help="compare success rates instead of means: a seed succeeds when its test accuracy "
+        "reaches ACCURACY (fixed before the runs, in (0, 1]); Boschloo's exact test, no margin",
+    )
     add_tuned_options(parser, "recall", "test accuracy")
     args = parser.parse_args()
     preset = PRESETS[args.preset]
@@ -448,6 +497,8 @@ def main() -> None:
         parser.error(problem)
     if STUDY_REFERENCE not in args.mixers:
         parser.error(f"--mixers must include the reference, {STUDY_REFERENCE}")
+    if args.success is not None and not 0 < args.success <= 1:
+        parser.error(f"--success {args.success}: allowed: an accuracy in (0, 1]")
     cells = list(itertools.product(args.widths, args.depths))
     earlier: tuple[list, list] | str = ([], [])
     if args.add_to is not None and isinstance(

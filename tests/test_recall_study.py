@@ -39,6 +39,12 @@ def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--mixers", "linear", "gla"], "--mixers must include the reference, scaled_dot"),
         (["--mixers", "scaled_dot", "nystrom"], "invalid choice: 'nystrom'"),  # not causal
         (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
+        (["--success", "0"], "--success 0.0: allowed: an accuracy in (0, 1]"),
+        (["--success", "90"], "--success 90.0: allowed: an accuracy in (0, 1]"),
+        (
+            ["--widths", "256", "--success", "0.9", "--add-to", str(COMMITTED)],
+            "its success is None, this run's 0.9",
+        ),
         (["--widths", "64", "--add-to", str(COMMITTED)], "(width, depth) [(64, 2)] already in it"),
         (
             ["--widths", "256", "--seeds", "0,1,2,3", "--add-to", str(COMMITTED)],
@@ -199,3 +205,39 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(smoke_study, tmp_path
     old = {r["config"]: float(r["p"]) for r in read_rows(first / "comparisons.csv")}
     new = {r["config"]: float(r["p"]) for r in family if r["depth"] == "2"}
     assert new == pytest.approx(old, rel=1e-6)  # recomputed from the committed per-seed values
+
+
+def test_success_compares_each_cells_success_rates_with_an_exact_test():
+    """--success 0.9 on the committed cells: each mixer's seeds at ≥ 0.9 test accuracy against
+    scaled-dot's by Boschloo's exact test, in one Holm family, and the protocol says so."""
+    import argparse
+    import importlib.util
+
+    from attnzoo.analysis.compare import correct
+    from attnzoo.analysis.groups import groups_from_rows
+    from attnzoo.analysis.report import protocol_text
+    from attnzoo.stats import rate_p
+
+    spec = importlib.util.spec_from_file_location("recall_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = argparse.Namespace(success=0.9, confidence=0.95, margin=0.05)
+    family = []
+    runs = read_rows(COMMITTED / "runs.csv")
+    for cell in {(r["width"], r["depth"]) for r in runs}:
+        here = [r for r in runs if (r["width"], r["depth"]) == cell]
+        family += module.compare_cell(groups_from_rows(here), args)
+    family = correct(family, "holm")
+    assert len(family) == 5 * len({(r["width"], r["depth"]) for r in runs})
+    assert all(r["method"] == "Boschloo exact" and r["tests"] == len(family) for r in family)
+    text = protocol_text(family, 0.95, None, "holm")
+    assert "Boschloo's exact test" in text and f"{len(family)} hypotheses" in text
+    # one by hand: DeltaNet against scaled-dot at width 64, depth 2, from the per-seed values
+    cell = [r for r in runs if (r["width"], r["depth"]) == ("64", "2")]
+    hits = {
+        m: sum(float(r["final_test_metric"]) >= 0.9 for r in cell if r["mixer"] == m)
+        for m in ("deltanet", "scaled_dot")
+    }
+    mine = module.compare_cell(groups_from_rows(cell), args)
+    row = next(r for r in mine if r["value"] == "deltanet")
+    assert row["p"] == pytest.approx(rate_p(hits["deltanet"], 3, hits["scaled_dot"], 3))

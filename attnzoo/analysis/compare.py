@@ -37,7 +37,15 @@ from typing import Any
 from attnzoo.analysis.groups import Group, axis_name, split_of
 from attnzoo.analysis.runs import task_attr
 from attnzoo.analysis.tables import fmt
-from attnzoo.stats import CORRECTIONS, Comparison, adjust, compare, t_ppf
+from attnzoo.stats import (
+    CORRECTIONS,
+    Comparison,
+    adjust,
+    compare,
+    compare_rates,
+    rate_resolvable,
+    t_ppf,
+)
 
 COMPARISON_COLUMNS = (
     "block",
@@ -65,6 +73,7 @@ COMPARISON_COLUMNS = (
     "verdict",
     "sentence",
 )
+RATES = "Boschloo exact"  # the method of a comparison of success rates (stats.compare_rates)
 # the reference of an axis when none is given (any other axis: its first value in the sweep)
 DEFAULT_REFERENCE = {"mixer.name": "scaled_dot", "model.residual": "add"}
 
@@ -232,13 +241,19 @@ def sentence(r: dict[str, Any]) -> str:
             )
     elif v == "within margin":
         head = f"within margin ±{margin:g} (TOST:{how} p = {_p(r['p_tost_adjusted'])})"
+    elif math.isinf(r["resolvable"]):
+        head = (
+            f"not resolved with {_seeds(r)} (no outcome of these seeds could be resolved in "
+            "this family; not the same as equal)"
+        )
     else:
         head = (
             f"not resolved with {_seeds(r)} (could resolve |Δ| ≥ {r['resolvable']:.2g}; "
             "not the same as equal)"
         )
     stats = (
-        f"{r['method']}, {_seeds(r)}, Δ{r['on']} = {r['diff']:+.3g}, {r['confidence']:.0%} CI "
+        f"{r['method']}, {_seeds(r)}, Δ{r['on'] if ' ' not in r['on'] else '(' + r['on'] + ')'}"
+        f" = {r['diff']:+.3g}, {r['confidence']:.0%} CI "
         f"[{r['diff_ci_low']:+.3g}, {r['diff_ci_high']:+.3g}], p = {_p(r['p'])}"
     )
     if margin is not None:
@@ -272,8 +287,12 @@ def comparison_row(a: str, ref: str, on: str, c: Comparison, lower_is_better: bo
 
 
 def _resolvable(r: dict[str, Any], m: int) -> float:
-    """The half-width of the interval of the difference at level α/m (see the module docstring)."""
+    """The half-width of the interval of the difference at level α/m (see the module docstring);
+    for success rates, the smallest difference of rates the trials could resolve at α/m
+    (stats.rate_resolvable)."""
     alpha, df, half = 1.0 - r["confidence"], r["df"], r["half_width"]
+    if r["method"] == RATES:
+        return rate_resolvable(r["n"], r["n_reference"], alpha / max(m, 1))
     if not (isinstance(half, float) and math.isfinite(half)) or m < 1:
         return math.nan
     if half == 0.0:
@@ -319,6 +338,7 @@ def comparisons(
     margin: float | None = None,
     reference: Any = None,
     correction: str = "holm",
+    success: float | None = None,
 ) -> list[dict[str, Any]]:
     """Within each block (the other axes fixed), every configuration against the reference
     (`reference_value`) on `on`: attnzoo.stats.compare, i.e. the paired t-test on the seeds both
@@ -326,7 +346,13 @@ def comparisons(
     and TOST; the p-values corrected together by `correction` (holm, bonferroni, none). One row
     (COMPARISON_COLUMNS) per configuration that is not the reference; a block without the
     reference is left out. To correct over several calls (axes, tasks, metrics of one report),
-    `correct` their rows together."""
+    `correct` their rows together.
+
+    With `success` (a threshold fixed before the runs) the outcome of a seed is whether its `on`
+    reached it (≥ where higher is better, ≤ where lower is), and each configuration's success
+    rate is compared with the reference's by Boschloo's exact test (stats.compare_rates; no
+    margin): for outcomes that are success or failure, where a mean and its t-interval mislead.
+    Such a row is `on` "success: <on> ≥ <threshold>"."""
     lower = lower_is_better(on, groups)
     attached = attached_keys(groups, axis)
     ref_value = reference_value(groups, axis, reference)
@@ -340,8 +366,25 @@ def comparisons(
         for g in scored:
             if g is ref:
                 continue
-            c = compare(g.values(on), ref.values(on), confidence, margin)
+            if success is None:
+                c = compare(g.values(on), ref.values(on), confidence, margin)
+                what, better_low = on, lower
+            else:
+                (k_a, n_a), (k_b, n_b) = (successes(x.values(on), success, lower) for x in (g, ref))
+                c = compare_rates(k_a, n_a, k_b, n_b, confidence)
+                what, better_low = success_name(on, success, lower), False
             a_name = config_name(g, axis, attached)
-            row = comparison_row(a_name, config_name(ref, axis, attached), on, c, lower)
+            row = comparison_row(a_name, config_name(ref, axis, attached), what, c, better_low)
             rows.append({"block": block, **row, "value": g.label.get(axis)})
     return correct(rows, correction)
+
+
+def successes(values: dict[Any, float], threshold: float, lower: bool) -> tuple[int, int]:
+    """(seeds that reached `threshold`, seeds): ≤ it where lower is better, ≥ where higher is."""
+    hits = [v <= threshold if lower else v >= threshold for v in values.values()]
+    return sum(hits), len(hits)
+
+
+def success_name(on: str, threshold: float, lower: bool) -> str:
+    """What a success-rate comparison is on: `success: test_metric ≥ 0.9`."""
+    return f"success: {on} {'≤' if lower else '≥'} {threshold:g}"

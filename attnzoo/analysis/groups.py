@@ -64,7 +64,10 @@ GROUP_STATS = (
 
 def split_of(which: str) -> str | None:
     """The split a final value is from: `test` (test_loss, test_metric), `val` (val_loss and the
-    task metric), None for the collapse measures."""
+    task metric), None for the collapse measures; a success rate's (`success: test_metric ≥
+    0.9`) is its measure's."""
+    if which.startswith("success: "):
+        return split_of(which.split()[1])
     if which.startswith("test_"):
         return "test"
     return "val" if which in ("val_loss", "metric") else None

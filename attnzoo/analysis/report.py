@@ -9,7 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, default_axis, resolve_axis
+from attnzoo.analysis.compare import (
+    COMPARISON_COLUMNS,
+    RATES,
+    comparisons,
+    default_axis,
+    resolve_axis,
+)
 from attnzoo.analysis.figures import plot_bands, plot_intervals, plot_rank, plot_val
 from attnzoo.analysis.groups import (
     GROUP_STATS,
@@ -187,9 +193,21 @@ def protocol_text(
     refs = sorted({str(c["reference"]) for c in compared})
     tests = compared[0]["tests"] if compared else 0
     n = sum(isinstance(c["p"], float) and c["p"] == c["p"] for c in compared)
+    fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
+    if compared and all(c["method"] == RATES for c in compared):
+        return (
+            "Each configuration's success rate (its seeds that reached the threshold, fixed "
+            f"before the runs) against the reference's ({', '.join(refs)}): Boschloo's exact "
+            "test, two-sided, and Newcombe's hybrid score interval of the difference, at "
+            f"{confidence:.0%}. One family: {tests} hypotheses in this report ({n} "
+            f"comparison(s), each its exact test), with {fixed} correction for multiple testing"
+            + ("" if correction == "none" else " (verdicts from the adjusted p-values)")
+            + '. "better"/"worse": the exact test rejects "the same rate"; "not resolved with n '
+            'seeds" is not "equal": it says the smallest difference of rates those seeds could '
+            "have resolved in this family (at level α/m, m the family's hypotheses)."
+        )
     # comparisons made without a margin (a study's collapse measure beside its loss) have one
     with_margin = sum(c.get("margin") not in (None, "") for c in compared)
-    fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
     text = (
         f"Each configuration against the reference fixed before the runs ({', '.join(refs) or 'none'}) "
         "with the other axes fixed: the paired t-test on the seeds both ran (Welch's t-test when "
