@@ -85,16 +85,17 @@ from attnzoo.analysis.fits import (  # noqa: E402
     DOUBLY,
     FIT_LAYERS,
     FLOAT64_FLOOR,
-    collapse_kind,
     decrement_ratio,
     exponent_growth,
     fit_rate,
+    floor_free_kind,
     layers_above,
 )
 from attnzoo.analysis.known_collapse import ci, known_answers  # noqa: E402
 from attnzoo.analysis.split_residual import SPLIT_FLOOR  # noqa: E402
 from attnzoo.analysis.stacks import (  # noqa: E402
     EPS_ZERO,
+    FLOOR_RANGE,
     FLOORS,
     LAMBDA_NORMS,
     LAMBDA_STACKS,
@@ -134,8 +135,9 @@ def rate_stacks(mixers: list[str]) -> dict[str, Stack]:
 
 def rate_study(args: argparse.Namespace) -> dict[str, dict]:
     """Pure stacks (no skip, MLP or norm) of every mixer and of the control over --rate-seeds
-    seeds: the residual curves, the kind of collapse with its intervals (collapse_kind), the
-    paper's exponent where the cubic regime has layers (fit_rate), and log10 r at depth 3."""
+    seeds: the residual curves, the kind of collapse with its intervals (collapse_kind, where it
+    is the same at every floor of FLOOR_RANGE: floor_free_kind), the paper's exponent where the
+    cubic regime has layers (fit_rate), and log10 r at depth 3."""
     out: dict[str, dict] = {}
     rows = rate_stacks(args.mixers)
     print(f"the rate study: {len(rows)} pure stacks × {args.rate_seeds} seeds", file=sys.stderr)
@@ -150,7 +152,7 @@ def rate_study(args: argparse.Namespace) -> dict[str, dict]:
         used = sum(not math.isnan(k) for k in slopes)
         # every seed fitted, or no paper's k: a seed is never dropped for being short
         fit = mean_interval(slopes if used == len(slopes) else [])
-        kind, share, ratio = collapse_kind(curves, floor=floor)
+        kind, share, ratio = floor_free_kind(curves, FLOOR_RANGE[how])
         depth3 = mean_interval([math.log10(max(c[min(3, args.depth)], 1e-300)) for c in curves])
         out[name] = {
             "curves": curves,
@@ -353,7 +355,9 @@ def main() -> None:
         "geometric) decides how: "
         f"doubly exponential when its interval lies above {DOUBLY}, singly when it lies inside "
         f"[{1 / DOUBLY:.2f}, {DOUBLY}] (a geometric decay gives 1, Dong et al.'s cubic rate 3); "
-        f"not resolved when some seed has a layer of {layers} under the floor. The rule is "
+        f"not resolved when some seed has a layer of {layers} under the floor, or when the "
+        "verdict changes with the floor moved 100× either way (float64: up 100×, down to "
+        "1e-15). The rule is "
         "calibrated in tests/test_analysis.py (synthetic k = 1, 2, 3 with the seeds' noise, the "
         "control and local attention singly, the floor moved 100× either way). "
         f"The paper's k: least squares of log r_{{l+1}} = k·log r_l + log c over the same layers "

@@ -47,6 +47,7 @@ FIT_LAYERS = range(1, 6)  # the block outputs both rates are read from, for ever
 DOUBLY = 1.5  # a decrement ratio above this is doubly exponential, within [1/it, it] singly
 # a stack some seed of which reaches an all-zero state (or a non-finite one): rank is undefined
 VANISHES = "state vanishes (rank undefined)"
+NOT_RESOLVED = "collapses, rate not resolved"
 
 
 def fit_logs(
@@ -167,4 +168,16 @@ def collapse_kind(
         return "collapses doubly exponentially", share, ratio
     if ratio.n >= 2 and ratio.low >= 1 / DOUBLY and ratio.high <= DOUBLY:
         return "collapses singly exponentially", share, ratio
-    return "collapses, rate not resolved", share, ratio
+    return NOT_RESOLVED, share, ratio
+
+
+def floor_free_kind(
+    curves: Sequence[Sequence[float]], floors: Sequence[float], confidence: float = 0.95
+) -> tuple[str, Interval, Interval]:
+    """`collapse_kind` at `floors[0]` where every floor of `floors` reads the same kind; where
+    they differ the rate rests on the cutoff, not on the stack, and is not resolved (the shares
+    and the ratio at `floors[0]` kept for the table)."""
+    kind, share, ratio = collapse_kind(curves, confidence, floors[0])
+    if any(collapse_kind(curves, confidence, f)[0] != kind for f in floors[1:]):
+        return NOT_RESOLVED, share, ratio
+    return kind, share, ratio

@@ -136,6 +136,13 @@ def measure(
 
 
 FLOORS = {"split": SPLIT_FLOOR, "float64": FLOAT64_FLOOR}
+# The floors a rate's verdict must not depend on (fits.floor_free_kind): its own, 100× higher
+# and 100× lower, except that a plain float64 probe goes down to 1e-15 only (a collapsed stack
+# reads its rounding error, about 2.3e-16, below that).
+FLOOR_RANGE = {
+    "split": (SPLIT_FLOOR, SPLIT_FLOOR * 100, SPLIT_FLOOR / 100),
+    "float64": (FLOAT64_FLOOR, FLOAT64_FLOOR * 100, 1e-15),
+}
 
 
 def pure_curve(stack: Stack, args: argparse.Namespace, seed: int) -> tuple[list[float], str]:
