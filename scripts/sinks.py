@@ -9,6 +9,11 @@ Arms (each the trainer's mixer with one option; the reference, `none`, fixed up 
     zero_kv   scaled_dot mixer.sink=zero_kv  one extra all-zero key and value ("softmax + 1")
     sigmoid   sigmoid                        σ(q·k/√d − log N): no normalisation at all
 
+and, with --arms, two that may say no in other ways (not in the committed report):
+
+    gate      scaled_dot mixer.gate=headwise  σ(x W_g) per head on the output (Qiu et al. 2025)
+    softpick  softpick                        ReLU(e^s − 1) / Σ|e^s − 1|: rows may sum to < 1
+
 on Tiny Shakespeare at nanoGPT's CPU recipe (`experiment=shakespeare_char`, the mixer study's
 task), per arm:
 
@@ -76,7 +81,10 @@ ARMS = {
     "learned": ("scaled_dot", ["mixer.sink=learned"], "a learned sink logit per head"),
     "zero_kv": ("scaled_dot", ["mixer.sink=zero_kv"], "an all-zero key and value"),
     "sigmoid": ("sigmoid", [], "sigmoid attention, b = −log N"),
+    "gate": ("scaled_dot", ["mixer.gate=headwise"], "an output gate per head"),
+    "softpick": ("softpick", [], "softpick: rows may sum to less than 1"),
 }
+DEFAULT_ARMS = ["none", "learned", "zero_kv", "sigmoid"]  # the committed report's
 REFERENCE = "none"
 PRESETS = {
     "cpu": {
@@ -103,6 +111,8 @@ STATS = {
     "stable_rank": "rank/stable_rank/layer_{k}",
     "token_similarity": "rank/token_similarity/layer_{k}",
 }
+# and where the arm has an output gate, its mean value per block (blank for the others)
+GATE_MEAN = ("gate_mean", "attention/gate_mean/layer_{k}")
 SHOWN = {
     "sink_share": "sink share (heads with mean first-token weight > 0.3)",
     "row_sum": "mean row sum of the weights",
@@ -147,6 +157,7 @@ def layer_rows(cell: CellRuns) -> list[dict]:
                             "step": rec["step"],
                             "layer": k,
                             **values,
+                            GATE_MEAN[0]: rec.get(GATE_MEAN[1].format(k=k)),
                         }
                     )
     return rows
@@ -278,7 +289,8 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
     write_runs(cell.runs, args.out / "runs.csv", ("arm",))
     write_runs(cell.tune_runs, args.out / "tune_runs.csv", ("arm",))
     write_csv(args.out / "comparisons.csv", COMPARISON_COLUMNS, family)
-    write_csv(args.out / "layers.csv", ["arm", "seed", "step", "layer", *STATS], layers)
+    columns = ["arm", "seed", "step", "layer", *STATS, GATE_MEAN[0]]
+    write_csv(args.out / "layers.csv", columns, layers)
     logits = sink_logits(cell)
     write_csv(args.out / "sink_logits.csv", ["arm", "seed", "block", "head", "logit"], logits)
     figure(layers, names, args.out / "sinks.png")
@@ -337,6 +349,11 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
     for stat in SHOWN:
         lines += [f"{SHOWN[stat]}: every fresh seed (seed order), `a / b / c`.", ""]
         lines += [*stat_table(layers, stat, names), ""]
+    if gated := [
+        a for a in names if any(r[GATE_MEAN[0]] is not None for r in layers if r["arm"] == a)
+    ]:
+        lines += ["mean output gate σ(x W_g): every fresh seed (seed order), `a / b / c`.", ""]
+        lines += [*stat_table(layers, GATE_MEAN[0], gated), ""]
     if logits:
         values = [r["logit"] for r in logits]
         lines += [
@@ -368,8 +385,8 @@ def main() -> None:
     parser.add_argument(
         "--arms",
         type=lambda s: s.split(","),
-        default=list(ARMS),
-        help=f"comma-separated, of {', '.join(ARMS)} (default: all)",
+        default=DEFAULT_ARMS,
+        help=f"comma-separated, of {', '.join(ARMS)} (default: {','.join(DEFAULT_ARMS)})",
     )
     add_tuned_options(parser, "sinks", "test loss, nats")
     args = parser.parse_args()

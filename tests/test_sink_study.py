@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "sinks.py"
-ARMS = ["none", "learned", "zero_kv", "sigmoid"]
+ARMS = ["none", "learned", "zero_kv", "sigmoid"]  # the default arms
+EVERY_ARM = [*ARMS, "gate", "softpick"]
 
 
 def sinks(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -50,10 +51,10 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 # a grid of two learning rates: no extension (the recall and mixer smokes extend theirs), 24 runs
-SMOKE = ["--smoke", "--lrs", "1e-3,4e-3", "--parallel", "2"]
+SMOKE = ["--smoke", "--arms", ",".join(EVERY_ARM), "--lrs", "1e-3,4e-3", "--parallel", "2"]
 
 
-@pytest.mark.slow  # ~1 min: 24 toy runs
+@pytest.mark.slow  # ~1.5 min: 36 toy runs
 def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_path):
     out = tmp_path / "sinks"
     proc = sinks(*SMOKE, "--out", str(out))
@@ -62,28 +63,34 @@ def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_
     assert "**Smoke run**" in md and "Equivalence margin on test loss" in md
     runs = rows(out / "runs.csv")
     assert sorted((r["arm"], r["seed"]) for r in runs) == sorted(
-        (a, s) for a in ARMS for s in ("0", "1")
+        (a, s) for a in EVERY_ARM for s in ("0", "1")
     )
     assert all(r["final_test_loss"] not in ("", None) for r in runs)  # test read at the end
     tune = rows(out / "tune_runs.csv")
-    assert len(tune) == 4 * 2 * 2 and all(r["final_test_loss"] == "" for r in tune)  # val only
-    assert sorted(r["arm"] for r in tune) == sorted(ARMS * 4)
+    assert len(tune) == 6 * 2 * 2 and all(r["final_test_loss"] == "" for r in tune)  # val only
+    assert sorted(r["arm"] for r in tune) == sorted(EVERY_ARM * 4)
     # the arms without an option share the sweeps in --out, an option's arm has its folder
-    assert {r["job"].split("/")[0] for r in tune} == {"tune", "learned", "zero_kv"}
+    assert {r["job"].split("/")[0] for r in tune} == {"tune", "learned", "zero_kv", "gate"}
     family = rows(out / "comparisons.csv")
     # each other arm on test loss (two-sided, margin, TOST) and on the final rank (two-sided)
-    assert sorted(r["config"] for r in family) == sorted(ARMS[1:] * 2)
-    assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"12"}
+    assert sorted(r["config"] for r in family) == sorted(EVERY_ARM[1:] * 2)
+    assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"20"}
     layers = rows(out / "layers.csv")
     assert {(r["arm"], r["seed"], r["layer"]) for r in layers} == {
-        (a, s, k) for a in ARMS for s in ("0", "1") for k in ("1", "2")
+        (a, s, k) for a in EVERY_ARM for s in ("0", "1") for k in ("1", "2")
     }
     assert {r["step"] for r in layers} == {"0", "3"}  # at init and at the one evaluation
-    row_sum = {a: [float(r["row_sum"]) for r in layers if r["arm"] == a] for a in ARMS}
-    assert all(abs(v - 1) < 1e-6 for v in row_sum["none"])  # a softmax row is a distribution
-    # a sink takes mass from every row; sigmoid at b = −log N gives each key about 1/N
-    assert all(v < 0.999 for a in ("learned", "zero_kv", "sigmoid") for v in row_sum[a])
+    row_sum = {a: [float(r["row_sum"]) for r in layers if r["arm"] == a] for a in EVERY_ARM}
+    # a softmax row is a distribution, the gate's too (it acts on the output, not the weights)
+    assert all(abs(v - 1) < 1e-6 for a in ("none", "gate") for v in row_sum[a])
+    # a sink takes mass from every row; sigmoid at b = −log N gives each key about 1/N; softpick
+    # rows sum to less than 1
+    assert all(v < 0.999 for a in ("learned", "zero_kv", "sigmoid", "softpick") for v in row_sum[a])
+    gate = {a: [r["gate_mean"] for r in layers if r["arm"] == a] for a in EVERY_ARM}
+    assert all(0 < float(g) < 1 for g in gate["gate"])  # σ(x W_g), one mean per block
+    assert all(g == "" for a in EVERY_ARM if a != "gate" for g in gate[a])
+    assert "mean output gate" in md
     assert (out / "sinks.png").stat().st_size > 10_000
     again = sinks(*SMOKE, "--out", str(out))  # every sweep completed
     assert again.returncode == 0 and "-m attnzoo.train" not in again.stdout
-    assert again.stdout.count("done already") >= 6  # three tunings, at least three reruns
+    assert again.stdout.count("done already") >= 8  # four tunings, at least four reruns
