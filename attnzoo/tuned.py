@@ -160,8 +160,9 @@ def run_cell(
         jobs = find_sweep_jobs(finals)
         rows = [row(j) for j in jobs]
         groups, _ = group_jobs(jobs, rows)
-        for g in groups:
-            cell.groups[by_mixer[g.config.get("mixer.name")].name] = g
+        for g in groups:  # a job that left no config (refused) groups apart: its row says so
+            if (arm := by_mixer.get(g.config.get("mixer.name"))) is not None:
+                cell.groups[arm.name] = g
         cell.runs += [_located(r, j, out, where, by_mixer) for j, r in zip(jobs, rows, strict=True)]
         cell.finals += finals
     order = [a.name for a in arms]
