@@ -14,6 +14,7 @@ runs in subprocesses that an in-process test already covers) are not in the defa
 """
 
 import dataclasses
+import logging
 import os
 import runpy
 import sys
@@ -100,6 +101,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging():
+    """Puts the root logger back after each test: a test that runs the trainer in this process
+    leaves Hydra's job logging on it (a file handler in the run folder, which a refusal then
+    deletes), and a later test's library logging at INFO (scipy's optimiser) would fail on it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
 
 
 @pytest.fixture
