@@ -387,6 +387,13 @@ class RankProfile:
         return out
 
 
+def _mixers(model: nn.Module) -> list[nn.Module]:
+    """The distinct mixers of a model's blocks, in block order (a shared mixer once); none for
+    a model whose blocks have no `mixer` (the training benchmark's plain GPT)."""
+    found = (getattr(b, "mixer", None) for b in getattr(model, "blocks", ()))
+    return list({id(m): m for m in found if m is not None}.values())
+
+
 @contextlib.contextmanager
 def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | HiddenWeights | None]]:
     """Within the block, every mixer call of an attnzoo model (a model whose blocks have no
@@ -407,8 +414,7 @@ def capture_attention(model: nn.Module) -> Iterator[list[torch.Tensor | HiddenWe
             weights = HiddenWeights(weights)  # no entropy to measure, row sums to read
         captured.append(weights)
 
-    mixers = {id(b.mixer): b.mixer for b in model.blocks}.values()
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in _mixers(model)]
     try:
         yield captured
     finally:
@@ -439,11 +445,7 @@ def capture_gates(model: nn.Module) -> Iterator[list[float | None]]:
         gate = values(args[0]) if callable(values) else None
         captured.append(None if gate is None else _nanmean(gate_mean(gate, mask)))
 
-    blocks = getattr(model, "blocks", ())
-    mixers = {
-        id(m): m for m in (getattr(b, "mixer", None) for b in blocks) if m is not None
-    }.values()
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mixers]
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in _mixers(model)]
     try:
         yield captured
     finally:
@@ -512,7 +514,8 @@ def rank_profile(
                 _, states = model(inputs, key_padding_mask, return_hidden=True)
         finally:
             model.train(was_training)
-        return states, (attn if attentions else None)
+        # a model without mixers to hook (the plain GPT) gives no weights: n/a, not an error
+        return states, (attn if attentions and _mixers(model) else None)
 
     with capture_gates(model) as gates:
         profile = profile_forward(model, inputs, hidden, measures, dtype, key_padding_mask)

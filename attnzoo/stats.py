@@ -320,6 +320,8 @@ def compare(
 
 # ---- success rates: an outcome that either happened or did not -----------------------------------
 
+RATE_TEST = "Boschloo exact"  # the method of a comparison of success rates (compare_rates)
+
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson's score interval for a proportion k / n (Newcombe 1998, "Two-sided confidence
@@ -370,11 +372,11 @@ def compare_rates(k_a: int, n_a: int, k_b: int, n_b: int, confidence: float = 0.
     Newcombe interval and Boschloo's exact two-sided p. No margin: with a handful of trials a
     rate moves in steps of 1/n, and an equivalence claim would need far more of them."""
     if n_a < 1 or n_b < 1:
-        return _too_few("Boschloo exact", np.zeros(n_a), np.zeros(n_b), confidence, None)
+        return _too_few(RATE_TEST, np.zeros(n_a), np.zeros(n_b), confidence, None)
     low, high = newcombe_interval(k_a, n_a, k_b, n_b, confidence)
     p = rate_p(k_a, n_a, k_b, n_b)
     return Comparison(
-        method="Boschloo exact",
+        method=RATE_TEST,
         n_a=n_a,
         n_b=n_b,
         diff=k_a / n_a - k_b / n_b,

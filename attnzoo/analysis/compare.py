@@ -39,6 +39,7 @@ from attnzoo.analysis.runs import task_attr
 from attnzoo.analysis.tables import fmt
 from attnzoo.stats import (
     CORRECTIONS,
+    RATE_TEST,
     Comparison,
     adjust,
     compare,
@@ -73,7 +74,6 @@ COMPARISON_COLUMNS = (
     "verdict",
     "sentence",
 )
-RATES = "Boschloo exact"  # the method of a comparison of success rates (stats.compare_rates)
 # the reference of an axis when none is given (any other axis: its first value in the sweep)
 DEFAULT_REFERENCE = {"mixer.name": "scaled_dot", "model.residual": "add"}
 
@@ -291,7 +291,7 @@ def _resolvable(r: dict[str, Any], m: int) -> float:
     for success rates, the smallest difference of rates the trials could resolve at α/m
     (stats.rate_resolvable)."""
     alpha, df, half = 1.0 - r["confidence"], r["df"], r["half_width"]
-    if r["method"] == RATES:
+    if r["method"] == RATE_TEST:
         return rate_resolvable(r["n"], r["n_reference"], alpha / max(m, 1))
     if not (isinstance(half, float) and math.isfinite(half)) or m < 1:
         return math.nan

@@ -9,13 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnzoo.analysis.compare import (
-    COMPARISON_COLUMNS,
-    RATES,
-    comparisons,
-    default_axis,
-    resolve_axis,
-)
+from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, default_axis, resolve_axis
 from attnzoo.analysis.figures import plot_bands, plot_intervals, plot_rank, plot_val
 from attnzoo.analysis.groups import (
     GROUP_STATS,
@@ -31,6 +25,7 @@ from attnzoo.analysis.selection import select
 from attnzoo.analysis.sweep import load_sweep
 from attnzoo.analysis.tables import CSV_SPEC, ci_text, fmt, md_table, write_csv
 from attnzoo.replicates import NON_SEMANTIC, REPLICATE_KEY
+from attnzoo.stats import RATE_TEST
 
 
 def write_runs(rows: list[dict[str, Any]], path: Path, extra: tuple[str, ...] = ()) -> None:
@@ -194,7 +189,7 @@ def protocol_text(
     tests = compared[0]["tests"] if compared else 0
     n = sum(isinstance(c["p"], float) and c["p"] == c["p"] for c in compared)
     fixed = {"holm": "Holm's step-down", "bonferroni": "Bonferroni", "none": "no"}[correction]
-    if compared and all(c["method"] == RATES for c in compared):
+    if compared and all(c["method"] == RATE_TEST for c in compared):
         return (
             "Each configuration's success rate (its seeds that reached the threshold, fixed "
             f"before the runs) against the reference's ({', '.join(refs)}): Boschloo's exact "
