@@ -1,17 +1,20 @@
 """scripts/kernel_report.py: every Triton kernel compiles for sm_80 and sm_90, spills reported.
 
 The report runs in a subprocess without TRITON_INTERPRET (conftest sets it for this process), with
-the ptxas inside the triton wheel; no GPU is needed. The full run (~1900 compilations) takes
-minutes on 2 CPU cores with a cold triton cache and about half a minute warm (the report caches
-ptxas's usage beside triton's cache); it and a representative config of every kernel and variant
-(~40 compilations) are in the `slow` tier (`python -m pytest -m slow`), which CI runs; CI's floor
-versions compile the attention kernels' variant with every switch on beside them.
+the ptxas inside the triton wheel; no GPU is needed. A compilation takes about 3 CPU-seconds cold.
+The slow tier, which CI runs, compiles a representative config of every kernel and switch set and
+each kernel's largest tiles (~130 compilations, minutes). The full report, every config the
+launchers can pick (~1900 compilations, about an hour cold on 2 cores, half a minute warm: the
+report caches ptxas's usage beside triton's cache), is its own marker, run after a change to a
+kernel's configs: `python -m pytest -m aot tests/test_kernel_report.py`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,10 +62,10 @@ def table_rows(stdout: str) -> list[list[str]]:
     ]
 
 
-# The default tier's ahead-of-time compile (`--only` substrings, any of them): every kernel, each
-# dtype, each variant row (plain, chunked, metric, wide q/k tiles), the variant with causal, padding
-# mask and dropout all on, the sink, sigmoid and key-bias variants, and the forward's tile shapes where
-# sm_90 must use wgmma; ~40 compilations instead of ~1900. The slow tier compiles every config.
+# A representative config (`--only` substrings, any of them): every kernel, each dtype, each
+# variant row (plain, chunked, metric, wide q/k tiles), the variant with causal, padding mask and
+# dropout all on, the sink, sigmoid and key-bias variants, and the forward's tile shapes where sm_90
+# must use wgmma.
 REPRESENTATIVE = (
     "attn_fwd fp16 plain HEAD=64 ",  # every tile shape of the most used variant
     "attn_fwd bf16 metric causal mask dropout HEAD=32 ",
@@ -89,6 +92,28 @@ REPRESENTATIVE = (
 KERNEL_MODULES = (attention, pooling, linear, gated)
 
 
+def largest_configs() -> tuple[str, ...]:
+    """Each kernel's largest config per variant (plain, chunked, metric, wide, causal, ...) in bf16
+    and fp32: the most tile volume (the product of its sizes), then the most switches. That is
+    where a config runs out of shared memory or spills first; fp16 compiles bf16's code. (Gated
+    linear attention's kernels compile at every config in tests/test_gated_linear_attention.py.)"""
+    largest: dict[tuple[str, str, str], str] = {}
+    for kernel, label in specs(None, (attention, pooling, linear)):
+        dtype, *words = label.split()
+        if dtype == "fp16":
+            continue
+        variant = re.sub(r"\d+$", "", words[0]) if "=" not in words[0] else ""
+        key = (kernel, dtype, variant)
+        if key not in largest or _size(label) > _size(largest[key]):
+            largest[key] = label
+    return tuple(f"{kernel} {label}" for (kernel, _, _), label in largest.items())
+
+
+def _size(label: str) -> tuple[int, int]:
+    sizes = [int(word.rsplit("=", 1)[1]) for word in label.split() if "=" in word]
+    return math.prod(sizes), len(label.split())
+
+
 def specs(only: tuple[str, ...] | None, modules=KERNEL_MODULES) -> list[tuple[str, str]]:
     """(kernel, config) of every spec the report compiles with these --only substrings."""
     rows = [
@@ -99,28 +124,31 @@ def specs(only: tuple[str, ...] | None, modules=KERNEL_MODULES) -> list[tuple[st
     return [r for r in rows if only is None or any(o in f"{r[0]} {r[1]}" for o in only)]
 
 
-@pytest.mark.slow
+@pytest.mark.aot  # ~1900 compilations: about an hour cold on 2 cores; not in CI
 def test_report_compiles_every_kernel_config_for_sm80_and_sm90(tmp_path: Path) -> None:
     check_report(tmp_path, only=None)
 
 
-@pytest.mark.slow  # ~40 compilations (~18 s); CI compiles every config in the slow tier
-def test_report_compiles_a_representative_config_of_every_kernel(tmp_path: Path) -> None:
+@pytest.mark.slow  # ~130 compilations: minutes cold
+def test_report_compiles_every_switch_set_and_the_largest_tiles(tmp_path: Path) -> None:
     assert all(specs((o,)) for o in REPRESENTATIVE), "a REPRESENTATIVE substring matches nothing"
-    # (linear attention's and gated linear attention's kernels compile in the slow tiers of
-    # tests/test_linear_attention.py and tests/test_gated_linear_attention.py)
-    every_kernel = {kernel for kernel, _ in specs(None, (attention, pooling))}
-    assert {kernel for kernel, _ in specs(REPRESENTATIVE)} == every_kernel
-    check_report(tmp_path, only=REPRESENTATIVE)
+    every_kernel = {kernel for kernel, _ in specs(None)}
+    assert {kernel for kernel, _ in specs(REPRESENTATIVE, (attention, pooling))} == {
+        kernel for kernel in every_kernel if kernel.startswith(("attention.", "pooling."))
+    }
+    largest = largest_configs()
+    assert {o.split()[0] for o in largest} == {
+        k for k in every_kernel if not k.startswith("gated.")
+    }
+    check_report(tmp_path, only=REPRESENTATIVE + largest)
 
 
 def check_report(tmp_path: Path, only: tuple[str, ...] | None) -> None:
     args = [str(REPORT), "--json", str(tmp_path / "rows.json")]
     for substring in only or ():
         args += ["--only", substring]
-    # the full report is ~1900 compilations: ~16 minutes cold on 2 idle cores, and the slow
-    # tier's other worker keeps one of them busy
-    out = run(args, timeout=900 if only else 3600)
+    # ~3 CPU-seconds a compilation cold, and the slow tier's other worker keeps a core busy
+    out = run(args, timeout=1800 if only else 7200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
     expected = {(kernel, config, f"sm_{cc}") for kernel, config in specs(only) for cc in (80, 90)}

@@ -64,19 +64,18 @@ def test_bad_arguments_exit_2_naming_the_value_and_write_nothing(args, says, tmp
     assert not out.exists()
 
 
-def test_the_price_reads_each_committed_cells_seconds_and_scales_the_others():
+def test_the_price_reads_each_committed_cells_seconds_and_scales_the_others(run_script):
     """--dry-run: a committed cell costs its runs' mean wall time (from its tables), a cell not
     measured the width-64, depth-2 figure scaled by width × depth; nothing runs or is written."""
     rows = [*read_rows(COMMITTED / "runs.csv"), *read_rows(COMMITTED / "tune_runs.csv")]
     cell = [float(r["wall_s"]) for r in rows if (r["width"], r["depth"]) == ("32", "2")]
-    proc = recall("--dry-run", "--widths", "32,1024", "--depths", "2", timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    code, printed, err = run_script(SCRIPT, "--dry-run", "--widths", "32,1024", "--depths", "2")
+    assert code == 0, err
     assert (
-        f"width 32, depth 2 tuning (measured): 36 jobs × ~{sum(cell) / len(cell):.0f} s"
-        in proc.stdout
+        f"width 32, depth 2 tuning (measured): 36 jobs × ~{sum(cell) / len(cell):.0f} s" in printed
     )
-    assert "width 1024, depth 2 tuning (scaled): 36 jobs × ~2816 s" in proc.stdout  # 176 × 16
-    assert "grid extensions add up to 24 runs more" in proc.stdout
+    assert "width 1024, depth 2 tuning (scaled): 36 jobs × ~2816 s" in printed  # 176 × 16
+    assert "grid extensions add up to 24 runs more" in printed
 
 
 def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
@@ -103,17 +102,17 @@ def test_a_committed_tuning_is_rebuilt_from_its_runs_as_its_report_states_it():
         assert [line for line in lines if line and line not in md] == []
 
 
-def test_add_to_refuses_a_recall_json_without_its_fields(tmp_path):
+def test_add_to_refuses_a_recall_json_without_its_fields(tmp_path, run_script):
     folder = tmp_path / "committed"
     shutil.copytree(COMMITTED, folder)
     (folder / "recall.json").write_text(json.dumps({"cells": [{"width": 64}]}))
     out = tmp_path / "out"
-    proc = recall("--widths", "256", "--add-to", str(folder), "--out", str(out), timeout=120)
-    assert proc.returncode == 2 and "recall.json lacks its fields" in proc.stderr, proc.stderr
+    code, _, err = run_script(SCRIPT, "--widths", "256", "--add-to", str(folder), "--out", str(out))
+    assert code == 2 and "recall.json lacks its fields" in err, err
     assert not out.exists()
 
 
-def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
+def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path, run_script):
     """A tuning table altered so that another learning rate wins: the committed choice no longer
     follows from the runs, and the report is not joined."""
     folder = tmp_path / "committed"
@@ -127,8 +126,8 @@ def test_add_to_refuses_a_report_whose_runs_do_not_give_its_choices(tmp_path):
         writer.writeheader()
         writer.writerows(rows)
     out = tmp_path / "out"
-    proc = recall("--widths", "256", "--add-to", str(folder), "--out", str(out), timeout=120)
-    assert proc.returncode == 2 and "tune_runs.csv does not give its choices" in proc.stderr
+    code, _, err = run_script(SCRIPT, "--widths", "256", "--add-to", str(folder), "--out", str(out))
+    assert code == 2 and "tune_runs.csv does not give its choices" in err, err
     assert not out.exists()
 
 

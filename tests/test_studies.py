@@ -354,20 +354,15 @@ def test_reanalysis_recomputes_the_committed_comparisons_from_their_per_seed_val
             assert r["diff"] == before["diff"]
 
 
-def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts/mixer_ablation.py"),
-            "--reanalyse",
-            str(tmp_path / "runs.csv"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
+def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path, run_script):
+    code, _, err = run_script(
+        ROOT / "scripts/mixer_ablation.py",
+        "--reanalyse",
+        str(tmp_path / "runs.csv"),
+        "--out",
+        str(tmp_path / "out"),
     )
-    assert proc.returncode == 2 and "--reanalyse: no such file:" in proc.stderr
+    assert code == 2 and "--reanalyse: no such file:" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -399,28 +394,17 @@ def test_a_study_of_one_mixer_reruns_it_at_its_choice():
     assert alone == {"test_loss": [], "test_metric": []}
 
 
-def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint():
+def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint(run_script):
     from attnzoo.studies import check_seeds
 
     assert check_seeds([100, 101], [0, 1, 2]) is None
     assert "≥ 2 tuning seeds (--tune-seeds)" in check_seeds([100], [0, 1])
     both = check_seeds([1, 100], [0, 1, 2])
     assert "--seeds 0,1,2 and --tune-seeds 1,100 share seed(s) 1" in both
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts/mixer_ablation.py"),
-            "--seeds",
-            "0,1",
-            "--tune-seeds",
-            "1,2",
-        ],
-        capture_output=True,
-        text=True,
+    code, _, err = run_script(
+        ROOT / "scripts/mixer_ablation.py", "--seeds", "0,1", "--tune-seeds", "1,2"
     )
-    assert (
-        proc.returncode == 2 and "--seeds 0,1 and --tune-seeds 1,2 share seed(s) 1" in proc.stderr
-    )
+    assert code == 2 and "--seeds 0,1 and --tune-seeds 1,2 share seed(s) 1" in err
 
 
 def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_path, monkeypatch):
@@ -657,19 +641,16 @@ STUDIES = (
 
 @pytest.mark.parametrize(
     "name",
-    [n if n == "rank_collapse" else pytest.param(n, marks=pytest.mark.slow) for n in STUDIES],
+    STUDIES,
 )
-def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(name, tmp_path):
+def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
+    name, tmp_path, run_script
+):
     """A first try (no --out) writes results/<script>/ where it is run, which git ignores; the
     committed results under scripts/results/ change only with an explicit --out."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / f"{name}.py"), "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert f"default results/{name}/" in " ".join(proc.stdout.split())
+    code, out, err = run_script(ROOT / "scripts" / f"{name}.py", "--help")
+    assert code == 0, err
+    assert f"default results/{name}/" in " ".join(out.split())
     ignored = subprocess.run(["git", "check-ignore", "-q", f"results/{name}/report.md"], cwd=ROOT)
     kept = subprocess.run(["git", "check-ignore", "-q", "results/gpu/report.md"], cwd=ROOT)
     if (ROOT / ".git").exists():

@@ -142,13 +142,9 @@ def test_summary_defaults_to_the_sweep_folder_and_plots_rank_profiles(sweep):
     assert (sweep / "summary.csv").exists() and (sweep / "rank_vs_depth.png").stat().st_size > 0
 
 
-def test_not_a_folder_is_an_error(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/summarize.py"), str(tmp_path / "nope")],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and "is not a folder" in proc.stderr
+def test_not_a_folder_is_an_error(tmp_path, run_script):
+    code, _, err = run_script(ROOT / "scripts/summarize.py", str(tmp_path / "nope"))
+    assert code == 2 and "is not a folder" in err
 
 
 # ---- seeds as replicates ------------------------------------------------------------------
