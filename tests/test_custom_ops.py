@@ -248,9 +248,11 @@ def test_every_mixer_trains_under_autocast(mixer: str, impl: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# Slow tier: each case traces a whole model (~10 s); tests/test_gated_linear_attention.py compiles
+# one in the default tier.
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["torch", "triton"])
 @pytest.mark.parametrize("mixer", MIXERS)
-@pytest.mark.sample(1)
 def test_every_mixer_compiles_with_fullgraph(mixer: str, impl: str) -> None:
     """Dynamo traces the whole model in one graph, with the Triton ops as opaque nodes (it once
     traced into the kernels and failed), under autocast and with attention dropout on; outputs

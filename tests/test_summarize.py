@@ -85,14 +85,10 @@ def sweep(tmp_path):
     return root
 
 
-def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
+def test_summary_lists_every_job_with_its_status(sweep, tmp_path, run_script):
     out = tmp_path / "report"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/summarize.py"), str(sweep), "--out", str(out)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    code, printed, err = run_script(ROOT / "scripts/summarize.py", str(sweep), "--out", str(out))
+    assert code == 0, err
     assert {p.name for p in out.iterdir()} == {
         "summary.md",
         "summary.csv",
@@ -130,7 +126,7 @@ def test_summary_lists_every_job_with_its_status(sweep, tmp_path):
     assert float(rows["3"]["final_rank"]) == pytest.approx(1e-6)
     md = (out / "summary.md").read_text()
     assert "**failed**" in md and "12 jobs" in md and "| completed |" in md
-    assert "did not complete" in proc.stdout
+    assert "did not complete" in printed
 
 
 def test_summary_defaults_to_the_sweep_folder_and_plots_rank_profiles(sweep):
