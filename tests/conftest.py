@@ -10,8 +10,9 @@ Tests marked `cuda` skip, with the reason, where there is no GPU or the interpre
 marked `slow` (the soak, the studies, the ahead-of-time compile of each kernel's switch sets and
 largest tiles, the command-line runs in subprocesses that an in-process test already covers) are
 not in the default run (pyproject.toml's addopts); CI runs them after it with `python -m pytest
--q -m slow`. The compile report of every kernel config is marked `aot` and left to `-m aot`. A grid marked
-`@pytest.mark.sample(n)` runs `n` of its cases by default and the rest in the slow tier.
+-q -m slow`. The compile report of every kernel config is marked `aot` and left to `-m aot`. A
+grid marked `@pytest.mark.sample(n)` runs `n` of its cases by default and the rest in the slow
+tier.
 """
 
 import dataclasses
