@@ -36,12 +36,16 @@ def gpu_check():
     return module
 
 
-@pytest.mark.slow  # a real multi-process run (~15-25 s): the slow tier
+@pytest.mark.slow  # a real multi-process run (~15-30 s): the slow tier
 def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
     out = tmp_path / "report"
+    # 60 s is enough on an idle two-core machine (15-30 s), but beside the other pytest worker
+    # and with the CUDA build of torch (slower to import) the default job has been stopped at
+    # step 0 by its 14 s share: the budget is an upper bound, so give the stages room
+    budget = 180
     start = time.monotonic()
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--budget", "60", "--out", str(out)],
+        [sys.executable, str(SCRIPT), "--dry-run", "--budget", str(budget), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -49,7 +53,7 @@ def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert time.monotonic() - start < 90  # the budget, and the start-up around it
+    assert time.monotonic() - start < budget + 30  # the budget, and the start-up around it
     (md,) = out.glob("*-cpu-dry-run.md")
     report = json.loads(md.with_suffix(".json").read_text())
     stages = {s["name"]: s for s in report["stages"]}
@@ -61,7 +65,7 @@ def test_dry_run_exercises_every_stage_and_writes_the_report(tmp_path):
         "default-job",
     ]
     assert all(s["status"] == "ok" for s in stages.values()), stages
-    assert sum(s["seconds"] for s in stages.values()) <= 60 and report["budget_s"] == 60
+    assert sum(s["seconds"] for s in stages.values()) <= budget and report["budget_s"] == budget
     assert report["dry_run"] and report["env"]["torch"] == torch.__version__
     assert report["env"]["triton"] and report["env"]["gpu"] == "cpu"
     # the curated part of the cuda tier was collected (and skipped on CPU), test by test
