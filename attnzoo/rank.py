@@ -135,6 +135,19 @@ def token_similarity(
     return torch.where(pairs_b > 0, (all_pairs_b - diagonal_b) / pairs_b.clamp_min(1), NA)
 
 
+def _real_tokens(attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, tokens) bool, True for the tokens that are not padding, after checking that
+    the mask fits the weights of self-attention."""
+    b, _, n_q, n_k = attn_bhqk.shape
+    if tuple(key_padding_mask.shape) != (b, n_k) or n_q != n_k:
+        raise ValueError(
+            f"key_padding_mask must have shape {(b, n_k)} (batch, tokens) and the attention "
+            f"must be self-attention; got a mask {tuple(key_padding_mask.shape)} for weights "
+            f"{tuple(attn_bhqk.shape)}"
+        )
+    return ~key_padding_mask.to(device=attn_bhqk.device, dtype=torch.bool)[:, None]
+
+
 def attention_entropy(
     attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -152,16 +165,10 @@ def attention_entropy(
             f"got {tuple(attn_bhqk.shape)}"
         )
     p_bhqk = attn_bhqk.detach().to(torch.float64)
-    b, _, n_q, n_k = p_bhqk.shape
+    b, _, n_q, _ = p_bhqk.shape
     keep_q = torch.ones(b, 1, n_q, dtype=torch.float64, device=p_bhqk.device)
     if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (b, n_k) or n_q != n_k:
-            raise ValueError(
-                f"key_padding_mask must have shape {(b, n_k)} (batch, tokens) and the attention "
-                f"must be self-attention; got a mask {tuple(key_padding_mask.shape)} for weights "
-                f"{tuple(attn_bhqk.shape)}"
-            )
-        keep_b1n = (~key_padding_mask.to(device=p_bhqk.device, dtype=torch.bool))[:, None].double()
+        keep_b1n = _real_tokens(attn_bhqk, key_padding_mask).double()
         p_bhqk = p_bhqk * keep_b1n[:, :, None, :]
         p_bhqk = p_bhqk / p_bhqk.sum(dim=-1, keepdim=True).clamp_min(
             torch.finfo(torch.float64).tiny
@@ -214,11 +221,85 @@ def sink_share(
     return (first_bh > eps).double().mean(dim=1)
 
 
+def _keys_seen(a_bhqk: torch.Tensor) -> torch.Tensor:
+    """(queries, keys) bool: the keys each row can see, from where any batch element or head
+    gives weight. Every mask attnzoo has (causal, a sliding window, none) lets a row see one
+    contiguous run of keys, shared by the heads, so a row sees from its first key with weight to
+    its last, or to itself when no weight is anywhere above the diagonal (causal weights): read
+    so, a row whose weight is all on the first token still sees the keys before it."""
+    n_q, n_k = a_bhqk.shape[-2:]
+    any_qk = (a_bhqk != 0).flatten(0, 1).any(dim=0)
+    index = torch.arange(n_k, device=a_bhqk.device)
+    first_q = torch.where(any_qk, index, n_k).amin(dim=-1)
+    if any_qk.triu(1).any():
+        last_q = torch.where(any_qk, index, -1).amax(dim=-1)
+    else:
+        last_q = torch.arange(n_q, device=a_bhqk.device)
+    return (index >= first_q[:, None]) & (index <= last_q[:, None])
+
+
+def first_token_excess_bh(
+    attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per head, how much more of each row's weight the first token takes than it would under
+    uniform weights over the keys that row sees, (batch, heads) float64: the mean over the rows
+    of (s_i − 1/n_i) / (1 − 1/n_i), where s_i = |A_i0| / Σ_k |A_ik| is the first token's share
+    of row i and n_i the number of keys row i sees (`_keys_seen`, less padding). Uniform weights
+    read 0 at every length (causal ones too: their baseline is 1/(i+1)), every row on the first
+    token reads 1, and a head that avoids the first token reads below 0. Rows that do not see
+    the first token (beyond a window) or see fewer than two keys (a causal row 0), padding
+    queries and rows with no weight are left out (NaN for a head with no row left). The share is
+    of the row's own total, so weights that are not distributions (sigmoid attention, a sink
+    that takes mass) read the same way."""
+    a_bhqk = attn_bhqk.detach().to(torch.float64).abs()
+    b, _, n_q, n_k = a_bhqk.shape
+    keep_b1q = torch.ones(b, 1, n_q, dtype=torch.bool, device=a_bhqk.device)
+    keep_b11k = torch.ones(b, 1, 1, n_k, dtype=torch.bool, device=a_bhqk.device)
+    if key_padding_mask is not None:
+        keep_b1q = _real_tokens(attn_bhqk, key_padding_mask)
+        keep_b11k = keep_b1q[:, :, None, :]
+        a_bhqk = a_bhqk * keep_b11k
+    seen_b1qk = _keys_seen(a_bhqk)[None, None] & keep_b11k
+    n_b1q = seen_b1qk.sum(dim=-1).double()
+    total_bhq = a_bhqk.sum(dim=-1)
+    share_bhq = a_bhqk[..., 0] / total_bhq.clamp_min(torch.finfo(torch.float64).tiny)
+    baseline_b1q = 1 / n_b1q.clamp_min(1)
+    excess_bhq = (share_bhq - baseline_b1q) / (1 - baseline_b1q).clamp_min(1e-300)
+    rows_bhq = keep_b1q & seen_b1qk[..., 0] & (n_b1q >= 2) & (total_bhq > 0)
+    count_bh = rows_bhq.sum(dim=-1)
+    summed_bh = torch.where(rows_bhq, excess_bhq, 0.0).sum(dim=-1)
+    return torch.where(count_bh > 0, summed_bh / count_bh.clamp_min(1), math.nan)
+
+
+def first_token_excess(
+    attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The heads' mean of `first_token_excess_bh`, (batch,) float64: a continuous first-token
+    sink measure with no threshold, 0 for uniform weights at any length and 1 for every row on
+    the first token."""
+    return first_token_excess_bh(attn_bhqk, key_padding_mask).nanmean(dim=1)
+
+
+def first_token_excess_max(
+    attn_bhqk: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The largest of the heads' `first_token_excess_bh`, (batch,) float64: a sink grown by one
+    head of many, which the heads' mean dilutes."""
+    excess_bh = first_token_excess_bh(attn_bhqk, key_padding_mask)
+    return (
+        torch.where(excess_bh.isnan(), -math.inf, excess_bh)
+        .amax(dim=1)
+        .nan_to_num(nan=math.nan, neginf=math.nan)
+    )
+
+
 # Statistics of the weights themselves (not collapse measures): every mixer that exposes weights,
 # distributions or not; logged as attention/<name>/layer_<k>.
 WEIGHT_STATS: dict[str, Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]] = {
     "row_sum": attention_row_sum,
     "sink_share": sink_share,
+    "first_token_excess": first_token_excess,
+    "first_token_excess_max": first_token_excess_max,
 }
 
 

@@ -104,6 +104,8 @@ SMOKE = [*SMOKE_SIZE, "model.depth=2"]  # the default measures: the weights are 
 # layers.csv's columns: the metrics.jsonl key of each, per block k (the trainer's default
 # train.rank_measures: the weights' statistics are captured with the attention entropy)
 STATS = {
+    "first_token_excess": "attention/first_token_excess/layer_{k}",
+    "first_token_excess_max": "attention/first_token_excess_max/layer_{k}",
     "sink_share": "attention/sink_share/layer_{k}",
     "row_sum": "attention/row_sum/layer_{k}",
     "relative_residual": "rank/relative_residual/layer_{k}",
@@ -114,11 +116,18 @@ STATS = {
 # and where the arm has an output gate, its mean value per block (blank for the others)
 GATE_MEAN = ("gate_mean", "attention/gate_mean/layer_{k}")
 SHOWN = {
+    "first_token_excess": (
+        "first-token excess (the heads' mean share of a row's weight on the first token above "
+        "uniform's 1/n_i, scaled so that uniform weights read 0 and all weight on the first "
+        "token 1)"
+    ),
+    "first_token_excess_max": "first-token excess of the most sink-like head",
     "sink_share": "sink share (heads with mean first-token weight > 0.3)",
     "row_sum": "mean row sum of the weights",
     "relative_residual": "relative residual (Dong et al.)",
     "effective_rank": "effective rank (Roy & Vetterli)",
 }  # report and figure
+SINK_MEASURES = ("first_token_excess", "first_token_excess_max", "sink_share")
 MARGIN_REASON = "0.05 nats, a 5% change of perplexity, as the mixer study"
 
 
@@ -149,7 +158,10 @@ def layer_rows(cell: CellRuns) -> list[dict]:
         for rec in job.records:
             for k in range(1, 1 + int(job.config.get("model", {}).get("depth", 0))):
                 values = {s: rec.get(key.format(k=k)) for s, key in STATS.items()}
-                if "step" in rec and all(v is not None for v in values.values()):
+                # an evaluation that measured the block; a statistic n/a there (no row of its
+                # weights sees the first token) is NaN
+                if "step" in rec and values["relative_residual"] is not None:
+                    values = {s: math.nan if v is None else v for s, v in values.items()}
                     rows.append(
                         {
                             "arm": arm,
@@ -226,7 +238,7 @@ def stat_table(rows: list[dict], stat: str, arms: list[str]) -> list[str]:
 
 
 def figure(rows: list[dict], arms: list[str], path: Path) -> None:
-    """Rows: the three statistics; columns: the blocks; x: training step; a line per fresh seed,
+    """Rows: the statistics SHOWN; columns: the blocks; x: training step; a line per fresh seed,
     a colour per arm."""
     import matplotlib
 
@@ -235,7 +247,11 @@ def figure(rows: list[dict], arms: list[str], path: Path) -> None:
 
     layers = sorted({r["layer"] for r in rows}) or [1]
     fig, axes = plt.subplots(
-        len(SHOWN), len(layers), figsize=(3.4 * len(layers), 10), squeeze=False, sharex=True
+        len(SHOWN),
+        len(layers),
+        figsize=(3.4 * len(layers), 2.2 * len(SHOWN)),
+        squeeze=False,
+        sharex=True,
     )
     for i, stat in enumerate(SHOWN):
         for j, k in enumerate(layers):
@@ -259,6 +275,9 @@ def figure(rows: list[dict], arms: list[str], path: Path) -> None:
             ax.set_title(f"block {k}", fontsize=9)
             if stat in ("sink_share", "row_sum"):  # shares: the whole range, read at a glance
                 ax.set_ylim(-0.03, 1.05)
+            elif stat.startswith("first_token_excess"):  # 0 uniform, 1 a full sink
+                ax.axhline(0, color="0.5", lw=0.8, ls=":")
+                ax.set_ylim(-0.2, 1.05)
             if j == 0:
                 ax.set_ylabel(SHOWN[stat].split(" (")[0], fontsize=9)
             if i == len(SHOWN) - 1:
@@ -268,6 +287,25 @@ def figure(rows: list[dict], arms: list[str], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def calibration_lines() -> list[str]:
+    """The sink measures on their controls, read as the runs are read (the trainer's record of
+    block 1): a planted first-token sink and the same block with nothing to prefer."""
+    from attnzoo.analysis.controls import sink_control_readings
+
+    readings = sink_control_readings()
+    lines = [
+        "The sink measures on controls with a known answer, read as the runs are "
+        "(attnzoo.analysis.controls.planted_sink: one causal scaled-dot block whose first token "
+        "is a BOS every query's key match prefers, and the same block without it):",
+        "",
+        "| control | " + " | ".join(SHOWN[s].split(" (")[0] for s in SINK_MEASURES) + " |",
+        "|---|" + "---|" * len(SINK_MEASURES),
+    ]
+    for name, values in readings.items():
+        lines.append(f"| {name} | " + " | ".join(f"{values[s]:.3f}" for s in SINK_MEASURES) + " |")
+    return [*lines, ""]
 
 
 def arms_text(names: list[str]) -> str:
@@ -346,6 +384,7 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
     lines += ["", f"Against {REFERENCE} (one {args.correction} family):"]
     lines += [f"- {c['sentence']}" for c in family] or ["- nothing to compare"]
     lines += ["", "## Per block, at init and at the end of training", ""]
+    lines += calibration_lines()
     for stat in SHOWN:
         lines += [f"{SHOWN[stat]}: every fresh seed (seed order), `a / b / c`.", ""]
         lines += [*stat_table(layers, stat, names), ""]

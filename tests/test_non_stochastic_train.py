@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from attnzoo.rank import WEIGHT_STATS
 from attnzoo.tracking import read_metrics
 from attnzoo.train import compose, run
 
@@ -91,9 +92,7 @@ def logged_weights(rows: list[dict]) -> dict[str, float]:
 @pytest.mark.sample(2)
 def test_deltanet_and_sigmoid_train_on_each_task_and_log_row_sums(mixer, task, play, tmp_path):
     weights = logged_weights(train(MIXERS[mixer], task, play, tmp_path))
-    assert set(weights) == {
-        f"attention/{s}/layer_{k}" for s in ("row_sum", "sink_share") for k in (1, 2)
-    }
+    assert set(weights) == {f"attention/{s}/layer_{k}" for s in WEIGHT_STATS for k in (1, 2)}
     assert all(math.isfinite(v) for v in weights.values())
     assert all(0 <= weights[f"attention/sink_share/layer_{k}"] <= 1 for k in (1, 2))
 

@@ -10,6 +10,7 @@ from attnzoo import MIXERS, Model, ModelConfig, composite_norm, rank_profile, re
 from attnzoo.mixers import can_run
 from attnzoo.rank import (
     MEASURES,
+    WEIGHT_STATS,
     RankProfile,
     attention_entropy,
     effective_rank,
@@ -269,7 +270,7 @@ def test_rank_profile_reports_every_measure_and_the_log_keys_for_the_trainer():
     assert len(rank_keys) == 5 * 4 - 1
     # and the weights' statistics, per block (softmax rows: sums of 1)
     assert [logged[f"attention/row_sum/layer_{k}"] for k in (1, 2, 3)] == pytest.approx([1.0] * 3)
-    assert len(logged) == len(rank_keys) + 2 * 3
+    assert len(logged) == len(rank_keys) + len(WEIGHT_STATS) * 3
     pooled = rank_profile(pure_model("pooling", skip=False, depth=2), tokens, measures=None)
     assert all(math.isnan(e) for e in pooled.measures["attention_entropy"])
     only = rank_profile(pure_model("metric", skip=False, depth=2), tokens, measures=["stable_rank"])

@@ -90,6 +90,12 @@ def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_
     assert all(0 < float(g) < 1 for g in gate["gate"])  # σ(x W_g), one mean per block
     assert all(g == "" for a in EVERY_ARM if a != "gate" for g in gate[a])
     assert "mean output gate" in md
+    # the continuous sink measures are logged for every block and the controls calibrate them
+    assert all(-1 <= float(r["first_token_excess"]) <= 1 for r in layers)
+    assert all(
+        float(r["first_token_excess"]) <= float(r["first_token_excess_max"]) + 1e-12 for r in layers
+    )
+    assert "| planted BOS sink (positive) | 1.000 | 1.000 | 1.000 |" in md
     assert (out / "sinks.png").stat().st_size > 10_000
     again = sinks(*SMOKE, "--out", str(out))  # every sweep completed
     assert again.returncode == 0 and "-m attnzoo.train" not in again.stdout

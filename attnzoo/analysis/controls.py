@@ -72,3 +72,55 @@ class FrozenStochastic(nn.Module):
         if x_bnd.ndim != 3 or x_bnd.shape[-1] != self.dim:
             raise ValueError(f"expected input (B, N, {self.dim}), got {tuple(x_bnd.shape)}")
         return self.weights(x_bnd.shape[1], key_padding_mask).to(x_bnd.dtype) @ x_bnd
+
+
+def planted_sink(bos: bool, seq_len: int = 33, batch: int = 32, seed: int = 0):
+    """The first-token sink's controls, (model, inputs): one causal scaled-dot block whose first
+    token, with `bos`, is a constant BOS embedding whose key every query prefers, as the sinks of
+    trained language models do (Gu et al. 2024, "When attention sink emerges in language
+    models"): every row puts nearly all its weight on it, a sink any sink measure must find. With
+    `bos=False` the same weights see ordinary tokens first, with nothing to prefer: no sink. The
+    weights are set, not trained: query head-dimension 0 reads a feature every token carries into
+    the mixer (the norm's bias), key head-dimension 0 a feature only BOS has."""
+    from attnzoo.model import Model, ModelConfig
+
+    dim, heads, vocab = 16, 2, 11
+    config = ModelConfig(
+        dim=dim, depth=1, heads=heads, mixer="scaled_dot", causal=True, impl="torch"
+    )
+    with torch.random.fork_rng():  # the caller's random state is left as it was
+        torch.manual_seed(seed)
+        model = Model(config, out_features=vocab, max_len=seq_len, vocab_size=vocab, head="token")
+        inputs = torch.randint(1, vocab, (batch, seq_len))
+    with torch.no_grad():
+        model.pos.zero_()
+        model.embed.weight[:, :2] = 0.0  # features 0 (BOS) and 1 (every token, by the norm)
+        model.embed.weight[0] = 0.0
+        model.embed.weight[0, 0] = 10.0  # token 0 is BOS
+        block = model.blocks[0]
+        block.norm1.bias.zero_()
+        block.norm1.bias[1] = 2.0
+        qkv = block.mixer.qkv.weight  # (3 dim, dim): the q, k and v rows, heads of dim // heads
+        qkv[: 2 * dim] = 0.0
+        for h in range(heads):
+            qkv[h * (dim // heads), 1] = 3.0  # q_h[0] = 3 x[1]
+            qkv[dim + h * (dim // heads), 0] = 3.0  # k_h[0] = 3 x[0]
+    if bos:
+        inputs[:, 0] = 0
+    return model, inputs
+
+
+def sink_control_readings() -> dict[str, dict[str, float]]:
+    """The weight statistics (attnzoo.rank.WEIGHT_STATS) of the planted sink and of its negative,
+    read as a study reads its runs: the trainer's record of the probe batch, block 1."""
+    from attnzoo.rank import WEIGHT_STATS
+    from attnzoo.tasks import Batch
+    from attnzoo.train.rank_probe import rank_record
+
+    readings = {}
+    for name, bos in (("planted BOS sink (positive)", True), ("no BOS (negative)", False)):
+        model, inputs = planted_sink(bos)
+        probe = Batch(inputs, torch.zeros(len(inputs), dtype=torch.long))
+        record = rank_record(model, probe, measures=["attention_entropy"])
+        readings[name] = {s: record[f"attention/{s}/layer_1"] for s in WEIGHT_STATS}
+    return readings
