@@ -402,6 +402,24 @@ def rate_resolvable(n_a: int, n_b: int, alpha: float) -> float:
     return math.inf
 
 
+def seeds_to_resolve(
+    sd: float, margin: float, confidence: float = 0.95, m: int = 1, most: int = 1000
+) -> int | None:
+    """The fewest seeds n (≥ 2) at which a paired difference whose per-seed values spread with
+    standard deviation `sd` (a pilot's) has an interval at level α/m (Bonferroni's, the widest
+    of Holm's steps) no wider than ±`margin`: t_{1 − α/(2m), n − 1} · sd / √n ≤ margin, α = 1 −
+    `confidence` — the seeds a family of m hypotheses needs to resolve a difference of the
+    margin, which is the "could resolve |Δ| ≥ ..." the reports state after the runs. None when
+    more than `most` would be needed."""
+    if not sd >= 0 or not margin > 0 or m < 1:
+        raise ValueError(f"need sd ≥ 0, margin > 0 and m ≥ 1; got sd={sd}, margin={margin}, m={m}")
+    q = 1.0 - (1.0 - confidence) / (2 * m)
+    for n in range(2, most + 1):
+        if t_ppf(q, n - 1) * sd / math.sqrt(n) <= margin:
+            return n
+    return None
+
+
 # ---- a family of comparisons ------------------------------------------------------------------
 
 CORRECTIONS = ("holm", "bonferroni", "none")

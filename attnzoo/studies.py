@@ -282,16 +282,25 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_tuned_options(parser: argparse.ArgumentParser, name: str, margin: str) -> None:
+def add_tuned_options(
+    parser: argparse.ArgumentParser, name: str, margin: str, seeds: list[int] | None = None
+) -> None:
     """The options of a tuned study driver (scripts/recall.py, scripts/sinks.py) after its own:
-    the learning-rate grid, tuning and fresh seeds, grid extensions, the equivalence margin
-    (`margin`: what it is on, for --help; default 0.05), the interval's confidence and the
-    family's correction, then add_run_options, --out (default results/`name`/) and --smoke."""
+    the learning-rate grid, tuning and fresh seeds (default `seeds`, else 0, 1, 2), grid
+    extensions, the equivalence margin (`margin`: what it is on, for --help; default 0.05), the
+    interval's confidence and the family's correction, then add_run_options, --out (default
+    results/`name`/) and --smoke."""
     parser.add_argument(
         "--lrs", type=float_list, default=None, help="the train.lr grid (default: the preset's)"
     )
     parser.add_argument("--tune-seeds", type=int_list, default=[100, 101])
-    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2])
+    seeds = seeds or [0, 1, 2]
+    parser.add_argument(
+        "--seeds",
+        type=int_list,
+        default=seeds,
+        help=f"fresh seeds (default {','.join(map(str, seeds))})",
+    )
     parser.add_argument("--max-extensions", type=int, default=1)
     parser.add_argument(
         "--margin", type=float, default=0.05, help=f"equivalence margin on {margin} (default 0.05)"

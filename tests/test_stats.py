@@ -15,6 +15,7 @@ from attnzoo.stats import (
     holm,
     mean_interval,
     paired_t,
+    seeds_to_resolve,
     t_cdf,
     t_ppf,
     t_sf,
@@ -265,3 +266,18 @@ def test_one_sided_test_against_the_margin_by_hand():
     assert paired_t(a, b, margin=0.38).p_margin > 0.5
     assert paired_t(a, b, margin=0.0).p_margin == pytest.approx(c.p_value)
     assert paired_t(a, b).p_margin is None
+
+
+def test_seeds_to_resolve_reads_the_t_table():
+    """σ = margin at 95%, one hypothesis: t_{.975,5} / √6 = 2.571 / 2.449 = 1.050 > 1 and
+    t_{.975,6} / √7 = 2.447 / 2.646 = 0.925 ≤ 1 (Student's table), so 7 seeds; ten hypotheses
+    (Bonferroni's 0.005 per hypothesis: t_{.9975}) need more; no spread needs the fewest, 2."""
+    assert seeds_to_resolve(1.0, 1.0) == 7
+    assert seeds_to_resolve(1.0, 1.0, m=10) > 7
+    assert seeds_to_resolve(0.0, 0.05) == 2
+    # large n: the t quantile is the normal's, so n ≈ (z σ / margin)²; z_{.975} = 1.95996
+    n = seeds_to_resolve(1.0, 0.1)
+    assert (1.95996 / 0.1) ** 2 <= n <= (1.95996 / 0.1) ** 2 + 5
+    assert seeds_to_resolve(1.0, 1e-4, most=50) is None
+    with pytest.raises(ValueError, match="margin > 0"):
+        seeds_to_resolve(1.0, 0.0)
