@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import hashlib
 import json
+import math
 import os
 import platform
 import random
@@ -19,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +366,56 @@ def tuned_study_price(
         sweeps.append((f"{name} fresh seeds", arms * len(args.seeds), seconds))
         extra += args.max_extensions * len(args.tune_seeds) * arms
     return price(sweeps, args.parallel, basis, f"; grid extensions add up to {extra} runs more")
+
+
+def pilot_spread(pilot: Path, reference: str, on: str) -> dict[str, float]:
+    """Per arm of a pilot's runs.csv (columns arm, seed and `on`), the standard deviation of its
+    paired differences from `reference` on `on`, over the seeds both ran (arms with ≥ 2)."""
+    with pilot.open(encoding="utf-8", newline="") as f:
+        runs = [r for r in csv.DictReader(f) if r[on]]
+    value = {(r["arm"], r["seed"]): float(r[on]) for r in runs}
+    spread = {}
+    for arm in dict.fromkeys(r["arm"] for r in runs):
+        diffs = [
+            value[(arm, seed)] - value[(reference, seed)]
+            for a, seed in value
+            if a == arm and (reference, seed) in value
+        ]
+        if arm != reference and len(diffs) >= 2:
+            mean = sum(diffs) / len(diffs)
+            spread[arm] = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+    return spread
+
+
+def seeds_projection(
+    pilot: Path,
+    reference: str,
+    arms: Sequence[str],
+    on: str,
+    margin: float,
+    confidence: float,
+    m: int,
+    seeds: Sequence[int],
+) -> tuple[int | None, str]:
+    """How many fresh seeds a study needs, from its pilot: the fewest that give the paired
+    difference of the widest-spread arm an interval at level α/m no wider than ±`margin`
+    (stats.seeds_to_resolve; an arm the pilot did not run is taken at the pilot's largest
+    spread), and a sentence that says so and how many `seeds` the study has."""
+    from attnzoo.stats import seeds_to_resolve
+
+    spread = pilot_spread(pilot, reference, on) if pilot.is_file() else {}
+    others = [a for a in arms if a != reference]
+    if not spread or not others:
+        return None, "No pilot to size the seeds by."
+    sd = max(spread.get(a, max(spread.values())) for a in others)
+    n = seeds_to_resolve(sd, margin, confidence, m)
+    listed = ", ".join(f"{a} {v:.4f}" for a, v in spread.items())
+    return n, (
+        f"Seeds sized before the runs from the pilot (`{pilot.parent.name}/{pilot.name}`: SD of "
+        f"the paired differences from {reference} on {on}, {listed}; an arm it did not run taken "
+        f"at the largest): {n} fresh seeds give an interval at level α/m (m = {m}) no wider than "
+        f"±{margin:g} for an SD of {sd:.4f}; this study has {len(seeds)}."
+    )
 
 
 def run_overrides(args: argparse.Namespace, data_dir: str | Path | None) -> list[str]:

@@ -18,7 +18,7 @@ task), per arm:
    whole-split val loss (min); a choice at an edge of a grid of more than two values extends it
    one step (the tuned-study pipeline, attnzoo.tuned);
 2. rerun: fresh seeds (default 0-4: the committed pilot's spread of test loss projects that 5
-   resolve the margin in this family, `seeds_projection`) at the arm's chosen learning rate;
+   resolve the margin in this family, attnzoo.studies.seeds_projection) at the arm's chosen learning rate;
 3. report: test loss on the held-out test split, per seed and as a Student-t interval; each arm
    against `none`, paired by seed, on test loss (margin --margin, nats, stated before the runs),
    every hypothesis in one family (--correction, default holm); and, at every evaluation of
@@ -33,7 +33,8 @@ task), per arm:
 Outputs (in --out): sinks.md (the report), sinks.json, runs.csv and tune_runs.csv (every
 fresh-seed and tuning run, with its arm), comparisons.csv (the family, raw and adjusted p),
 layers.csv (arm, seed, step, block and the statistics), sink_logits.csv (every learned sink
-logit at the end), sinks.png. Run folders: the arms without an option share the sweeps in
+logit at the end), controls.csv (the sink measures on the planted sink and its negative),
+sinks.png. Run folders: the arms without an option share the sweeps in
 <out>/ (tune/, final/), the others are in <out>/<arm>/; the same command again skips completed
 sweeps.
 
@@ -61,6 +62,7 @@ from attnzoo.studies import (
     data_dir_of,
     has_corpus,
     run_overrides,
+    seeds_projection,
     tuned_options_problem,
     tuned_study_price,
     write_smoke_data,
@@ -160,41 +162,11 @@ def hypotheses(args: argparse.Namespace) -> int:
     return 3 * (len(args.arms) - 1)
 
 
-def seeds_projection(pilot: Path, args: argparse.Namespace) -> tuple[int | None, str]:
-    """The fresh seeds the pilot's spread says resolve ±margin on test loss in this family
-    (stats.seeds_to_resolve, on the standard deviation of each arm's paired differences from
-    the reference in the pilot; an arm the pilot did not run takes the largest), and a sentence
-    that says so."""
-    import csv
-
-    from attnzoo.stats import seeds_to_resolve
-
-    if not pilot.is_file():
-        return None, "No pilot to size the seeds by."
-    with pilot.open(encoding="utf-8", newline="") as f:
-        runs = [r for r in csv.DictReader(f) if r[ON]]
-    by = {(r["arm"], r["seed"]): float(r[ON]) for r in runs}
-    sds = {}
-    for arm in dict.fromkeys(r["arm"] for r in runs):
-        diffs = [
-            by[(arm, s)] - by[(REFERENCE, s)] for (a, s) in by if a == arm and (REFERENCE, s) in by
-        ]
-        if arm != REFERENCE and len(diffs) >= 2:
-            mean = sum(diffs) / len(diffs)
-            sds[arm] = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
-    arms = [a for a in args.arms if a != REFERENCE]
-    if not sds or not arms:
-        return None, "No pilot to size the seeds by."
-    widest = max(sds.values())
-    sd = max(sds.get(a, widest) for a in arms)
-    m = hypotheses(args)
-    n = seeds_to_resolve(sd, args.margin, args.confidence, m)
-    spread = ", ".join(f"{a} {v:.4f}" for a, v in sds.items())
-    return n, (
-        f"Seeds sized before the runs from the pilot (`pilot/runs.csv`: SD of the paired "
-        f"test-loss differences from {REFERENCE}, {spread}; an arm it did not run taken at the "
-        f"largest): {n} fresh seeds give an interval at level α/m (m = {m}) no wider than "
-        f"±{args.margin:g} for an SD of {sd:.4f}; this run has {len(args.seeds)}."
+def projection(args: argparse.Namespace) -> tuple[int | None, str]:
+    """The fresh seeds the committed pilot's spread says resolve ±margin on test loss in this
+    family, and a sentence that says so (studies.seeds_projection)."""
+    return seeds_projection(
+        PILOT, REFERENCE, args.arms, ON, args.margin, args.confidence, hypotheses(args), args.seeds
     )
 
 
@@ -337,22 +309,33 @@ def figure(rows: list[dict], arms: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def calibration_lines() -> list[str]:
+def control_rows() -> list[dict]:
     """The sink measures on their controls, read as the runs are read (the trainer's record of
-    block 1): a planted first-token sink and the same block with nothing to prefer."""
+    block 1): a planted first-token sink and the same block with nothing to prefer; a row per
+    control and statistic (controls.csv)."""
     from attnzoo.analysis.controls import sink_control_readings
 
-    readings = sink_control_readings()
+    return [
+        {"control": name, "stat": stat, "value": value}
+        for name, values in sink_control_readings().items()
+        for stat, value in values.items()
+    ]
+
+
+def calibration_lines(controls: list[dict]) -> list[str]:
+    by = {(r["control"], r["stat"]): r["value"] for r in controls}
     lines = [
         "The sink measures on controls with a known answer, read as the runs are "
         "(attnzoo.analysis.controls.planted_sink: one causal scaled-dot block whose first token "
-        "is a BOS every query's key match prefers, and the same block without it):",
+        "is a BOS every query's key match prefers, and the same block without it; "
+        "`controls.csv`):",
         "",
         "| control | " + " | ".join(SHOWN[s].split(" (")[0] for s in SINK_MEASURES) + " |",
         "|---|" + "---|" * len(SINK_MEASURES),
     ]
-    for name, values in readings.items():
-        lines.append(f"| {name} | " + " | ".join(f"{values[s]:.3f}" for s in SINK_MEASURES) + " |")
+    for name in dict.fromkeys(r["control"] for r in controls):
+        cells = " | ".join(f"{by[(name, s)]:.3f}" for s in SINK_MEASURES)
+        lines.append(f"| {name} | {cells} |")
     return [*lines, ""]
 
 
@@ -376,6 +359,8 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
     write_csv(args.out / "comparisons.csv", COMPARISON_COLUMNS, family)
     columns = ["arm", "seed", "step", "layer", *STATS, GATE_MEAN[0]]
     write_csv(args.out / "layers.csv", columns, layers)
+    controls = control_rows()
+    write_csv(args.out / "controls.csv", ["control", "stat", "value"], controls)
     logits = sink_logits(cell)
     write_csv(args.out / "sink_logits.csv", ["arm", "seed", "block", "head", "logit"], logits)
     figure(layers, names, args.out / "sinks.png")
@@ -393,7 +378,7 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
         seeds_line(args.tune_seeds, args.seeds)
         + " Equivalence margin on test loss, fixed before the runs: "
         f"±{args.margin:g} ({MARGIN_REASON}). "
-        + seeds_projection(PILOT, args)[1]
+        + projection(args)[1]
         + " The rank measures are described, not tested: the plain model keeps its rank at "
         "this recipe, so there is no collapse for an arm to prevent. "
         + protocol_text(family, args.confidence, args.margin, args.correction)
@@ -433,7 +418,7 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
     lines += ["", f"Against {REFERENCE} (one {args.correction} family):"]
     lines += [f"- {c['sentence']}" for c in family] or ["- nothing to compare"]
     lines += ["", "## Per block, at init and at the end of training", ""]
-    lines += calibration_lines()
+    lines += calibration_lines(controls)
     for stat in SHOWN:
         lines += [f"{SHOWN[stat]}: every fresh seed (seed order), `a / b / c`.", ""]
         lines += [*stat_table(layers, stat, names), ""]
@@ -461,7 +446,17 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
         for arm in args.arms
     }
     (args.out / "sinks.json").write_text(
-        json.dumps({**header, "arms": plain}, indent=2, default=str) + "\n"
+        json.dumps(
+            {
+                **header,
+                "reference": REFERENCE,
+                "arm_text": {a: ARMS[a][2] for a in args.arms},
+                "arms": plain,
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
     )
     return path
 
@@ -496,7 +491,7 @@ def main() -> None:
                 args, [(f"{len(args.arms)} arms", len(args.arms), seconds, "")], basis
             )
         )
-        print(seeds_projection(PILOT, args)[1])
+        print(projection(args)[1])
         return
     env = dict(os.environ)
     if args.smoke:
@@ -519,6 +514,7 @@ def main() -> None:
         seeds=args.seeds,
         margin=args.margin,
         margin_reason=MARGIN_REASON,
+        confidence=args.confidence,
         correction=args.correction,
     )
     print(write_report(cell, args, header).read_text())

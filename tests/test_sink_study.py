@@ -71,7 +71,7 @@ def test_the_fresh_seeds_are_what_the_committed_pilot_projects(run_script):
         for a in ("learned", "zero_kv", "sigmoid")
     ]
     args = SimpleNamespace(arms=EVERY_ARM, margin=0.05, confidence=0.95, seeds=module.SEEDS)
-    n, sentence = module.seeds_projection(module.PILOT, args)
+    n, sentence = module.projection(args)
     assert n == len(module.SEEDS) == 5 and f"{max(sds):.4f}" in sentence and "m = 15" in sentence
     q = 1 - 0.05 / (2 * 15)
     assert t_ppf(q, n - 1) * max(sds) / n**0.5 <= 0.05 < t_ppf(q, n - 2) * max(sds) / (n - 1) ** 0.5
@@ -121,6 +121,8 @@ def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_
         float(r["first_token_excess"]) <= float(r["first_token_excess_max"]) + 1e-12 for r in layers
     )
     assert "| planted BOS sink (positive) | 1.000 | 1.000 | 1.000 |" in md
+    controls = {(r["control"], r["stat"]): float(r["value"]) for r in rows(out / "controls.csv")}
+    assert controls[("planted BOS sink (positive)", "first_token_excess")] > 0.99
     assert (out / "sinks.png").stat().st_size > 10_000
     again = sinks(*SMOKE, "--out", str(out))  # every sweep completed
     assert again.returncode == 0 and "-m attnzoo.train" not in again.stdout
