@@ -6,8 +6,10 @@ model restricted to paths of length k, for k = 0..depth: `n_paths` random paths,
 blocks through one randomly chosen head and the rest through the skip branch, summed. Accuracy
 against k is plotted next to the full model.
 
-Outputs (in --out): path_length.csv (task, k, accuracy, loss, paths used), path_length.md (the
-table and the full model's numbers), path_length.png, and runs/<task>/ (the training runs).
+Outputs (in --out): path_length.csv (task, k, accuracy, loss, paths used; k = "full" for the full
+model), path_length.json (the command, machine and date, the model and training settings, what
+was sampled), path_length.md (the table and the full model's numbers), path_length.png, and
+runs/<task>/ (the training runs).
 
 Model and training settings default to conf/experiment/path_length.yaml; flags override them.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import shutil
 import time
@@ -33,6 +36,7 @@ import torch  # noqa: E402
 from attnzoo.paths import num_heads, num_paths, path_logits, sample_paths  # noqa: E402
 from attnzoo.studies import default_out  # noqa: E402
 from attnzoo.tasks import TASKS  # noqa: E402
+from attnzoo.tuned import Clock  # noqa: E402
 
 
 def overrides_for(task: str, args: argparse.Namespace) -> list[str]:
@@ -112,6 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
+    clock = Clock()
     rows, full = [], {}
     for task in args.tasks:
         if task not in TASKS:
@@ -165,6 +170,22 @@ def main() -> None:
     lines += ["", "| task | full model accuracy | loss | training time (s) |", "|---|---|---|---|"]
     lines += [f"| {t} | {m:.3f} | {lo:.3g} | {s:.0f} |" for t, (lo, m, _, s) in full.items()]
     (args.out / "path_length.md").write_text("\n".join(lines) + "\n")
+    settings = {}
+    if c is not None:
+        settings = {
+            "mixer": c.mixer.name,
+            "depth": c.model.depth,
+            "heads": c.model.heads,
+            "dim": c.model.dim,
+            "steps": c.train.max_steps,
+            "batch_size": c.train.batch_size,
+            "lr": c.train.lr,
+            "seed": c.train.seed,
+        }
+    header = clock.header(
+        **settings, n_paths=args.n_paths, eval_samples=args.eval_batches * 64, tasks=list(full)
+    )
+    (args.out / "path_length.json").write_text(json.dumps(header, indent=2) + "\n")
 
     fig, axes = plt.subplots(1, max(len(full), 1), figsize=(4.2 * max(len(full), 1), 3.4))
     axes = [axes] if len(full) <= 1 else axes

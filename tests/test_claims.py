@@ -4,12 +4,12 @@ altered by one number makes its claims fail, through the same check."""
 
 from __future__ import annotations
 
-import csv
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from csv_tables import alter
 
 import attnzoo.claims
 from attnzoo.claims import base, mixer_study, rank_ablation, rank_collapse
@@ -62,19 +62,6 @@ def copy_tree(tmp: Path, tables: list[str]) -> Path:
         (tmp / claims.RESULTS / t).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / claims.RESULTS / t, tmp / claims.RESULTS / t)
     return tmp
-
-
-def alter(path: Path, where: dict[str, str], column: str, value: str) -> None:
-    """Set `column` to `value` in the one row of the csv at `path` matching `where`."""
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    hits = [r for r in rows if all(r[k] == v for k, v in where.items())]
-    assert len(hits) == 1, where
-    hits[0][column] = value
-    with path.open("w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def claim(claim_id: str):

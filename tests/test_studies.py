@@ -159,9 +159,11 @@ def test_path_length_study_evaluates_every_length_next_to_the_full_model(tmp_pat
     run_subprocess(
         "path_length.py", "--tasks", "sort", *tiny, "--eval-batches", "1", "--out", str(out)
     )
-    assert {"path_length.csv", "path_length.md", "path_length.png", "runs"} <= {
+    assert {"path_length.csv", "path_length.json", "path_length.md", "path_length.png", "runs"} <= {
         p.name for p in out.iterdir()
     }
+    header = json.loads((out / "path_length.json").read_text())
+    assert (header["depth"], header["heads"], header["steps"], header["n_paths"]) == (2, 2, 30, 3)
     rows = list(csv.DictReader((out / "path_length.csv").open()))
     assert [r["k"] for r in rows] == ["0", "1", "2", "full"]
     # C(L,k)·H^k paths of length k; all of them are summed when there are no more than n_paths

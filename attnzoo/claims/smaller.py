@@ -12,10 +12,9 @@ from attnzoo.claims.base import (
     num,
 )
 
-# ---- the smaller studies: real architectures, path length, the training benchmark ---------------
+# ---- the smaller studies: real architectures and the training benchmark (path length: attnzoo.pages) ---------------
 
 ARCH = "architectures/architectures.csv"
-PATHS = "path_length/path_length.csv"
 BENCH = "bench_train/shakespeare.md"
 FLOAT64_FLOOR = 1e-14
 
@@ -34,18 +33,6 @@ def architectures(t: Tables) -> Problems:
     yield from expect({w["weights"] for w in t.rows(ARCH)} == {"random init"}, "not random init")
 
 
-def paths(t: Tables) -> dict[str, dict[str, str]]:
-    return {r["k"]: r for r in t.rows(PATHS, task="sort")}
-
-
-def paths_predicate(t: Tables) -> Problems:
-    p = paths(t)
-    yield from expect(p["1"]["paths_used"] == p["1"]["paths_total"] == "16", "not all 16 paths")
-    lengths = [k for k in p if k.isdigit()]
-    worst = min(lengths, key=lambda k: num(p[k], "metric"))
-    yield from expect(worst == max(lengths, key=int), f"the worst paths have length {worst}")
-
-
 def bench(t: Tables) -> dict[str, dict[str, str]]:
     return {r["mixer"]: r for r in t.markdown(BENCH, "| mixer | params |")}
 
@@ -58,18 +45,6 @@ SMALLER = [
         "attention decays only exponentially (one seed, no pretrained weights)",
         (ARCH,),
         architectures,
-    ),
-    Claim(
-        "path-length",
-        README,
-        "the 16 single-head paths of a 4-layer sorting model reach {one} accuracy, the longest "
-        "paths {longest} (one seed)",
-        (PATHS,),
-        paths_predicate,
-        lambda t: {
-            "one": fmt(num(paths(t)["1"], "metric"), ".2f"),
-            "longest": fmt(num(paths(t)["4"], "metric"), ".2f"),
-        },
     ),
     Claim(
         "bench-train",
