@@ -55,6 +55,9 @@ class Plan:
     by: str
     maximize: bool
     script: str  # how the tuning's selected.sh calls the summary
+    # with a threshold, the choice is the value whose tuning seeds reach it most often, then the
+    # best mean (attnzoo.analysis.selection.select)
+    success: float | None = None
 
 
 @dataclass
@@ -123,6 +126,7 @@ def run_cell(
             "fresh_seeds": seeds,
             "final_dir": str(folder / "final"),
             "script": plan.script,
+            "success": plan.success,
         }
         selected, extensions, tuned = tune_lr(
             [*base, *options],
@@ -281,17 +285,22 @@ def row_lr(row: dict[str, str]) -> str:
 
 
 def selection_from_rows(
-    rows: list[dict[str, str]], chosen: dict[str, float], mixers: list[str]
+    rows: list[dict[str, str]],
+    chosen: dict[str, float],
+    mixers: list[str],
+    success: float | None = None,
 ) -> list[dict[str, Any]] | None:
     """A committed tuning's selection (as tune_lr returns it, for tuning_lines) remade from its
     runs (a tune_runs.csv) by the selection the study ran (attnzoo.analysis.selection.select,
-    the final metric maximised over each mixer's learning rates). None where it does not give
-    every mixer its committed choice."""
+    the final metric maximised over each mixer's learning rates, with its `success` threshold
+    if it had one). None where it does not give every mixer its committed choice."""
     from attnzoo.analysis.groups import groups_from_rows
     from attnzoo.analysis.selection import select
 
     labelled = [r | {"group": f"mixer={r['mixer']}, train.lr={row_lr(r)}"} for r in rows]
-    selected = select(groups_from_rows(labelled), "train.lr", by="metric", maximize=True)
+    selected = select(
+        groups_from_rows(labelled), "train.lr", by="metric", maximize=True, success=success
+    )
     got = {mixer_of(s, mixers): s["value"] for s in selected}
     if any(m not in got or m not in chosen or abs(got[m] / chosen[m] - 1) > 1e-9 for m in mixers):
         return None
@@ -306,12 +315,18 @@ def tuning_lines(
     one) the choice and its candidates."""
     from attnzoo.analysis.tables import fmt
 
+    success = next((s["success"] for s in result["selected"] if s.get("success") is not None), None)
+    rule = (
+        "the value with the best mean over the tuning seeds"
+        if success is None
+        else f"the value whose tuning seeds reach {success:g} most often, then the best mean"
+    )
     lines = [
         "### Learning rate: grid and selection",
         "",
         f"Grid `train.lr` = {', '.join(map(lr_text, lrs))} on tuning seeds "
-        f"{', '.join(map(str, tune_seeds))}; per mixer the value with the best mean over the "
-        f"tuning seeds, selected on {on} (attnzoo.analysis.selection.select). A choice at an "
+        f"{', '.join(map(str, tune_seeds))}; per mixer {rule}, "
+        f"selected on {on} (attnzoo.analysis.selection.select). A choice at an "
         f"edge of a grid of more than two values extends it one step beyond that edge (the "
         f"grid's factor), at most {cap} time(s). Every tuning run: `tune_runs.csv`.",
         "",
@@ -330,11 +345,19 @@ def tuning_lines(
     lines += [
         "",
         f"| {'arm' if named else 'mixer'} | chosen train.lr | mean {on} (tuning) | "
-        "candidates (lr: mean) | note |",
+        f"candidates (lr: mean{'' if success is None else ', seeds reaching it'}) | note |",
         "|---|---|---|---|---|",
     ]
     for s in result["selected"]:
-        cands = ", ".join(f"{fmt(c['value'])}: {fmt(c['mean'])}" for c in s["candidates"])
+        cands = ", ".join(
+            f"{fmt(c['value'])}: {fmt(c['mean'])}"
+            + (
+                f" ({round(c['success_rate'] * c['n_seeds'])}/{c['n_seeds']})"
+                if "success_rate" in c
+                else ""
+            )
+            for c in s["candidates"]
+        )
         note = s["note"] + (f"; still at an edge after {cap} extension(s)" if s.get("edge") else "")
         lines.append(
             f"| {s.get('arm') or mixer_of(s, mixers)} | {fmt(s['value'])} | {fmt(s['mean'])} | {cands} | "

@@ -16,7 +16,9 @@ mamba2, gla and deltanet; the causal mixers only, MQAR is read left to right):
    (a threshold fixed before the runs) the outcome of a seed is instead whether its test
    accuracy reached it, and each mixer's success rate is compared with scaled-dot's by
    Boschloo's exact test (attnzoo.stats.compare_rates), in the same one family: the analysis
-   for outcomes that are success or failure (the 1/8 plateau, or recall near 1).
+   for outcomes that are success or failure (the 1/8 plateau, or recall near 1). The tuning
+   then chooses by the same outcome: the learning rate whose tuning seeds reach the threshold
+   on validation accuracy most often, the best mean among those.
 
 The task is the trainer's `task=mqar` (its defaults: vocabulary 256, 64 tokens, 8 key-value
 pairs, every key queried) on blocks with the MLP switched off (model.mlp=false: the mixers alone
@@ -198,9 +200,17 @@ def compare_cell(groups: list, args: argparse.Namespace) -> list[dict]:
 
 
 def plan(args: argparse.Namespace) -> Plan:
-    """The recall protocol: the choice on the whole validation split's accuracy (max)."""
+    """The recall protocol: the choice on the whole validation split's accuracy (max); with
+    --success, on how many tuning seeds reach it, then the mean."""
     return Plan(
-        args.lrs, args.tune_seeds, args.seeds, args.max_extensions, "metric", True, SUMMARIZE
+        args.lrs,
+        args.tune_seeds,
+        args.seeds,
+        args.max_extensions,
+        "metric",
+        True,
+        SUMMARIZE,
+        args.success,
     )
 
 
@@ -285,7 +295,9 @@ def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple
         where, key = {"width": c["width"], "depth": c["depth"]}, [c["width"], c["depth"]]
         here = [r for r in runs if [int(r["width"]), int(r["depth"])] == key]
         tuned = [r for r in tunes if [int(r["width"]), int(r["depth"])] == key]
-        if (selected := selection_from_rows(tuned, c["chosen_lr"], args.mixers)) is None:
+        if (
+            selected := selection_from_rows(tuned, c["chosen_lr"], args.mixers, args.success)
+        ) is None:
             return (
                 f"--add-to {folder}: its tune_runs.csv does not give its choices {c['chosen_lr']}"
             )

@@ -122,6 +122,46 @@ def test_selection_follows_the_direction_asked_and_steps_beyond_an_edge(tmp_path
     assert extend(worst["pooling"]) == pytest.approx(1e-3 / (3e-3 / 1e-3))  # past the low edge
 
 
+def test_selection_by_success_rate_prefers_the_value_more_tuning_seeds_reach(tmp_path: Path):
+    """lr 1e-3: accuracies 1.0, 1.0, 0.88 (mean 0.96, two seeds of three reach 0.9); lr 3e-3:
+    0.91 each (mean 0.91, all three reach it). The mean picks 1e-3; with a success threshold of
+    0.9 the rate picks 3e-3; at 0.95 the rates tie (2/3 against 0/3: 1e-3 again)."""
+    from fake_sweeps import _config, _records, _write_job
+
+    from attnzoo.analysis.selection import success_rate
+
+    accuracy = {1e-3: (1.0, 1.0, 0.88), 3e-3: (0.91, 0.91, 0.91)}
+    job = 0
+    for lr, values in accuracy.items():
+        for seed, acc in zip((100, 101, 102), values, strict=True):
+            folder = tmp_path / "tune" / str(job)
+            records = _records(4 * (1 - acc), 3, 0.6, None)  # val/accuracy = 1 - loss / 4
+            summary = {
+                "status": "completed",
+                "step": 20,
+                "final": {k: v for k, v in records[-1].items() if k != "step"},
+            }
+            overrides = ["mixer=scaled_dot", f"train.lr={lr}", f"train.seed={seed}"]
+            _write_job(folder, _config("scaled_dot", seed, lr, folder), overrides, records, summary)
+            job += 1
+    sweep = analysis.load_sweep(tmp_path / "tune")
+    by_mean = sweep.select("train.lr", by="metric", maximize=True)
+    assert [s["value"] for s in by_mean] == [1e-3]
+    by_rate = analysis.selection.select(
+        sweep.groups, "train.lr", by="metric", maximize=True, success=0.9
+    )
+    assert [s["value"] for s in by_rate] == [3e-3] and by_rate[0]["success"] == 0.9
+    rates = {c["value"]: c["success_rate"] for c in by_rate[0]["candidates"]}
+    assert rates == {1e-3: pytest.approx(2 / 3), 3e-3: 1.0}
+    strict = analysis.selection.select(
+        sweep.groups, "train.lr", by="metric", maximize=True, success=0.95
+    )
+    assert [s["value"] for s in strict] == [1e-3]
+    # in the loss's direction a success is at or below the threshold
+    assert success_rate([0.1, 0.3, 0.2], 0.2, lower=True) == pytest.approx(2 / 3)
+    assert success_rate([0.1, 0.3], None, lower=True) == 0.0
+
+
 def test_a_budget_flattened_when_its_last_fifth_moved_less_than_the_seed_sd(tmp_path: Path):
     from attnzoo.analysis.convergence import flattened, flattened_text, tail_change
 

@@ -285,17 +285,19 @@ def write_tuning(
     final_dir: str = "multirun/final",
     script: str = "scripts/summarize.py",
     maximize: bool | None = None,
+    success: float | None = None,
 ) -> list[dict[str, Any]]:
     """The summary's selection on a tuning sweep (or several folders read as one: a grid and
     its extensions), without its figures and groups: summary.{md,csv} and selected.{json,md,sh}
-    in `out`; the selected entries (none when the sweep did not vary `tune_key`)."""
+    in `out`; the selected entries (none when the sweep did not vary `tune_key`; `success`: the
+    selection's threshold, selection.select)."""
     out.mkdir(parents=True, exist_ok=True)
     folders = sweep if isinstance(sweep, list) else [sweep]
     tuned = load_sweep(*folders)
     write_tables(tuned.rows, out, folders[0])
     if tune_key not in tuned.axes:
         return []
-    selected = select(tuned.groups, tune_key, by, fresh_seeds, final_dir, maximize)
+    selected = select(tuned.groups, tune_key, by, fresh_seeds, final_dir, maximize, success)
     write_selection(selected, out, final_dir, tuned.default_axis(without=tune_key), script)
     return selected
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from attnzoo.analysis.compare import blocks, lower_is_better
@@ -32,6 +33,15 @@ def left_out(g: Group, tune_key: str, by: str) -> str:
     return f"{axis_name(tune_key)}={fmt(g.config.get(tune_key))} left out: no {by} ({statuses})"
 
 
+def success_rate(values: Iterable[float], success: float | None, lower: bool) -> float:
+    """The share of `values` at or beyond `success` (at or below it when `lower` is better); 0
+    without a threshold, so that the mean alone decides."""
+    values = list(values)
+    if success is None or not values:
+        return 0.0
+    return sum((v <= success) if lower else (v >= success) for v in values) / len(values)
+
+
 def select(
     groups: list[Group],
     tune_key: str,
@@ -39,11 +49,14 @@ def select(
     fresh_seeds: str = "0,1,2,3,4",
     final_dir: str = "multirun/final",
     maximize: bool | None = None,
+    success: float | None = None,
 ) -> list[dict[str, Any]]:
     """For each configuration of the other axes, the value of `tune_key` with the best mean of
     `by` over the tuning seeds (the highest when `maximize`, the lowest when not; by default the
     direction of `by`: lowest loss, the task's own direction for its metric; an exact tie goes
-    to the smallest value), and the Hydra overrides that rerun it with fresh seeds (the sweep of
+    to the smallest value) — with `success`, the value whose tuning seeds reach `success` (at
+    or beyond it in `by`'s direction) most often, the best mean among those — and the Hydra
+    overrides that rerun it with fresh seeds (the sweep of
     the i-th configuration into `final_dir`/<i>; they read every final split). `edge` says
     whether the choice sits at the "low" or "high" end of a grid of more than two values (None
     when interior): `extend` gives the value beyond it. A grid value without a completed seed
@@ -63,6 +76,7 @@ def select(
             )
             continue
         mean = {id(g): sum(g.values(by).values()) / len(g.values(by)) for g in scored}
+        rate = {id(g): success_rate(g.values(by).values(), success, lower) for g in scored}
         grid = sorted(
             (g.config.get(tune_key) for g in members if g.config.get(tune_key) is not None),
             key=lambda v: (str(type(v)), v),
@@ -73,7 +87,11 @@ def select(
         sign = 1 if lower else -1
         best = min(
             scored,
-            key=lambda g: (sign * mean[id(g)], place.get(repr(g.config.get(tune_key)), len(grid))),
+            key=lambda g: (
+                -rate[id(g)],
+                sign * mean[id(g)],
+                place.get(repr(g.config.get(tune_key)), len(grid)),
+            ),
         )
         chosen = best.config.get(tune_key)
         notes = list(missing)
@@ -107,6 +125,7 @@ def select(
                 "value": chosen,
                 "select_by": by,
                 "maximize": not lower,
+                "success": success,
                 "edge": edge,
                 "grid": grid,
                 "mean": ci.mean,
@@ -116,6 +135,7 @@ def select(
                         "value": g.config.get(tune_key),
                         "mean": mean[id(g)],
                         "n_seeds": len(g.values(by)),
+                        **({"success_rate": rate[id(g)]} if success is not None else {}),
                     }
                     for g in sorted(scored, key=lambda g: (str(g.config.get(tune_key)),))
                 ],
