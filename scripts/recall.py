@@ -384,7 +384,43 @@ def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list
             f"Against {STUDY_REFERENCE} (success rate, test accuracy ≥ {args.success:g}):",
         ]
     lines += [f"- {s}" for s in verdicts.values()] or ["- nothing to compare"]
-    return lines + [""]
+    return lines + ["", moving_line(cell, args.margin), ""]
+
+
+def still_moving(cell: dict, margin: float, tail: float = 0.2) -> list[tuple[str, int, float]]:
+    """(mixer, seed, change) of every fresh seed whose sampled validation accuracy moved by
+    `margin` or more over the last `tail` of training (attnzoo.analysis.convergence): a budget
+    at which that seed had not flattened, by the difference the study calls worth acting on."""
+    from attnzoo.analysis.convergence import points_change
+
+    curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for r in cell["curves"]:
+        key = (r["mixer"], int(r["seed"]))
+        curves.setdefault(key, []).append((float(r["step"]), float(r["val_accuracy"])))
+    out = []
+    for (mixer, seed), points in curves.items():
+        change = points_change(points, tail)
+        if change is not None and abs(change) >= margin:
+            out.append((mixer, seed, change))
+    return out
+
+
+def moving_line(cell: dict, margin: float) -> str:
+    """Which fresh seeds had not flattened at the end of training, in words."""
+    moving = still_moving(cell, margin)
+    if not moving:
+        return (
+            "Flattened: every fresh seed's sampled validation accuracy moved by less than the "
+            f"margin (±{margin:g}) over the last fifth of training."
+        )
+    by: dict[str, list[str]] = {}
+    for mixer, seed, change in moving:
+        by.setdefault(mixer, []).append(f"{seed} ({change:+.2f})")
+    listed = "; ".join(f"{m} seed(s) {', '.join(v)}" for m, v in by.items())
+    return (
+        "Not flattened at this budget (sampled validation accuracy moved by the margin "
+        f"±{margin:g} or more over the last fifth of training): {listed}."
+    )
 
 
 def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> Path:

@@ -240,3 +240,23 @@ def test_success_compares_each_cells_success_rates_with_an_exact_test():
     mine = module.compare_cell(groups_from_rows(cell), args)
     row = next(r for r in mine if r["value"] == "deltanet")
     assert row["p"] == pytest.approx(rate_p(hits["deltanet"], 3, hits["scaled_dot"], 3))
+
+
+def test_the_report_names_the_fresh_seeds_still_moving_at_the_end_of_their_budget():
+    """On the committed width-128 curves: every Mamba-2 seed and scaled-dot's seed 2 rose by 5
+    points of accuracy or more over the last fifth of the 1000 steps (the results page's "still
+    rising at step 1000"); a curve that rose early and then held is flattened."""
+    import runpy
+
+    recall = runpy.run_path(str(SCRIPT))
+    rows = read_rows(COMMITTED / "curves.csv")
+    cell = {"curves": [r for r in rows if r["width"] == "128"]}
+    moving = {(m, s) for m, s, _ in recall["still_moving"](cell, 0.05)}
+    assert moving == {("mamba2", 0), ("mamba2", 1), ("mamba2", 2), ("scaled_dot", 2)}
+    assert "mamba2 seed(s) 0 (+0.08), 1 (+0.14), 2 (+0.14)" in recall["moving_line"](cell, 0.05)
+    flat = [
+        {"mixer": "m", "seed": "0", "step": str(s), "val_accuracy": str(v)}
+        for s, v in [(0, 0.1), (200, 0.9), (800, 0.97), (900, 0.98), (1000, 0.98)]
+    ]
+    assert recall["still_moving"]({"curves": flat}, 0.05) == []
+    assert recall["moving_line"]({"curves": flat}, 0.05).startswith("Flattened: every fresh seed")

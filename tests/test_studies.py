@@ -664,7 +664,7 @@ def test_a_study_writes_to_a_user_folder_by_default_never_the_committed_results(
     [
         ("rank_ablation", 900),
         ("recall", 54),
-        ("sinks", 36),
+        ("sinks", 66),
         pytest.param("mixer_ablation", 260, marks=pytest.mark.slow),
     ],
 )
@@ -775,7 +775,7 @@ def test_rank_collapse_dry_run_counts_the_models_and_writes_nothing(tmp_path, ru
     assert "nothing written" in printed and not out.exists()
 
 
-@pytest.mark.parametrize("name,jobs", [("rank_ablation", 24), ("recall", 48), ("sinks", 32)])
+@pytest.mark.parametrize("name,jobs", [("rank_ablation", 24), ("recall", 48), ("sinks", 48)])
 def test_a_smoke_is_priced_from_its_own_grid_and_its_measured_jobs(
     name, jobs, tmp_path, run_script
 ):

@@ -11,22 +11,30 @@ from typing import Any
 from attnzoo.analysis.groups import Group
 
 
-def tail_change(records: list[dict[str, Any]], tail: float = 0.2) -> float | None:
-    """The sampled validation loss at the last point minus that at the last point at or before
-    the start of the last `tail` of training (its first point when none is); None with fewer
-    than two points."""
-    points = sorted(
-        (r["step"], r["val/loss"])
-        for r in records
-        if "step" in r
-        and isinstance(r.get("val/loss"), (int, float))
-        and math.isfinite(r["val/loss"])
-    )
+def points_change(points: list[tuple[float, float]], tail: float = 0.2) -> float | None:
+    """For a curve of (step, value) points, the value at the last step minus that at the last
+    point at or before the start of the last `tail` of training (its first point when none is);
+    None with fewer than two finite points."""
+    points = sorted((s, v) for s, v in points if math.isfinite(v))
     if len(points) < 2:
         return None
     start = points[-1][0] * (1 - tail)
     before = [p for p in points[:-1] if p[0] <= start] or points[:1]
     return points[-1][1] - before[-1][1]
+
+
+def tail_change(
+    records: list[dict[str, Any]], tail: float = 0.2, key: str = "val/loss"
+) -> float | None:
+    """`points_change` of a run's sampled `key` (metrics.jsonl records)."""
+    return points_change(
+        [
+            (r["step"], float(r[key]))
+            for r in records
+            if "step" in r and isinstance(r.get(key), (int, float))
+        ],
+        tail,
+    )
 
 
 def flattened(group: Group, tail: float = 0.2) -> dict[str, Any]:
