@@ -41,6 +41,15 @@ in one family.
     python scripts/recall.py --smoke                        # the pipeline at toy size, ~1 min
     python scripts/recall.py --success 0.9 --seeds 0,1,2,3,4,5,6,7,8,9  # success rates, exact tests
     python scripts/recall.py --preset gpu --parallel 4      # one GPU: widths 64-512, depths 2, 4
+    python scripts/recall.py --pilot 3000 --out results/recall-pilot   # the budget's pilot
+    python scripts/recall.py --budget-from results/recall-pilot        # the study at its budget
+
+The budget: --pilot STEPS trains every mixer at every learning rate of the grid, on the first
+tuning seed, for STEPS steps in every cell, and writes the validation curves (curves.csv) and the
+step by which every curve has flattened (pilot.json, pilot.md: from that step on each stays
+within a band narrower than --margin, seen over at least the last fifth of the pilot;
+attnzoo.analysis.convergence.budget_from). --budget-from PILOT then trains the study for that
+many steps; a pilot in which some curve had not flattened gives no budget and is refused.
 """
 
 from __future__ import annotations
@@ -63,8 +72,10 @@ from attnzoo.studies import (
     STUDY_REFERENCE,
     add_tuned_options,
     int_list,
+    price,
     read_rows,
     run_overrides,
+    sweep,
     tuned_options_problem,
     tuned_study_price,
 )
@@ -145,14 +156,29 @@ def cell_name(width: int, depth: int) -> str:
     return f"dim{width}_depth{depth}"
 
 
+def preset_steps(preset: str) -> int:
+    """The training steps of a preset's runs."""
+    (steps,) = [o for o in PRESETS[preset]["overrides"] if o.startswith("train.max_steps=")]
+    return int(steps.split("=")[1])
+
+
+def preset_overrides(args: argparse.Namespace) -> list[str]:
+    """The preset's overrides and, with --smoke, the smoke's, their step count replaced by
+    --budget-from's (or --pilot's)."""
+    steps = args.pilot or args.budget
+    given = [*PRESETS[args.preset]["overrides"], *(SMOKE if args.smoke else [])]
+    return [o for o in given if steps is None or not o.startswith("train.max_steps=")] + (
+        [f"train.max_steps={steps}"] if steps is not None else []
+    )
+
+
 def run_cell(width: int, depth: int, args: argparse.Namespace, env: dict[str, str]) -> dict:
     """Tune, rerun at fresh seeds and compare one (width, depth) cell."""
     base = [
-        *PRESETS[args.preset]["overrides"],
+        *preset_overrides(args),
         f"model.dim={width}",
         f"model.depth={depth}",
         *run_overrides(args, None),
-        *(SMOKE if args.smoke else []),
         *args.override,
     ]
     where = {"width": width, "depth": depth}
@@ -221,6 +247,7 @@ PROTOCOL_DEFAULTS = {
     "smoke": False,
     "max_extensions": 1,
     "success": None,
+    "budget": None,
 }
 
 
@@ -259,7 +286,108 @@ def protocol(args: argparse.Namespace) -> dict:
         "smoke": args.smoke,
         "max_extensions": args.max_extensions,
         "success": args.success,
+        "budget": args.budget,
     }
+
+
+def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Path:
+    """--pilot STEPS: every mixer at every learning rate, on the first tuning seed, for STEPS
+    steps, per cell; writes the curves, the budget they ask for and its report."""
+    from attnzoo.analysis import load_sweep
+    from attnzoo.analysis.convergence import budget_from
+
+    seed, rows, curves = args.tune_seeds[0], [], {}
+    for width, depth in cells:
+        base = [
+            *preset_overrides(args),
+            f"model.dim={width}",
+            f"model.depth={depth}",
+            *run_overrides(args, None),
+            *args.override,
+            "train.final_splits=[val]",  # a pilot sees validation data only
+        ]
+        grid = (
+            f"mixer={','.join(args.mixers)} train.lr={','.join(format(lr, 'g') for lr in args.lrs)}"
+        )
+        folder = args.out / cell_name(width, depth)
+        print(f"width {width}, depth {depth}: pilot of {args.pilot} steps, seed {seed}", flush=True)
+        sweep(
+            [*base, *grid.split(" "), f"train.seed={seed}"],
+            folder,
+            len(args.mixers) * len(args.lrs),
+            env,
+            args.out / "pilot.log",
+        )
+        for job in load_sweep(folder).jobs:
+            mixer, lr = job.config["mixer"]["name"], job.config["train"]["lr"]
+            points = [(x["step"], x["val/accuracy"]) for x in job.records if "val/accuracy" in x]
+            curves[(width, depth, mixer, lr)] = points
+            rows += [
+                {
+                    "width": width,
+                    "depth": depth,
+                    "mixer": mixer,
+                    "lr": lr,
+                    "step": s,
+                    "val_accuracy": v,
+                }
+                for s, v in points
+            ]
+    budget, flat = budget_from(curves, args.margin)
+    write_csv(
+        args.out / "curves.csv", ["width", "depth", "mixer", "lr", "step", "val_accuracy"], rows
+    )
+    record = {
+        **protocol(args),
+        "pilot_steps": args.pilot,
+        "pilot_seed": seed,
+        "budget": budget if budget is None else int(budget),
+        "flat_from": [
+            {"width": w, "depth": d, "mixer": m, "lr": lr, "step": step}
+            for (w, d, m, lr), step in flat.items()
+        ],
+    }
+    (args.out / "pilot.json").write_text(json.dumps(record, indent=2) + "\n")
+    moving = [
+        f"{m} at lr {lr:g} (width {w}, depth {d})" for (w, d, m, lr), v in flat.items() if v is None
+    ]
+    verdict = (
+        f"Budget: {int(budget)} steps, the step by which every curve stays within a band "
+        f"narrower than ±{args.margin:g} of accuracy (each curve's step: `pilot.json`)."
+        if budget is not None
+        else "No budget: not flattened within the pilot (moving by the margin or more in its "
+        f"last fifth): {'; '.join(moving)}. A longer pilot is needed."
+    )
+    lines = [
+        "# Recall: the budget's pilot",
+        "",
+        f"Every mixer ({', '.join(args.mixers)}) at every learning rate "
+        f"({', '.join(format(lr, 'g') for lr in args.lrs)}), seed {seed}, {args.pilot} steps, "
+        f"validation accuracy only (curves: `curves.csv`).",
+        "",
+        verdict,
+        "",
+    ]
+    (args.out / "pilot.md").write_text("\n".join(lines))
+    return args.out / "pilot.md"
+
+
+def pilot_budget(folder: Path, args: argparse.Namespace) -> int | str:
+    """The budget of a committed pilot (--budget-from), or why it cannot give one: its
+    protocol must be this run's but for the budget."""
+    path = folder / "pilot.json"
+    if not path.is_file():
+        return f"--budget-from {folder}: no pilot.json there (run --pilot STEPS first)"
+    pilot = json.loads(path.read_text())
+    for key in ("preset", "mixers", "lrs", "override", "margin", "smoke"):
+        if pilot.get(key) != getattr(args, key):
+            return (
+                f"--budget-from {folder}: the pilot's {key} is {pilot.get(key)!r}, this run's "
+                f"{getattr(args, key)!r}; allowed: a pilot of this protocol"
+            )
+    if pilot["budget"] is None:
+        return f"--budget-from {folder}: its curves had not flattened (pilot.md); no budget"
+    return int(pilot["budget"])
 
 
 def committed_cells(folder: Path, args: argparse.Namespace, grid: list) -> tuple[list, list] | str:
@@ -528,8 +656,24 @@ def main() -> None:
         help="compare success rates instead of means: a seed succeeds when its test accuracy "
         "reaches ACCURACY (fixed before the runs, in (0, 1]); Boschloo's exact test, no margin",
     )
+    parser.add_argument(
+        "--pilot",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="run the budget's pilot instead of the study: every mixer at every learning rate, "
+        "one seed, STEPS steps; writes the step by which every curve has flattened",
+    )
+    parser.add_argument(
+        "--budget-from",
+        type=Path,
+        default=None,
+        metavar="PILOT",
+        help="train for the budget a pilot of this protocol found (its pilot.json)",
+    )
     add_tuned_options(parser, "recall", "test accuracy")
     args = parser.parse_args()
+    args.budget = None
     preset = PRESETS[args.preset]
     args.widths = args.widths or preset["widths"]
     args.depths = args.depths or preset["depths"]
@@ -547,7 +691,31 @@ def main() -> None:
         parser.error(f"--mixers must include the reference, {STUDY_REFERENCE}")
     if args.success is not None and not 0 < args.success <= 1:
         parser.error(f"--success {args.success}: allowed: an accuracy in (0, 1]")
+    if args.pilot is not None and not args.pilot > 0:
+        parser.error(f"--pilot {args.pilot}: allowed: a positive number of steps")
+    if args.pilot is not None and (args.add_to or args.budget_from):
+        parser.error("--pilot runs alone: not with --add-to or --budget-from")
+    if args.budget_from is not None:
+        if isinstance(budget := pilot_budget(args.budget_from, args), str):
+            parser.error(budget)
+        args.budget = budget
     cells = list(itertools.product(args.widths, args.depths))
+    if args.pilot is not None:
+        runs = len(cells) * len(args.mixers) * len(args.lrs)
+        if args.dry_run:
+            steps = preset_steps(args.preset)
+            per = cell_seconds(*cells[0], args.preset)[0] * args.pilot / steps
+            print(
+                price(
+                    [("pilot", runs, per)],
+                    args.parallel,
+                    "the study's runs, scaled to the pilot's steps",
+                )
+            )
+            return
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(run_pilot(cells, args, dict(os.environ)).read_text())
+        return
     earlier: tuple[list, list] | str = ([], [])
     if args.add_to is not None and isinstance(
         earlier := committed_cells(args.add_to, args, cells), str
@@ -557,6 +725,11 @@ def main() -> None:
         priced = []
         for w, d in cells:
             per, how = (SMOKE_JOB_S[0], "smoke") if args.smoke else cell_seconds(w, d, args.preset)
+            if args.budget is not None and not args.smoke:  # the pilot's budget, not the preset's
+                per, how = (
+                    per * args.budget / preset_steps(args.preset),
+                    how + ", scaled to the budget",
+                )
             priced.append((f"width {w}, depth {d}", len(args.mixers), per, how))
         basis = SMOKE_JOB_S[1] if args.smoke else preset["basis"]
         print(tuned_study_price(args, priced, basis))

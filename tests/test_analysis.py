@@ -532,3 +532,23 @@ def test_collapse_stops_at_the_smallest_lambda_from_which_every_larger_one_keeps
     assert stop_words(0.01) == "every λ > 0"
     assert collapse_stops(rows({0.0: gone, 1.0: gone}), "m", "none") is None
     assert stop_words(None) == "beyond the sweep"
+
+
+def test_a_pilot_budget_is_the_step_by_which_every_curve_stays_within_the_margin():
+    """A curve that climbs to 0.98 by step 400 and then wobbles within 0.02 is flat from 400; a
+    plateau that never moves is flat from its first point; one still rising in its last fifth
+    is not flat, and then no budget is: the pilot was too short."""
+    from attnzoo.analysis.convergence import budget_from, flat_from
+
+    climb = [(0, 0.1), (200, 0.5), (400, 0.97), (600, 0.98), (800, 0.99), (1000, 0.98)]
+    plateau = [(s, 0.125) for s in range(0, 1001, 200)]
+    rising = [(0, 0.1), (200, 0.12), (400, 0.13), (600, 0.2), (800, 0.5), (1000, 0.8)]
+    assert flat_from(climb, 0.05) == 400
+    assert flat_from(plateau, 0.05) == 0
+    assert flat_from(rising, 0.05) is None
+    assert flat_from(climb, 0.005) is None  # the wobble itself is not within a stricter margin
+    budget, each = budget_from({"a": climb, "b": plateau}, 0.05)
+    assert budget == 400 and each == {"a": 400, "b": 0}
+    assert budget_from({"a": climb, "c": rising}, 0.05)[0] is None
+    # the flat stretch must cover the last fifth: a curve flat only over its last point is not
+    assert flat_from([(0, 0.1), (900, 0.5), (1000, 0.52)], 0.05) is None

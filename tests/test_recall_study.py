@@ -260,3 +260,86 @@ def test_the_report_names_the_fresh_seeds_still_moving_at_the_end_of_their_budge
     ]
     assert recall["still_moving"]({"curves": flat}, 0.05) == []
     assert recall["moving_line"]({"curves": flat}, 0.05).startswith("Flattened: every fresh seed")
+
+
+def pilot_record(folder: Path, **changes) -> Path:
+    """A pilot.json of the CPU preset's protocol (as --pilot writes it), with `changes`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {
+        "preset": "cpu",
+        "mixers": ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"],
+        "lrs": [1e-3, 3e-3, 1e-2],
+        "override": [],
+        "margin": 0.05,
+        "smoke": False,
+        "budget": 2400,
+        "pilot_steps": 4000,
+    } | changes
+    (folder / "pilot.json").write_text(json.dumps(record))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "changes,says",
+    [
+        ({"budget": None}, "its curves had not flattened (pilot.md); no budget"),
+        ({"lrs": [1e-3, 1e-2]}, "the pilot's lrs is [0.001, 0.01], this run's"),
+        ({"margin": 0.1}, "the pilot's margin is 0.1, this run's 0.05"),
+    ],
+)
+def test_a_budget_is_taken_only_from_a_pilot_of_this_protocol_that_found_one(
+    changes, says, tmp_path, run_script
+):
+    pilot = pilot_record(tmp_path / "pilot", **changes)
+    code, _, err = run_script(SCRIPT, "--budget-from", str(pilot), "--out", str(tmp_path / "o"))
+    assert code == 2 and says in err, err
+    assert not (tmp_path / "o").exists()
+    code, _, err = run_script(SCRIPT, "--budget-from", str(tmp_path), "--dry-run")
+    assert code == 2 and "no pilot.json there (run --pilot STEPS first)" in err
+    code, _, err = run_script(SCRIPT, "--pilot", "0", "--dry-run")
+    assert code == 2 and "--pilot 0: allowed: a positive number of steps" in err
+
+
+def test_the_budget_of_a_pilot_sets_the_steps_and_the_price(tmp_path, run_script):
+    """2,400 steps from the pilot against the preset's 1,000: each run costs 2.4 times the
+    committed cell's mean, and the runs train that many steps."""
+    import runpy
+
+    pilot = pilot_record(tmp_path / "pilot")
+    code, with_budget, err = run_script(SCRIPT, "--budget-from", str(pilot), "--dry-run")
+    assert code == 0, err
+    code, without, _ = run_script(SCRIPT, "--dry-run")
+    per = lambda text: float(text.split("fresh seeds: 18 jobs × ~")[1].split(" s")[0])  # noqa: E731
+    assert per(with_budget) == pytest.approx(2.4 * per(without), rel=0.01)
+    assert "scaled to the budget" in with_budget
+    recall = runpy.run_path(str(SCRIPT))
+    args = __import__("argparse").Namespace(preset="cpu", smoke=True, pilot=None, budget=2400)
+    steps = [o for o in recall["preset_overrides"](args) if o.startswith("train.max_steps=")]
+    assert steps == ["train.max_steps=2400"]  # the smoke's 3 steps and the preset's 1000 give way
+
+
+@pytest.mark.slow  # ~1 min: 12 toy runs
+def test_the_pilot_writes_every_curve_and_the_step_they_flatten_by(tmp_path):
+    out = tmp_path / "pilot"
+    proc = recall(
+        "--pilot", "30", "--smoke", "--lrs", "1e-3,1e-2", "--parallel", "2", "--out", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    curves = read_rows(out / "curves.csv")
+    assert {(r["mixer"], float(r["lr"])) for r in curves} == {
+        (m, lr)
+        for m in json.loads((out / "pilot.json").read_text())["mixers"]
+        for lr in (1e-3, 1e-2)
+    }
+    assert {int(r["step"]) for r in curves} >= {0, 30}
+    record = json.loads((out / "pilot.json").read_text())
+    assert record["pilot_steps"] == 30 and len(record["flat_from"]) == 12
+    flat = [f["step"] for f in record["flat_from"]]
+    assert record["budget"] == (None if None in flat else max(flat))
+    assert ("Budget:" if record["budget"] is not None else "No budget:") in (
+        out / "pilot.md"
+    ).read_text()
+    # a pilot sees validation data only: no run read its test split
+    summaries = [json.loads(p.read_text()) for p in out.glob("*/*/summary.json")]
+    assert len(summaries) == 12
+    assert all(not any(k.startswith("test/") for k in s["final"]) for s in summaries)

@@ -58,3 +58,32 @@ def flattened(group: Group, tail: float = 0.2) -> dict[str, Any]:
 def flattened_text(result: dict[str, Any]) -> str:
     """yes / no / n/a, as a report's column writes `flattened`."""
     return {True: "yes", False: "no"}.get(result["flattened"], "n/a")
+
+
+def flat_from(points: list[tuple[float, float]], margin: float, tail: float = 0.2) -> float | None:
+    """The first step s of a (step, value) curve from which it stays within a band narrower
+    than `margin` (max − min of the values at s and after < margin), where s leaves at least
+    the last `tail` of the curve's steps after it, so that the flatness is seen, not assumed;
+    None when the curve is still moving by `margin` within its last `tail`."""
+    points = sorted((s, v) for s, v in points if math.isfinite(v))
+    if len(points) < 2:
+        return None
+    latest = points[-1][0] * (1 - tail)
+    for i, (step, _) in enumerate(points):
+        if step > latest:
+            break
+        later = [v for _, v in points[i:]]
+        if max(later) - min(later) < margin:
+            return step
+    return None
+
+
+def budget_from(
+    curves: dict[Any, list[tuple[float, float]]], margin: float, tail: float = 0.2
+) -> tuple[float | None, dict[Any, float | None]]:
+    """The step by which every curve has flattened (`flat_from`, each curve's own), and each
+    curve's: the budget a pilot's curves ask for; None when one of them has not flattened."""
+    flat = {key: flat_from(points, margin, tail) for key, points in curves.items()}
+    if not flat or any(v is None for v in flat.values()):
+        return None, flat
+    return max(flat.values()), flat
