@@ -1,7 +1,7 @@
 """The path-length study's text on the results pages (scripts/path_length.py's committed
 tables, path_length.csv and path_length.json): the results page's measured paragraph and table,
-and the README's headline. Which paths are worst, and whether the shortest paths that go through
-a head carry more than the longest, are read from the table."""
+and the README's headline. Which paths score lowest is read from the table; with one seed and no
+interval, no difference between lengths is claimed."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class Study:
 
 
 def _finding(study: Study, task: str) -> str:
-    """What the table says of one task: the single-head paths, the longest, the worst."""
+    """What the table says of one task: the single-head paths, the longest, the lowest."""
     one, longest, worst = study.by_k[task][1], study.longest(task), study.worst(task)
     words = [
         f"the {one['paths_total']} single-head paths alone reach "
@@ -57,10 +57,10 @@ def _finding(study: Study, task: str) -> str:
         f"{fmt(study.accuracy(task, longest), '.2f')}"
     ]
     if worst == longest:
-        words.append("the longest paths are the worst")
+        words.append("the longest paths score lowest")
     else:
         words.append(
-            f"the worst are the paths of length {worst} ({fmt(study.accuracy(task, worst), '.2f')})"
+            f"the paths of length {worst} score lowest ({fmt(study.accuracy(task, worst), '.2f')})"
         )
     return f"on {TASKS.get(task, task)}, " + ", and ".join(words)
 
@@ -97,13 +97,12 @@ def headline(root: Path) -> str:
     study = Study(root)
     task, h = study.tasks[0], study.header
     one, longest = study.accuracy(task, 1), study.accuracy(task, study.longest(task))
-    head = "Short paths carry more than the longest" if one > longest else "Path length"
     return (
         wrap(
-            f"**{head}**: the {study.by_k[task][1]['paths_total']} single-head paths of a "
+            f"**Path length**: the {study.by_k[task][1]['paths_total']} single-head paths of a "
             f"{h['depth']}-layer {TASKS.get(task, task)} model reach {fmt(one, '.2f')} accuracy "
             f"(the full model {fmt(study.full[task], '.2f')}), the longest paths "
-            f"{fmt(longest, '.2f')} (one seed). "
+            f"{fmt(longest, '.2f')} (one seed, no interval). "
             "[Path length](docs/results.md#path-length-dong-et-al-2021-sorting-and-convex-hull)",
             bullet=True,
         )
