@@ -71,7 +71,7 @@ def claim(claim_id: str):
 def test_a_number_changed_in_a_table_makes_the_prose_fail(tmp_path: Path) -> None:
     """scaled_dot's decrement ratio 3.02 -> 3.07: the sentence quoting 3.01–3.02 no longer
     matches the table, though the predicate (cubic within [2.9, 3.1]) still holds."""
-    c = claim("collapse-softmax-cubic")
+    c = claim("collapse-softmax-cubic-docs")
     root = copy_tree(tmp_path, list(c.tables))
     assert claims.check(c, root) == []
     alter(root / claims.RESULTS / claims.RATE, {"mixer": "scaled_dot"}, "k", "3.07")
@@ -95,12 +95,12 @@ def test_a_verdict_changed_in_a_table_makes_the_predicate_fail(tmp_path: Path) -
 
 
 def test_a_sentence_edited_away_from_its_table_fails(tmp_path: Path) -> None:
-    c = claim("collapse-skip")
+    c = claim("collapse-skip-docs")
     root = copy_tree(tmp_path, list(c.tables))
-    readme = root / claims.README
-    text = readme.read_text(encoding="utf-8")
-    assert "35 of 63" in text
-    readme.write_text(text.replace("35 of 63", "34 of 63"), encoding="utf-8")
+    page = root / claims.RESULTS_PAGE
+    text = page.read_text(encoding="utf-8")
+    assert "35 of the 63" in text
+    page.write_text(text.replace("35 of the 63", "34 of the 63"), encoding="utf-8")
     assert any("does not say" in p for p in claims.check(c, root))
 
 

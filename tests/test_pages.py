@@ -11,7 +11,7 @@ import pytest
 from csv_tables import alter
 
 from attnzoo import pages
-from attnzoo.pages import path_length
+from attnzoo.pages import path_length, rank_collapse
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pages.py"
@@ -28,11 +28,11 @@ def test_the_committed_pages_are_what_the_committed_tables_give(run_script):
 
 
 def copy(tmp: Path) -> Path:
-    """The pages and the tables their regions read, in a tree of their own."""
+    """The pages and the committed tables, in a tree of their own."""
     for page in pages.PAGES:
         (tmp / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / page, tmp / page)
-    shutil.copytree(ROOT / path_length.FOLDER, tmp / path_length.FOLDER)
+    shutil.copytree(ROOT / "scripts" / "results", tmp / "scripts" / "results")
     return tmp
 
 
@@ -67,7 +67,7 @@ def test_which_paths_are_worst_is_read_from_the_table(tmp_path):
 
 def test_an_unknown_region_is_refused_naming_the_known_ones():
     text = "<!-- begin generated: nosuch -->\nold\n<!-- end generated: nosuch -->\n"
-    with pytest.raises(pages.PageError, match="region 'nosuch' is not one of path-length"):
+    with pytest.raises(pages.PageError, match="region 'nosuch' is not one of path-length, "):
         pages.render(text, ROOT, "page.md")
 
 
@@ -92,3 +92,24 @@ def test_check_exits_1_naming_a_stale_page_and_changes_nothing(tmp_path, monkeyp
     assert ended.value.code == 1
     assert "README.md: not what the tables give" in capsys.readouterr().out
     assert (root / "README.md").read_bytes() == before
+
+
+RATE = Path("scripts/results/rank_collapse/collapse_rate.csv")
+
+
+def test_the_rank_collapse_headline_groups_the_tables_verdicts(tmp_path):
+    """Fourier keeping rank is said with the others that keep it; its row made doubly
+    exponential moves it to that group, and a softmax k outside [2.9, 3.1] drops "at the
+    paper's cubic rate" from the headline and changes its k."""
+    root = copy(tmp_path)
+    text = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert "no collapse: pooling, identity, Fourier," in text
+    alter(root / RATE, {"mixer": "fourier"}, "verdict", "collapses doubly exponentially")
+    line = " ".join(rank_collapse.headline(root).split())
+    assert "metric, Nyström, Fourier, linear attention with eps = 0 and FAVOR+" in line
+    assert "no collapse: pooling, identity, the token MLP," in line
+    alter(root / RATE, {"mixer": "scaled_dot"}, "k_high", "3.2")
+    alter(root / RATE, {"mixer": "scaled_dot"}, "k", "3.15")
+    line = " ".join(rank_collapse.headline(root).split())
+    assert line.startswith("- **Rank collapse at init**") and "k is 3.01 to 3.15" in line
+    assert pages.stale(root) == ["README.md"]

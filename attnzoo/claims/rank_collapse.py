@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 
 from attnzoo.claims.base import (
-    README,
     RESULTS_PAGE,
     Claim,
     Problems,
@@ -158,21 +157,6 @@ def lambda_rows(t: Tables, mixer: str, norm: str) -> dict[float, dict[str, str]]
     return {float(r["lambda"]): r for r in t.rows(LAMBDA, mixer=mixer, norm=norm)}
 
 
-def recurrent_keep(t: Tables) -> Problems:
-    """Mamba-2 and DeltaNet keep rank in pure stacks; retention's, GLA's and Gated DeltaNet's
-    (with its output gate) lose their state itself; with a λ-skip of any λ ≠ 0 of the sweep, no
-    norm or post-LN, Mamba-2, retention, GLA and DeltaNet keep rank."""
-    yield from verdicts_are(t, ("mamba2", "deltanet"), NO_COLLAPSE)
-    yield from verdicts_are(t, ("retention", "gla", "deltanet (gated)"), VANISHES)
-    for m in ("mamba2", "retention", "gla", "deltanet"):
-        for norm in ("none", "post-LN"):
-            for lam, r in lambda_rows(t, m, norm).items():
-                if lam != 0:
-                    yield from expect(
-                        r["verdict"] == NO_COLLAPSE, f"{m} {norm} λ={lam}: {r['verdict']}"
-                    )
-
-
 def causal_softmax_needs_lambda_one(t: Tables) -> Problems:
     """Causal scaled-dot's pure stack collapses, and keeps collapsing with λ up to 0.3; λ = 1 and
     λ = −1 keep rank, with no norm and with post-LN."""
@@ -240,23 +224,6 @@ def k_interval(t: Tables, mixer: str) -> str:
 
 NEW_MIXERS = [
     Claim(
-        "collapse-non-stochastic",
-        README,
-        "sigmoid attention and a sink (learned, at its init, or zero_kv) collapse too, rate not "
-        "resolved past float64's floor",
-        (RATE, SEEDS),
-        lambda t: [*collapses(t, NOT_ROW_STOCHASTIC), *sink_at_init_is_zero_kv(t)],
-    ),
-    Claim(
-        "collapse-recurrent",
-        README,
-        "pure Mamba-2 and DeltaNet stacks keep rank; retention's and GLA's lose their state "
-        "itself, which any λ-skip of the sweep restores; Gated DeltaNet's, with its output gate, "
-        "loses it too",
-        (RATE, LAMBDA),
-        recurrent_keep,
-    ),
-    Claim(
         "collapse-lambda",
         RESULTS_PAGE,
         "keeps collapsing up to λ = 0.3 (r_L / r_0 = {share_03}) and stops at λ = 1 ({share_1})",
@@ -283,57 +250,6 @@ NEW_MIXERS = [
 
 
 RANK_COLLAPSE = [
-    Claim(
-        "collapse-softmax-cubic",
-        README,
-        "the three softmax mixers' decrement ratio k is {k} over blocks 1–5 (the paper's "
-        "least-squares k, in cubic_rate.png: {paper}; bound: 3)",
-        (RATE,),
-        lambda t: cubic(t, SOFTMAX),
-        lambda t: {"k": k_span(t, SOFTMAX), "paper": k_span(t, SOFTMAX, "paper_k")},
-    ),
-    Claim(
-        "collapse-eps",
-        README,
-        "linear attention and FAVOR+ are cubic too with eps = 0, but the eps = 1e-6 of their "
-        "normaliser turns their collapse singly exponential once the residual is small",
-        (RATE,),
-        lambda t: [
-            *cubic(t, ("linear (eps 0)", "favor (eps 0)")),
-            *verdicts_are(t, ("linear", "favor"), SINGLY),
-        ],
-    ),
-    Claim(
-        "collapse-nystrom",
-        README,
-        "Nyström, exact softmax attention at these 32 tokens, is scaled-dot's",
-        (RATE,),
-        nystrom_is_scaled_dot,
-    ),
-    Claim(
-        "collapse-local-control",
-        README,
-        "a local window decays singly exponentially, as a frozen random stochastic control does",
-        (RATE,),
-        lambda t: verdicts_are(t, ("local", "frozen random row-stochastic (control)"), SINGLY),
-    ),
-    Claim(
-        "collapse-keep-rank",
-        README,
-        "pooling, identity, Fourier and the token MLP keep rank",
-        (RATE,),
-        lambda t: verdicts_are(t, KEEP_RANK, NO_COLLAPSE),
-    ),
-    Claim(
-        "collapse-skip",
-        README,
-        "a skip alone keeps every mixer's residual but differential attention's (r_L / r_0 = "
-        "{diff}), and with LayerNorm or an MLP beside it {collapsed} of {stacks} stacks still end "
-        "at a fifth or less of it (means over {seeds} seeds; rates with 95% intervals)",
-        (SEEDS,),
-        skip_keeps,
-        skip_fields,
-    ),
     Claim(
         "collapse-softmax-cubic-docs",
         RESULTS_PAGE,
