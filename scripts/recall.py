@@ -306,13 +306,14 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
             *args.override,
             "train.final_splits=[val]",  # a pilot sees validation data only
         ]
-        grid = (
-            f"mixer={','.join(args.mixers)} train.lr={','.join(format(lr, 'g') for lr in args.lrs)}"
-        )
+        grid = [
+            f"mixer={','.join(args.mixers)}",
+            f"train.lr={','.join(format(lr, 'g') for lr in args.lrs)}",
+        ]
         folder = args.out / cell_name(width, depth)
         print(f"width {width}, depth {depth}: pilot of {args.pilot} steps, seed {seed}", flush=True)
         sweep(
-            [*base, *grid.split(" "), f"train.seed={seed}"],
+            [*base, *grid, f"train.seed={seed}"],
             folder,
             len(args.mixers) * len(args.lrs),
             env,
