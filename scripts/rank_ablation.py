@@ -52,7 +52,7 @@ from attnzoo import MIXERS
 from attnzoo.analysis.figures import plot_rank_ablation
 from attnzoo.analysis.groups import group_jobs
 from attnzoo.analysis.report import write_runs
-from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row
+from attnzoo.analysis.runs import find_sweep_jobs, get, group_choice, row, shared_config
 from attnzoo.analysis.tables import CSV_SPEC, ci_text, fmt
 from attnzoo.analysis.verdicts import (
     COLLAPSED,
@@ -102,13 +102,28 @@ def sweeps(args: argparse.Namespace) -> dict[str, tuple[list[str], int]]:
     }
 
 
-def configs(folders: list[Path], confidence: float) -> tuple[list[RankConfig], list[dict]]:
-    """Every configuration of the sweeps in `folders` (those that exist), with its verdicts, and
-    one row per job (runs.csv; job names start with their sweep's)."""
+# the scope every run shares, as the results pages state it (name -> resolved-config key)
+SCOPE = {
+    "task": "task.name",
+    "dim": "model.dim",
+    "depth": "model.depth",
+    "heads": "model.heads",
+    "seq_len": "task.seq_len",
+    "batch_size": "train.batch_size",
+    "max_steps": "train.max_steps",
+    "lr": "train.lr",
+}
+
+
+def configs(
+    folders: list[Path], confidence: float
+) -> tuple[list[RankConfig], list[dict], dict[str, Any]]:
+    """Every configuration of the sweeps in `folders` (those that exist), with its verdicts; one
+    row per job (runs.csv; job names start with their sweep's); and the scope all jobs share."""
     jobs = find_sweep_jobs([folder for folder in folders if folder.is_dir()])
     rows = [row(j) for j in jobs]
     groups, _ = group_jobs(jobs, rows)
-    return [rank_config(g, confidence) for g in groups], rows
+    return [rank_config(g, confidence) for g in groups], rows, shared_config(jobs, SCOPE)
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -383,7 +398,8 @@ def main() -> None:
         run_file.write_text(json.dumps(header, indent=2) + "\n")
     elif run_file.exists():
         header = json.loads(run_file.read_text()) | {"report_command": command}
-    cs, runs = configs(folders, args.confidence)
+    cs, runs, header["scope"] = configs(folders, args.confidence)
+    header["confidence"] = args.confidence
     if not cs:
         sys.exit(f"no completed jobs under {args.out} ({', '.join(args.sweeps)})")
     path = write_report(cs, args, header)

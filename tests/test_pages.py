@@ -11,7 +11,7 @@ import pytest
 from csv_tables import alter
 
 from attnzoo import pages
-from attnzoo.pages import path_length, rank_collapse
+from attnzoo.pages import path_length, rank_ablation, rank_collapse
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pages.py"
@@ -113,3 +113,59 @@ def test_the_rank_collapse_headline_groups_the_tables_verdicts(tmp_path):
     line = " ".join(rank_collapse.headline(root).split())
     assert line.startswith("- **Rank collapse at init**") and "k is 3.01 to 3.15" in line
     assert pages.stale(root) == ["README.md"]
+
+
+ABLATION = rank_ablation.FOLDER / "rank_ablation.csv"
+MLP_ON = {"mlp": "True", "norm": "layernorm"}
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_rank_ablation_text_counts_the_tables_verdicts(tmp_path):
+    """No MLP-on configuration with a residual keeps stable rank (as committed); scaled-dot with
+    rezero made to keep it is counted in the headline and named on the results page, and the
+    pages go stale."""
+    root = copy(tmp_path)
+    headline = flat(rank_ablation.headline(root))
+    assert "Stable rank is kept by none of the 63 configurations" in headline
+    where = {"mixer": "scaled_dot", "residual": "rezero", **MLP_ON}
+    alter(root / ABLATION, where, "trained_stable_rank_verdict", "kept")
+    assert "Stable rank is kept by 1 of the 63 configurations" in flat(rank_ablation.headline(root))
+    section = flat(rank_ablation.results_section(root))
+    assert "Stable rank: partial in 60 of 63, kept in scaled-dot (rezero), collapsed in" in section
+    assert sorted(pages.stale(root)) == ["README.md", "docs/results.md"]
+
+
+def test_a_mixer_that_keeps_a_measure_without_a_residual_is_said_apart(tmp_path):
+    """The six attention mixers without a residual collapse by all four measures (one group, as
+    committed); local attention made to keep its relative residual is said on its own, and the
+    headline no longer calls all six collapsed."""
+    root = copy(tmp_path)
+    assert "the 6 mixers with attention weights are collapsed by all four measures" in flat(
+        rank_ablation.headline(root)
+    )
+    where = {"mixer": "local", "residual": "none", **MLP_ON}
+    alter(root / ABLATION, where, "trained_relative_residual_verdict", "kept")
+    headline = flat(rank_ablation.headline(root))
+    assert "the 6 mixers" not in headline
+    assert (
+        "local attention: the relative residual kept, effective rank, stable rank and token "
+        "similarity collapsed" in headline
+    )
+
+
+def test_the_rank_ablation_scope_is_the_runs_recorded_scope(tmp_path):
+    """The budget the pages state is the one the table's header records: 400 steps as run,
+    800 once the header says so."""
+    import json
+
+    root = copy(tmp_path)
+    assert "400 AdamW steps at lr 0.001" in flat(rank_ablation.results_section(root))
+    path = root / rank_ablation.FOLDER / "rank_ablation.json"
+    header = json.loads(path.read_text())
+    header["scope"]["max_steps"] = 800
+    path.write_text(json.dumps(header))
+    assert "800 AdamW steps" in flat(rank_ablation.results_section(root))
+    assert "800 steps at one untuned learning rate" in flat(rank_ablation.headline(root))

@@ -340,6 +340,19 @@ def context(cfg: dict[str, Any]) -> int | None:
     return None
 
 
+def shared_config(jobs: list[Job], keys: dict[str, str]) -> dict[str, Any]:
+    """The resolved-config values every job of `jobs` shares: `keys` maps a name to a dotted
+    config key (e.g. "steps": "train.max_steps"). A key the jobs disagree on, or that none has,
+    is left out: a report states as its scope only what holds for every run."""
+    shared = {}
+    for label, key in keys.items():
+        values = {repr(get(j.config, key)) for j in jobs}
+        value = get(jobs[0].config, key) if jobs else None
+        if len(values) == 1 and value is not None:
+            shared[label] = value
+    return shared
+
+
 def task_attr(task: Any, attr: str, default: Any) -> Any:
     """A class attribute of a registered task (e.g. `causal`), without building the task."""
     try:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from attnzoo.pages import path_length, rank_collapse
+from attnzoo.pages import path_length, rank_ablation, rank_collapse
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 COMMAND = "python scripts/pages.py"
@@ -37,6 +37,8 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "path-length": path_length.results_section,
     "path-length-headline": path_length.headline,
     "rank-collapse-headline": rank_collapse.headline,
+    "rank-ablation": rank_ablation.results_section,
+    "rank-ablation-headline": rank_ablation.headline,
 }
 # the pages that hold regions, relative to the root
 PAGES = ("README.md", "docs/results.md")
