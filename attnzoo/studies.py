@@ -488,6 +488,26 @@ def mixers_for_task(task: str, mixers: list[str]) -> tuple[list[str], list[str]]
 # ---- a tuned study's comparisons with its reference ----------------------------------------------
 
 STUDY_REFERENCE = "scaled_dot"  # every mixer of a tuned study is compared with it, fixed up front
+# The mixer study's published claims (scripts/mixer_ablation.py, the results pages): (task,
+# sentence (its source in the closing parentheses), the mixers it names, the reference, on).
+MIXER_STUDY_CLAIMS = [
+    (
+        "imdb",
+        "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
+        "accuracy (NLP-MetaFormer, IMDB, one block)",
+        ["quadratic", "pooling", "identity"],
+        "scaled_dot",
+        "test_metric",
+    ),
+    (
+        "shakespeare_char",
+        "metric trains with not much difference from a transformer "
+        "(NLP-MetaFormer, character-level language model)",
+        ["metric"],
+        "scaled_dot",
+        "test_loss",
+    ),
+]
 MARGIN_KIND = {"test_loss": "loss", "test_metric": "accuracy"}
 
 

@@ -56,6 +56,7 @@ from attnzoo.analysis.tables import ci_text, fmt, write_csv
 from attnzoo.studies import (
     CORPUS,
     MARGIN_KIND,
+    MIXER_STUDY_CLAIMS,
     SMOKE_SIZE,
     STUDY_REFERENCE,
     add_run_options,
@@ -106,25 +107,6 @@ RUN_S = {
     "cpu": ({"shakespeare_char": 130.0, "imdb": 45.0}, "measured on 2 CPU cores"),
     "gpu": ({"shakespeare_char": 65.0, "imdb": 55.0}, "estimated for one H100"),
 }
-# The published claims: (task, sentence, mixers compared with the reference, reference, on).
-CLAIMS = [
-    (
-        "imdb",
-        "quadratic, pooling and identity substitute scaled-dot with no signs of decreasing "
-        "accuracy (NLP-MetaFormer, IMDB, one block)",
-        ["quadratic", "pooling", "identity"],
-        "scaled_dot",
-        "test_metric",
-    ),
-    (
-        "shakespeare_char",
-        "metric trains with not much difference from a transformer "
-        "(NLP-MetaFormer, character-level language model)",
-        ["metric"],
-        "scaled_dot",
-        "test_loss",
-    ),
-]
 ON_TEXT = {"test_loss": "test loss", "test_metric": "test accuracy"}
 # Why the default margins are what they are: differences a practitioner choosing a mixer acts on.
 MARGIN_REASON = (
@@ -184,7 +166,9 @@ def margins(args: argparse.Namespace) -> dict[str, float]:  # by studies.MARGIN_
 def claim_lines(result: dict) -> list[str]:
     """Each published claim, read off the report's corrected comparisons with scaled-dot."""
     lines = []
-    for _task, sentence, mixers, ref, on in (c for c in CLAIMS if c[0] == result["task"]):
+    for _task, sentence, mixers, ref, on in (
+        c for c in MIXER_STUDY_CLAIMS if c[0] == result["task"]
+    ):
         moving = [m for m in [ref, *mixers] if result["flat"].get(m, {}).get("flattened") is False]
         budget = f"; at this budget: {', '.join(moving)} not flattened" if moving else ""
         lines.append(f'- Claim: "{sentence}" (on {ON_TEXT[on]}{budget})')

@@ -11,7 +11,7 @@ import pytest
 from csv_tables import alter
 
 from attnzoo import pages
-from attnzoo.pages import path_length, rank_ablation, rank_collapse
+from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pages.py"
@@ -169,3 +169,55 @@ def test_the_rank_ablation_scope_is_the_runs_recorded_scope(tmp_path):
     path.write_text(json.dumps(header))
     assert "800 AdamW steps" in flat(rank_ablation.results_section(root))
     assert "800 steps at one untuned learning rate" in flat(rank_ablation.headline(root))
+
+
+COMPARISONS = mixer_study.REANALYSIS / "comparisons.csv"
+POOLING = {"task": "shakespeare_char", "config": "pooling (train.lr=0.004)", "on": "test_loss"}
+
+
+def test_a_p_value_changed_in_the_mixer_study_changes_its_sentence_and_table(tmp_path):
+    """Pooling's Shakespeare comparison: its adjusted TOST p in a bullet, its interval in the
+    table; changing either number in comparisons.csv changes the page."""
+    root = copy(tmp_path)
+    text = flat(mixer_study.shakespeare(root))
+    assert "within ±0.05 nats** (Holm-adjusted TOST p = 0.049, 0.036)" in text
+    alter(root / COMPARISONS, POOLING, "p_tost_adjusted", "0.0151")
+    alter(root / COMPARISONS, POOLING, "diff_ci_high", "0.0105")
+    text = flat(mixer_study.shakespeare(root))
+    assert "(Holm-adjusted TOST p = 0.015, 0.036)" in text
+    assert (
+        "| pooling | 4e-3 | 1.785 [1.777, 1.792] | 0.479 [0.477, 0.482] | −0.007 [−0.023, +0.011]"
+        in text
+    )
+    assert pages.stale(root) == ["docs/results.md"]
+
+
+def test_a_claims_verdict_follows_the_comparison_it_rests_on(tmp_path):
+    """Metric worse on Tiny Shakespeare: NLP-MetaFormer's "not much difference" is not supported;
+    metric made within the margin, the claim holds, in the section and the README line."""
+    root = copy(tmp_path)
+    claim = '"metric trains with not much difference from a transformer."** At this budget it'
+    assert f"{claim} is not supported at ±0.05 nats (worse for metric by +0.059 nats)" in flat(
+        mixer_study.shakespeare(root)
+    )
+    where = {"task": "shakespeare_char", "config": "metric (train.lr=0.002)", "on": "test_loss"}
+    alter(root / COMPARISONS, where, "verdict", "within margin")
+    assert f"{claim} holds." in flat(mixer_study.shakespeare(root))
+    assert 'from a transformer" holds. On IMDB' in flat(mixer_study.headline(root))
+
+
+def test_the_mixer_studys_budget_is_its_runs_config_and_flattening_its_reports(tmp_path):
+    """The steps the pages state are what the runs' recorded overrides compose to; a mixer whose
+    report says its curve flattened is named apart from those that had not."""
+    root = copy(tmp_path)
+    assert "2,000 AdamW steps (100 warmup)" in flat(mixer_study.shakespeare(root))
+    assert "1 block of width 128 with 4 heads, context 128, batch 32, 300 AdamW steps" in flat(
+        mixer_study.imdb(root)
+    )
+    report = root / mixer_study.FOLDER / "mixer_ablation.md"
+    text = report.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| pooling | 0.004 | 5 |"))
+    report.write_text(text.replace(row, row.replace("| no |", "| yes |")), encoding="utf-8")
+    said = flat(mixer_study.shakespeare(root))
+    assert "the sampled validation loss of scaled-dot, quadratic, local attention," in said
+    assert "pooling" not in said.split("**At this budget**")[1]

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from attnzoo.pages import path_length, rank_ablation, rank_collapse
+from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 COMMAND = "python scripts/pages.py"
@@ -39,6 +39,9 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "rank-collapse-headline": rank_collapse.headline,
     "rank-ablation": rank_ablation.results_section,
     "rank-ablation-headline": rank_ablation.headline,
+    "mixers-shakespeare": mixer_study.shakespeare,
+    "mixers-imdb": mixer_study.imdb,
+    "mixers-headline": mixer_study.headline,
 }
 # the pages that hold regions, relative to the root
 PAGES = ("README.md", "docs/results.md")

@@ -1,0 +1,388 @@
+"""The mixer study's text on the results pages (scripts/mixer_ablation.py's committed tables): per
+task the table and the verdicts of every mixer against the reference, the published claims read
+off those verdicts, whether the curves had flattened, and the README's headline.
+
+The numbers are the one-family reanalysis's (reanalysis/: the study's per-seed values, FAVOR+'s
+rows from its rerun, every hypothesis in one Holm family). Each task's scope is its runs' own:
+the config their recorded overrides compose to. Whether a mixer's curve had flattened is the
+report's of the run its seeds come from (mixer_ablation.md beside each runs.csv)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import shlex
+from pathlib import Path
+
+from attnzoo.pages.rank_collapse import name as stack_name
+from attnzoo.pages.words import fmt, listed, span, wrap
+from attnzoo.studies import MIXER_STUDY_CLAIMS
+
+FOLDER = Path("scripts/results/mixer_ablation")
+REANALYSIS = FOLDER / "reanalysis"
+POINTS = 100.0  # an accuracy difference is written in points
+# per task: what its verdicts are on first, the other measure, how the page names it
+TASKS = {
+    "shakespeare_char": ("test_loss", "test_metric", "Tiny Shakespeare"),
+    "imdb": ("test_metric", "test_loss", "IMDB"),
+}
+ANCHOR = "docs/results.md#the-mixers-on-real-data"
+
+
+def name(mixer: str) -> str:
+    return "local attention" if mixer == "local" else stack_name(mixer)
+
+
+def lr_text(lr: float) -> str:
+    return f"{lr:.0e}".replace("e-0", "e-")
+
+
+@functools.lru_cache(maxsize=8)
+def _scope(overrides: tuple[str, ...]) -> dict:
+    """The size and budget a run's recorded overrides compose to."""
+    from attnzoo.train.cli import compose
+
+    cfg = compose(list(overrides))
+    return {
+        "dim": cfg.model.dim,
+        "depth": cfg.model.depth,
+        "heads": cfg.model.heads,
+        "seq_len": cfg.task.seq_len,
+        "batch_size": cfg.train.batch_size,
+        "max_steps": cfg.train.max_steps,
+        "warmup_steps": cfg.train.warmup_steps,
+    }
+
+
+class Study:
+    """The committed tables of the mixer study under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        folder = root / REANALYSIS
+        self.header = json.loads((folder / "reanalysis.json").read_text(encoding="utf-8"))
+        self.groups = {
+            t["task"]: {g["mixer"]: g for g in t["groups"]} for t in self.header["tasks"]
+        }
+        self.family = _rows(folder / "comparisons.csv")
+        self.runs = _rows(folder / "runs.csv")
+        self.flat = _flattened(root, self.header["command"])
+        self.reference = self.family[0]["reference"].split(" ")[0]
+
+    def tasks(self) -> list[str]:
+        return list(self.groups)
+
+    def row(self, task: str, mixer: str, on: str) -> dict[str, str]:
+        (row,) = [
+            r
+            for r in self.family
+            if r["task"] == task and r["on"] == on and r["config"].split(" ")[0] == mixer
+        ]
+        return row
+
+    def margin(self, on: str) -> float:
+        return self.header["margins"]["loss" if on == "test_loss" else "accuracy"]
+
+    def scope(self, task: str) -> dict:
+        (first, *_) = [r for r in self.runs if r["task"] == task]
+        kept = [o for o in shlex.split(first["overrides"]) if not o.startswith("data_dir=")]
+        return _scope(tuple(kept))
+
+    def seeds(self) -> int:
+        return int(self.family[0]["n"])
+
+    def hypotheses(self) -> int:
+        return int(self.family[0]["tests"])
+
+    def ordered(self, task: str) -> list[str]:
+        """The reference, then the mixers from the best to the worst against it."""
+        on = TASKS[task][0]
+        sign = 1 if on == "test_loss" else -1
+        rest = [m for m in self.groups[task] if m != self.reference]
+        return [
+            self.reference,
+            *sorted(rest, key=lambda m: sign * float(self.row(task, m, on)["diff"])),
+        ]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _flattened(root: Path, command: str) -> dict[tuple[str, str], bool]:
+    """(task, mixer) -> whether its curve had flattened, from the report beside each runs.csv the
+    reanalysis read, a later file's mixers replacing an earlier one's as the reanalysis does."""
+    words = shlex.split(command)
+    start = words.index("--reanalyse") + 1
+    files = [w for w in words[start:] if w.endswith(".csv")]
+    flat: dict[tuple[str, str], bool] = {}
+    for f in files:
+        report = (root / f).with_name("mixer_ablation.md").read_text(encoding="utf-8")
+        task = None
+        for line in report.splitlines():
+            if line.startswith("## "):
+                task = line[3:].strip()
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if task and len(cells) > 8 and cells[8] in ("yes", "no"):
+                flat[(task, cells[0])] = cells[8] == "yes"
+    return flat
+
+
+def _diff(study: Study, r: dict[str, str], on: str, sign: float = 1.0) -> str:
+    """'Δ [low, high]' with its unit: nats, or accuracy points (times `sign`: a worse
+    accuracy as a positive gap)."""
+    spec, scale = ("+.3f", 1.0) if on == "test_loss" else ("+.1f", POINTS)
+    if sign < 0:
+        spec = spec.lstrip("+")
+    d, a, b = (sign * scale * float(r[k]) for k in ("diff", "diff_ci_low", "diff_ci_high"))
+    low, high = sorted((a, b))
+    unit = "nats" if on == "test_loss" else "points"
+    return f"{fmt(d, spec)} {unit} [{fmt(low, spec)}, {fmt(high, spec)}]"
+
+
+def _ps(study: Study, task: str, mixers: list[str], on: str, key: str) -> str:
+    return ", ".join(fmt(float(study.row(task, m, on)[key]), "#.2g") for m in mixers)
+
+
+def _margin_words(study: Study, on: str) -> str:
+    m = study.margin(on)
+    return f"±{m:g} nats" if on == "test_loss" else f"±{m * POINTS:g} points"
+
+
+def table(study: Study, task: str) -> str:
+    """The task's table: every mixer's chosen lr, test measures and its verdict."""
+    on, other, _ = TASKS[task]
+    cols = ("test loss", "test accuracy") if on == "test_loss" else ("test accuracy", "test loss")
+    unit = "Δ nats" if on == "test_loss" else "Δ points"
+    lines = [
+        f"| mixer | chosen lr | {cols[0]} | {cols[1]} | vs {study.reference} on {cols[0]} "
+        f"({unit} [95% interval]) |",
+        "|---|---|---|---|---|",
+    ]
+    spec, scale = ("+.3f", 1.0) if on == "test_loss" else ("+.1f", POINTS)
+    for m in study.ordered(task):
+        g = study.groups[task][m]
+        cells = [m, lr_text(g["train.lr"])]
+        for key in (on, other):
+            cells.append(
+                f"{fmt(g[key + '_mean'], '.3f')} [{fmt(g[key + '_ci_low'], '.3f')}, "
+                f"{fmt(g[key + '_ci_high'], '.3f')}]"
+            )
+        if m == study.reference:
+            cells.append("reference")
+        else:
+            r = study.row(task, m, on)
+            d, low, high = (
+                fmt(scale * float(r[k]), spec) for k in ("diff", "diff_ci_low", "diff_ci_high")
+            )
+            margin = fmt(scale * study.margin(on), "g")
+            verdict = r["verdict"].replace("the margin", margin).replace("margin", f"±{margin}")
+            cells.append(f"{d} [{low}, {high}], {verdict}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def by_verdict(study: Study, task: str, on: str) -> dict[str, list[str]]:
+    """The mixers other than the reference grouped by their verdict on `on`, best first."""
+    by: dict[str, list[str]] = {}
+    for m in study.ordered(task)[1:]:
+        by.setdefault(study.row(task, m, on)["verdict"], []).append(m)
+    return by
+
+
+def verdict_words(study: Study, verdict: str, on: str) -> str:
+    """A verdict with its margin written out: "within ±0.05 nats"."""
+    margin = _margin_words(study, on)
+    return verdict.replace("the margin", margin).replace("margin", margin)
+
+
+def verdict_bullets(study: Study, task: str, on: str) -> list[str]:
+    """One sentence per verdict on `on`: the mixers with it, their intervals and adjusted p."""
+    by = by_verdict(study, task, on)
+    margin = _margin_words(study, on)
+    ref = name(study.reference)
+    out = []
+    for verdict, mixers in by.items():
+        who = listed([name(m) for m in mixers])
+        who = who[0].upper() + who[1:]
+        one = len(mixers) == 1
+        if verdict == "within margin":
+            out.append(
+                f"**{who} {'matches' if one else 'match'} {ref} within {margin}** (Holm-adjusted "
+                f"TOST p = {_ps(study, task, mixers, on, 'p_tost_adjusted')})."
+            )
+        elif verdict == "not resolved":
+            diffs = "; ".join(
+                ("" if one else f"{name(m)} ") + _diff(study, study.row(task, m, on), on)
+                for m in mixers
+            )
+            scale, unit = (1.0, "nats") if on == "test_loss" else (POINTS, "points")
+            could = [scale * float(study.row(task, m, on)["resolvable"]) for m in mixers]
+            out.append(
+                f"**{who}: not resolved** ({diffs}; TOST adjusted p = "
+                f"{_ps(study, task, mixers, on, 'p_tost_adjusted')}): in this family "
+                f"{study.seeds()} seeds resolve only differences beyond "
+                f"{span(could, '.2f' if on == 'test_loss' else '.1f')} {unit}."
+            )
+        else:  # better or worse: by more than the margin, or the margin not resolved
+            side = verdict.split(" ")[0]
+            sign = -1.0 if (on != "test_loss") == (side == "worse") else 1.0
+            diffs = "; ".join(_diff(study, study.row(task, m, on), on, sign) for m in mixers)
+            if verdict.endswith("by more than the margin"):
+                out.append(
+                    f"**{who} {'is' if one else 'are'} {side} by more than the margin** ({diffs}; "
+                    "the test against the margin, two-sided: adjusted p = "
+                    f"{_ps(study, task, mixers, on, 'p_margin_adjusted')})."
+                )
+                continue
+            out.append(
+                f"**{who} {'is' if one else 'are'} {verdict}** (two-sided, adjusted p = "
+                f"{_ps(study, task, mixers, on, 'p_adjusted')}; {diffs}); that "
+                f"{'it' if one else 'any of them'} is {verdict} by more than {margin} does not "
+                "survive the correction (the test against the margin, two-sided: raw p = "
+                f"{_ps(study, task, mixers, on, 'p_margin')}; adjusted "
+                f"{_ps(study, task, mixers, on, 'p_margin_adjusted')})."
+            )
+    return out
+
+
+def other_measure(study: Study, task: str) -> str:
+    """The verdicts on the task's second measure, counted: "On test loss: within ±0.05 nats for
+    quadratic, ...; worse for ..."."""
+    _, other, _ = TASKS[task]
+    parts = [
+        f"{verdict_words(study, v, other)} for {listed([name(m) for m in ms])}"
+        for v, ms in by_verdict(study, task, other).items()
+    ]
+    return (
+        f"On {other.replace('_', ' ')} against {name(study.reference)}: " + "; ".join(parts) + "."
+    )
+
+
+def claims(study: Study, task: str) -> list[tuple[str, str, str, str]]:
+    """Each published claim of `task` read off the verdicts: (quote, source, verdict, why). It
+    holds for a mixer within the margin (or better), fails for one worse, and is open where the
+    difference is not resolved."""
+    out = []
+    for claim_task, sentence, mixers, _, on in MIXER_STUDY_CLAIMS:
+        if claim_task != task:
+            continue
+        verdicts = {m: study.row(task, m, on)["verdict"] for m in mixers}
+        holds = [m for m, v in verdicts.items() if v == "within margin" or v.startswith("better")]
+        fails = [m for m, v in verdicts.items() if v.startswith("worse")]
+        open_ = [m for m, v in verdicts.items() if v == "not resolved"]
+        sign = 1.0 if on == "test_loss" else -1.0
+        why = []
+        if fails:
+            gaps = [
+                f"{name(m)} by {_diff(study, study.row(task, m, on), on, sign).split(' [')[0]}"
+                for m in fails
+            ]
+            why.append(f"worse for {', '.join(gaps)}")
+        if open_:
+            why.append(f"not resolved for {listed([name(m) for m in open_])}")
+        if holds and not fails and not open_:
+            verdict = "holds"
+        elif holds:
+            verdict = f"holds for {listed([name(m) for m in holds])} only"
+        else:
+            verdict = f"is not supported at {_margin_words(study, on)}"
+        quote, source = sentence.rsplit(" (", 1)
+        out.append((quote, source.split(",")[0], verdict, "; ".join(why)))
+    return out
+
+
+def claim_bullets(study: Study, task: str) -> list[str]:
+    moving = any(not study.flat.get((task, m), True) for m in study.groups[task])
+    return [
+        f'**Claim ({source}): "{quote}."** {"At this budget" if moving else "Here"} it {verdict}'
+        + (f" ({why})" if why else "")
+        + "."
+        for quote, source, verdict, why in claims(study, task)
+    ]
+
+
+def budget_bullet(study: Study, task: str) -> str:
+    steps = study.scope(task)["max_steps"]
+    moving = [m for m in study.ordered(task) if not study.flat.get((task, m), True)]
+    if len(moving) == len(study.groups[task]):
+        said = f"no mixer's sampled validation loss had flattened by step {steps:,}"
+    elif moving:
+        said = (
+            f"the sampled validation loss of {listed([name(m) for m in moving])} had not "
+            f"flattened by step {steps:,}"
+        )
+    else:
+        return f"Every mixer's sampled validation loss had flattened by step {steps:,}."
+    return (
+        f"**At this budget**: {said} (it moved by more than the seed standard deviation over the "
+        "last fifth of training), so these are comparisons at this budget, not at convergence."
+    )
+
+
+def scope_line(study: Study, task: str) -> str:
+    s = study.scope(task)
+    blocks = f"{s['depth']} block{'s' if s['depth'] > 1 else ''}"
+    return (
+        f"{blocks} of width {s['dim']} with {s['heads']} heads, context {s['seq_len']}, batch "
+        f"{s['batch_size']}, {s['max_steps']:,} AdamW steps ({s['warmup_steps']} warmup); "
+        f"{study.seeds()} fresh seeds per mixer"
+    )
+
+
+def task_section(root: Path, task: str) -> str:
+    study = Study(root)
+    on, _, _ = TASKS[task]
+    bullets = verdict_bullets(study, task, on)
+    if len(TASKS[task]) and on != "test_loss":
+        bullets.append(other_measure(study, task))
+    bullets += claim_bullets(study, task)
+    bullets.append(budget_bullet(study, task))
+    return (
+        wrap(f"Each run: {scope_line(study, task)}.")
+        + "\n\n"
+        + table(study, task)
+        + "\n\n"
+        + "\n".join(wrap(b, bullet=True) for b in bullets)
+        + "\n"
+    )
+
+
+def shakespeare(root: Path) -> str:
+    return task_section(root, "shakespeare_char")
+
+
+def imdb(root: Path) -> str:
+    return task_section(root, "imdb")
+
+
+def headline(root: Path) -> str:
+    """README's Results line for the mixer study: each task's verdicts in a clause."""
+    study = Study(root)
+    clauses = []
+    for task, (on, _, shown) in TASKS.items():
+        parts = [
+            f"{listed([name(m) for m in ms])} {verdict_words(study, v, on)}"
+            for v, ms in by_verdict(study, task, on).items()
+        ]
+        depth = study.scope(task)["depth"]
+        said = [
+            f'{source}\'s "{quote}" {verdict}' for quote, source, verdict, _ in claims(study, task)
+        ]
+        clauses.append(
+            f"on {shown} ({depth} block{'s' if depth > 1 else ''}, against {name(study.reference)}"
+            f" on {on.replace('_', ' ').replace('metric', 'accuracy')}): "
+            + "; ".join(parts)
+            + (f", so {listed(said)}" if said else "")
+        )
+    moving = all(not f for f in study.flat.values())
+    text = (
+        f"**Every mixer on real data** (lr tuned per mixer on validation, {study.seeds()} fresh "
+        f"seeds, held-out test, one {study.header['correction'].capitalize()} family): "
+        + ". ".join(c[0].upper() + c[1:] for c in clauses)
+        + "."
+        + (" No curve had flattened: these hold at this budget." if moving else "")
+        + f" [The mixers on real data]({ANCHOR})"
+    )
+    return wrap(text, bullet=True) + "\n"
