@@ -11,7 +11,7 @@ import pytest
 from csv_tables import alter
 
 from attnzoo import pages
-from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse
+from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, smaller
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pages.py"
@@ -221,3 +221,31 @@ def test_the_mixer_studys_budget_is_its_runs_config_and_flattening_its_reports(t
     said = flat(mixer_study.shakespeare(root))
     assert "the sampled validation loss of scaled-dot, quadratic, local attention," in said
     assert "pooling" not in said.split("**At this budget**")[1]
+
+
+def test_a_model_whose_pure_attention_keeps_a_residual_is_said_apart(tmp_path):
+    """BERT, ALBERT, XLNet and ViT reach float64's floor, GPT-2 ends at 0.013 (as committed);
+    BERT's last layer set to 0.2 moves it out of the floor's list, with its value."""
+    root = copy(tmp_path)
+    line = flat(smaller.architectures(root))
+    assert "in BERT, ALBERT, XLNet and ViT pure attention falls to float64's floor" in line
+    assert "GPT-2's ends at 0.013 after 12 layers" in line
+    alter(
+        root / smaller.ARCHITECTURES,
+        {"model": "bert", "variant": "pure_attention", "layer": "12"},
+        "relative_residual",
+        "0.2",
+    )
+    line = flat(smaller.architectures(root))
+    assert "in ALBERT, XLNet and ViT pure attention falls" in line
+    assert "BERT's ends at 0.2 after 12 layers; GPT-2's ends at 0.013" in line
+
+
+def test_the_benchmark_line_reads_its_table(tmp_path):
+    root = copy(tmp_path)
+    assert "val loss 1.770 at 1.03× the time of a plain PyTorch GPT" in flat(smaller.bench(root))
+    path = root / smaller.BENCH
+    text = path.read_text(encoding="utf-8").replace("| 1.7698 | 107.7", "| 1.8123 | 107.7")
+    path.write_text(text.replace("| 1.03x |", "| 1.10x |", 1), encoding="utf-8")
+    assert "val loss 1.812 at 1.10× the time" in flat(smaller.bench(root))
+    assert pages.stale(root) == ["README.md"]

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse
+from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, smaller
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 COMMAND = "python scripts/pages.py"
@@ -42,6 +42,8 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "mixers-shakespeare": mixer_study.shakespeare,
     "mixers-imdb": mixer_study.imdb,
     "mixers-headline": mixer_study.headline,
+    "architectures-headline": smaller.architectures,
+    "bench-headline": smaller.bench,
 }
 # the pages that hold regions, relative to the root
 PAGES = ("README.md", "docs/results.md")
