@@ -249,3 +249,14 @@ def test_the_benchmark_line_reads_its_table(tmp_path):
     path.write_text(text.replace("| 1.03x |", "| 1.10x |", 1), encoding="utf-8")
     assert "val loss 1.812 at 1.10× the time" in flat(smaller.bench(root))
     assert pages.stale(root) == ["README.md"]
+
+
+def test_a_preset_changed_since_the_runs_is_refused_not_restated(tmp_path):
+    """The mixer study's scope is composed from its runs' overrides; a run whose recorded tokens
+    are not that config's steps × batch × context says the preset moved since."""
+    root = copy(tmp_path)
+    runs = root / mixer_study.REANALYSIS / "runs.csv"
+    where = {"task": "imdb", "mixer": "identity", "seed": "0"}
+    alter(runs, where, "tokens", "2457600")
+    with pytest.raises(ValueError, match="imdb: the runs' overrides now compose to 1,228,800"):
+        mixer_study.imdb(root)

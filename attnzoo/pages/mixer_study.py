@@ -84,9 +84,18 @@ class Study:
         return self.header["margins"]["loss" if on == "test_loss" else "accuracy"]
 
     def scope(self, task: str) -> dict:
-        (first, *_) = [r for r in self.runs if r["task"] == task]
-        kept = [o for o in shlex.split(first["overrides"]) if not o.startswith("data_dir=")]
-        return _scope(tuple(kept))
+        """What the task's runs' recorded overrides compose to today, refused unless it is
+        what the runs did: every run's tokens are its steps × batch × context."""
+        runs = [r for r in self.runs if r["task"] == task]
+        kept = [o for o in shlex.split(runs[0]["overrides"]) if not o.startswith("data_dir=")]
+        s = _scope(tuple(kept))
+        tokens = s["max_steps"] * s["batch_size"] * s["seq_len"]
+        if {round(float(r["tokens"])) for r in runs} != {tokens}:
+            raise ValueError(
+                f"{task}: the runs' overrides now compose to {tokens:,} tokens a run, not the "
+                f"runs' {sorted({r['tokens'] for r in runs})}: the preset changed since the runs"
+            )
+        return s
 
     def seeds(self) -> int:
         return int(self.family[0]["n"])
