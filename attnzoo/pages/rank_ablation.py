@@ -273,8 +273,10 @@ def results_section(root: Path) -> str:
             f"when it lies at or below {h['thresholds']['collapsed']:g}, **partial** otherwise."
         ),
         "",
-        "What the verdicts show (each measure's verdict of the last block; the losses are means "
-        "over the seeds):",
+        wrap(
+            "What the verdicts show (each measure's verdict of the last block; the losses are "
+            "means over the seeds):"
+        ),
         "",
         setting(study, True),
         setting(study, False),
