@@ -112,7 +112,7 @@ def test_the_rank_collapse_headline_groups_the_tables_verdicts(tmp_path):
     alter(root / RATE, {"mixer": "scaled_dot"}, "k", "3.15")
     line = " ".join(rank_collapse.headline(root).split())
     assert line.startswith("- **Rank collapse at init**") and "k is 3.01 to 3.15" in line
-    assert pages.stale(root) == ["README.md"]
+    assert pages.stale(root) == ["README.md", "docs/results.md"]  # the headline and the findings
 
 
 ABLATION = rank_ablation.FOLDER / "rank_ablation.csv"
@@ -260,3 +260,54 @@ def test_a_preset_changed_since_the_runs_is_refused_not_restated(tmp_path):
     alter(runs, where, "tokens", "2457600")
     with pytest.raises(ValueError, match="imdb: the runs' overrides now compose to 1,228,800"):
         mixer_study.imdb(root)
+
+
+SEEDS_TABLE = Path("scripts/results/rank_collapse/rank_collapse_seeds.csv")
+LAMBDA_TABLE = Path("scripts/results/rank_collapse/lambda_skip.csv")
+
+
+def test_the_rank_collapse_findings_follow_the_rate_table(tmp_path):
+    """scaled-dot's k changed moves the softmax span and the table; Nyström no longer equal to
+    scaled-dot is given its own row; local attention made doubly exponential is said so."""
+    root = copy(tmp_path)
+    text = flat(rank_collapse.findings(root))
+    assert "collapse doubly exponentially: k = 3.01–3.02 over blocks 1–5" in text
+    assert "**Nyström**'s row is scaled-dot's, number for number (k = 3.02)" in text
+    alter(root / RATE, {"mixer": "scaled_dot"}, "k", "3.07")
+    alter(root / RATE, {"mixer": "local"}, "verdict", "collapses doubly exponentially")
+    text = flat(rank_collapse.findings(root))
+    assert "k = 3.01–3.07 over blocks 1–5" in text
+    assert "| scaled_dot | doubly exponential | 3.07 [3.00, 3.04]" in text
+    assert "**Nyström** collapses doubly exponentially (k = 3.02 [3.00, 3.04]), not" in text
+    assert "**local attention** collapses doubly exponentially (k = 0.95)" in text
+    assert "docs/results.md" in pages.stale(root)
+
+
+def test_the_lambda_sweep_is_grouped_by_what_each_stack_does(tmp_path):
+    """Causal scaled-dot keeps rank at λ = ±1 only (as committed); made to keep it at 0.3 with
+    no norm, it is said apart from its post-LN stack, with its new edge."""
+    root = copy(tmp_path)
+    text = flat(rank_collapse.options(root))
+    assert "Causal scaled-dot with no norm or post-LN: rank kept at λ = −1 and 1" in text
+    where = {"mixer": "scaled_dot (causal)", "lambda": "0.3", "norm": "none"}
+    alter(root / LAMBDA_TABLE, where, "verdict", "no collapse")
+    text = flat(rank_collapse.options(root))
+    assert "Causal scaled-dot with no norm: rank kept at λ = −1, 0.3 and 1" in text
+    assert "Causal scaled-dot with post-LN: rank kept at λ = −1 and 1" in text
+    assert "is 0.01 at λ = 0.1 and 0.14 at λ = 0.3" in text
+
+
+def test_a_learned_sink_is_zero_kv_at_init_only_while_the_tables_say_so(tmp_path):
+    root = copy(tmp_path)
+    assert "a learned sink's stacks are a zero_kv sink's, number for number" in flat(
+        rank_collapse.options(root)
+    )
+    where = {
+        "mixer": "scaled_dot (sink learned)",
+        "variant": "pure",
+        "norm": "none",
+        "seed": "0",
+        "depth": "1",
+    }
+    alter(root / SEEDS_TABLE, where, "relative_residual", "0.5")
+    assert "number for number" not in flat(rank_collapse.options(root))

@@ -37,6 +37,8 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "path-length": path_length.results_section,
     "path-length-headline": path_length.headline,
     "rank-collapse-headline": rank_collapse.headline,
+    "rank-collapse-findings": rank_collapse.findings,
+    "rank-collapse-options": rank_collapse.options,
     "rank-ablation": rank_ablation.results_section,
     "rank-ablation-headline": rank_ablation.headline,
     "mixers-shakespeare": mixer_study.shakespeare,
