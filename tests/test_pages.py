@@ -311,3 +311,16 @@ def test_a_learned_sink_is_zero_kv_at_init_only_while_the_tables_say_so(tmp_path
     }
     alter(root / SEEDS_TABLE, where, "relative_residual", "0.5")
     assert "number for number" not in flat(rank_collapse.options(root))
+
+
+def test_what_one_family_changed_is_read_from_both_families(tmp_path):
+    """Three verdicts weakened under the one family (as committed); pooling's Shakespeare verdict
+    made "not resolved" in the reanalysis is a fourth, named with what it was."""
+    root = copy(tmp_path)
+    text = flat(mixer_study.family_paragraph(root))
+    assert 'quadratic on Tiny Shakespeare from "within" to "not resolved"' in text
+    assert "pooling" not in text
+    alter(root / COMPARISONS, POOLING, "verdict", "not resolved")
+    text = flat(mixer_study.family_paragraph(root))
+    assert 'pooling on Tiny Shakespeare from "within" to "not resolved"' in text
+    assert "**Holm, 84 hypotheses**, three for each of the 28 comparisons" in text

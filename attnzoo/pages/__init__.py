@@ -41,6 +41,8 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "rank-collapse-options": rank_collapse.options,
     "rank-ablation": rank_ablation.results_section,
     "rank-ablation-headline": rank_ablation.headline,
+    "mixers-runs": mixer_study.runs_paragraph,
+    "mixers-family": mixer_study.family_paragraph,
     "mixers-shakespeare": mixer_study.shakespeare,
     "mixers-imdb": mixer_study.imdb,
     "mixers-headline": mixer_study.headline,

@@ -395,3 +395,154 @@ def headline(root: Path) -> str:
         + f" [The mixers on real data]({ANCHOR})"
     )
     return wrap(text, bullet=True) + "\n"
+
+
+# ---- the runs behind the study, the FAVOR+ rerun and the one family ----------------------------
+
+RERUN = FOLDER / "favor_rerun"
+SHORT = {  # a verdict as the family paragraph names it
+    "within margin": '"within"',
+    "not resolved": '"not resolved"',
+    "worse": '"worse"',
+    "better": '"better"',
+    "worse by more than the margin": '"by more than {margin}"',
+    "better by more than the margin": '"better by more than {margin}"',
+}
+
+
+WORDS = {1: "one", 2: "two", 3: "three"}
+
+
+def _seeds(seeds: list[int]) -> str:
+    run = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"{seeds[0]}-{seeds[-1]}" if run and len(seeds) > 2 else listed(map(str, seeds))
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _grid(study: dict, task: dict, mixer: str) -> list[float]:
+    """The learning rates `mixer` was tuned over in `task`: the grid and its extensions."""
+    return sorted({*study["lrs"], *(e["lr"] for e in task["extensions"] if mixer in e["mixers"])})
+
+
+def _interior(study: dict) -> bool:
+    return all(
+        min(_grid(study, t, m)) < lr < max(_grid(study, t, m))
+        for t in study["tasks"]
+        for m, lr in t["chosen_lr"].items()
+    )
+
+
+def runs_paragraph(root: Path) -> str:
+    """Where and how the study ran: its runs per task and their summed time, the grid, the
+    tuning seeds, and whether every choice is interior; then the FAVOR+ rerun's."""
+    study = _json(root / FOLDER / "mixer_ablation.json")
+    tune, fresh = _rows(root / FOLDER / "tune_runs.csv"), _rows(root / FOLDER / "runs.csv")
+    per_task = []
+    for t in study["tasks"]:
+        task = t["task"]
+        n_tune = sum(r["task"] == task for r in tune)
+        n_fresh = sum(r["task"] == task for r in fresh)
+        summed = sum(float(r["wall_s"]) for r in tune + fresh if r["task"] == task)
+        per_task.append(
+            f"{TASKS[task][2]} {n_tune} tuning and {n_fresh} fresh-seed runs ({summed:,.0f} s)"
+        )
+    total = sum(float(r["wall_s"]) for r in tune + fresh)
+    lrs = [lr_text(v) for v in study["lrs"]]
+    interior = (
+        " (every final choice is interior)" if _interior(study) else " (some choices at an edge)"
+    )
+    first = wrap(
+        f"**Measured {study['started'][:10]}** on {study['machine'].split(';')[0]}: "
+        f"{len(tune) + len(fresh)} runs, {total:,.0f} s of runs summed: {'; '.join(per_task)}. "
+        f"Learning rates: the grid {lrs[0]} to {lrs[-1]} on tuning seeds "
+        f"{listed([str(s) for s in study['tune_seeds']])}, fresh seeds {_seeds(study['seeds'])}, "
+        "extended one step where a choice sat at "
+        f"its edge{interior}."
+    )
+    return first + "\n\n" + favor_paragraph(root, study) + "\n"
+
+
+def favor_paragraph(root: Path, study: dict) -> str:
+    """The FAVOR+ rerun against the study's own FAVOR+ rows: its runs, choices and test loss."""
+    rerun = _json(root / RERUN / "mixer_ablation.json")
+    n_tune = len(_rows(root / RERUN / "tune_runs.csv"))
+    n_fresh = len(_rows(root / RERUN / "runs.csv"))
+    said = []
+    for t in rerun["tasks"]:
+        (before,) = [x for x in study["tasks"] if x["task"] == t["task"]]
+        new, old = t["chosen_lr"]["favor"], before["chosen_lr"]["favor"]
+        ext = [e for e in t["extensions"] if "favor" in e["mixers"]]
+        grid = (
+            f" (after {WORDS.get(len(ext), len(ext))} extension{'s' if len(ext) > 1 else ''} of the grid "
+            f"{'downwards' if ext[0]['edge'] == 'low' else 'upwards'})"
+            if ext
+            else ""
+        )
+        choice = (
+            f"it chose {lr_text(new)} again"
+            if new == old
+            else f"it chose {lr_text(new)}{grid}, where it had chosen {lr_text(old)}"
+        )
+        if t["task"] == "shakespeare_char":
+            loss = lambda s: next(  # noqa: E731
+                g for g in s["groups"] if g.get("mixer", "favor") == "favor"
+            )["test_loss_mean"]
+            choice += (
+                f" and its test loss went from {fmt(loss(before), '.3f')} to {fmt(loss(t), '.3f')}"
+            )
+        said.append(f"on {TASKS[t['task']][2]} {choice}")
+    return wrap(
+        "**FAVOR+ rerun.** Those runs used FAVOR+'s earlier orthogonal random features, which were "
+        "biased. FAVOR+ alone was rerun with the unbiased features, the same protocol and seeds "
+        f"(`--mixers favor`, {n_tune} tuning and {n_fresh} fresh-seed runs, "
+        f"[`favor_rerun/`](../{RERUN.as_posix()}/mixer_ablation.md)): " + "; ".join(said) + ". "
+        "The numbers below take FAVOR+'s rows from the rerun."
+    )
+
+
+def family_paragraph(root: Path) -> str:
+    """The one family: its size, what it holds per task, and which verdicts it changed from the
+    study's own report (its families, one per kind of test)."""
+    study = Study(root)
+    before = _rows(root / FOLDER / "comparisons.csv")
+    per_task = []
+    for task in study.tasks():
+        ons = sorted({r["on"] for r in study.family if r["task"] == task})
+        n = len({r["config"] for r in study.family if r["task"] == task})
+        measures = " and ".join(o.replace("_", " ").replace("metric", "accuracy") for o in ons)
+        per_task.append(f"{n} mixers × {measures} on {TASKS[task][2]}")
+    old_verdict = {(r["task"], r["config"].split(" ")[0], r["on"]): r["verdict"] for r in before}
+    changes = []
+    for r in study.family:
+        key = (r["task"], r["config"].split(" ")[0], r["on"])
+        if key[1] != "favor" and old_verdict.get(key, r["verdict"]) != r["verdict"]:
+            margin = _margin_words(study, key[2]).lstrip("±")
+            was, now = (SHORT[v].format(margin=margin) for v in (old_verdict[key], r["verdict"]))
+            what = (
+                ""
+                if key[2] == TASKS[key[0]][0] and key[0] != "imdb"
+                else (" accuracy" if key[2] == "test_metric" else " loss")
+            )
+            changes.append(f"{name(key[1])} on {TASKS[key[0]][2]}{what} from {was} to {now}")
+    old_m = sorted({int(r["tests"]) for r in before})
+    changed = (
+        "; the single family is stricter, so a verdict can only weaken: " + "; ".join(changes)
+        if changes
+        else "; no verdict changed"
+    )
+    return (
+        wrap(
+            f"The one family: **{study.header['correction'].capitalize()}, {study.hypotheses()} "
+            f"hypotheses**, three for each of the {len(study.family)} comparisons "
+            f"({listed(per_task)}). The study's own report corrected each kind of test over its "
+            f"{'/'.join(map(str, old_m))} comparisons as a family of its own{changed}. The margins, "
+            f"fixed before the runs: {_margin_words(study, 'test_loss')} and "
+            f"{_margin_words(study, 'test_metric')} of accuracy ({study.header['margin_reason']});"
+            " the intervals beside the verdicts are each comparison's own "
+            f"{round(100 * study.header['confidence'])}% interval."
+        )
+        + "\n"
+    )
