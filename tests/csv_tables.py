@@ -7,13 +7,15 @@ import csv
 from pathlib import Path
 
 
-def alter(path: Path, where: dict[str, str], column: str, value: str) -> None:
-    """Set `column` to `value` in the one row of the csv at `path` matching `where`."""
+def alter(path: Path, where: dict[str, str], column: str, value: str, every: bool = False) -> None:
+    """Set `column` to `value` in the one row of the csv at `path` matching `where` (in every
+    row matching it, at least one, with `every`)."""
     with path.open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     hits = [r for r in rows if all(r[k] == v for k, v in where.items())]
-    assert len(hits) == 1, where
-    hits[0][column] = value
+    assert len(hits) >= 1 if every else len(hits) == 1, where
+    for hit in hits:
+        hit[column] = value
     with path.open("w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

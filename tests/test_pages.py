@@ -11,7 +11,7 @@ import pytest
 from csv_tables import alter
 
 from attnzoo import pages
-from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, smaller
+from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, sinks, smaller
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pages.py"
@@ -324,3 +324,44 @@ def test_what_one_family_changed_is_read_from_both_families(tmp_path):
     text = flat(mixer_study.family_paragraph(root))
     assert 'pooling on Tiny Shakespeare from "within" to "not resolved"' in text
     assert "**Holm, 84 hypotheses**, three for each of the 28 comparisons" in text
+
+
+def test_a_sink_grown_in_the_tables_changes_the_verdict_words_on_both_pages(tmp_path):
+    """A head of seed 0's block 1 ending at the planted sink's reading turns "no arm grows a
+    first-token sink" into a count, at every cutoff."""
+    root = copy(tmp_path)
+    study = sinks.Study(root)
+    where = {"arm": "zero_kv", "seed": "0", "layer": "1", "step": str(study.last)}
+    alter(root / sinks.FOLDER / "layers.csv", where, "first_token_excess_max", "1.0")
+    assert sorted(pages.stale(root)) == ["README.md", "docs/results.md"]
+    pages.write(root)
+    for page in pages.PAGES:
+        text = " ".join((root / page).read_text(encoding="utf-8").split())
+        assert "no arm grows a first-token sink" not in text
+        assert f"zero_kv in 1 of {len(study.seeds)} seeds" in text
+
+
+@pytest.mark.parametrize(
+    ("reading", "grown"),
+    [("1.0", [1, 1, 1]), ("0.6", [1, 1, 0]), ("0.3", [1, 0, 0]), ("0.0", [0, 0, 0])],
+)
+def test_the_sink_rule_reads_the_controls_and_says_where_it_hinges(tmp_path, reading, grown):
+    """The rule counts a seed whose most sink-like head ends at or above a cutoff: a head at the
+    planted sink's 1.0 is a sink at every cutoff from 0.25 to 0.75, one at its negative's 0 at
+    none; between them the count depends on the cutoff, and the sentence says so."""
+    root = copy(tmp_path)
+    study = sinks.Study(root)
+    path = root / sinks.FOLDER / "layers.csv"
+    # every head at 0 at the end, then one head of one seed at `reading`
+    alter(path, {"step": str(study.last)}, "first_token_excess_max", "0.0", every=True)
+    where = {"arm": "gate", "seed": "1", "layer": "2", "step": str(study.last)}
+    alter(path, where, "first_token_excess_max", reading)
+    study = sinks.Study(root)
+    assert [study.seeds_with_sink("gate", c) for c in sinks.CUTOFFS] == grown
+    sentence = sinks.sink_sentence(study)
+    if not any(grown):
+        assert sentence.startswith("no arm grows a first-token sink")
+    elif all(grown):
+        assert f"gate in 1 of {len(study.seeds)} seeds" in sentence
+    else:
+        assert f"gate in 0 to 1 of {len(study.seeds)} seeds, depending on the cutoff" in sentence

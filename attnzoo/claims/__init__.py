@@ -5,7 +5,8 @@ predicate over those tables. `check` evaluates the predicate and looks the sente
 page; the numbers a sentence quotes are fields of its text, filled from the tables through one
 rounding function, `fmt`, so a number in the prose is the table's value rounded once, and a
 table that changes changes the sentence a page must carry. The claims of each study are in
-its module (`recall`, `sinks`);
+its module (`recall`); the other studies' text is generated from their tables
+(attnzoo.pages);
 `CLAIMS` is all of them. The tables and pages are read from a checkout of the repository.
 
     python scripts/claims.py            # every claim: holds / fails, and why
@@ -16,8 +17,7 @@ on a table altered by one number.
 
 from attnzoo.claims.base import Claim, Tables, check, fmt, render
 from attnzoo.claims.recall import RECALL
-from attnzoo.claims.sinks import SINK_CLAIMS
 
-CLAIMS: list[Claim] = [*RECALL, *SINK_CLAIMS]
+CLAIMS: list[Claim] = [*RECALL]
 
 __all__ = ["CLAIMS", "Claim", "Tables", "check", "fmt", "render"]

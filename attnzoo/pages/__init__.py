@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, smaller
+from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, sinks, smaller
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 COMMAND = "python scripts/pages.py"
@@ -48,6 +48,8 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "mixers-headline": mixer_study.headline,
     "architectures-headline": smaller.architectures,
     "bench-headline": smaller.bench,
+    "sinks": sinks.results_section,
+    "sinks-headline": sinks.headline,
 }
 # the pages that hold regions, relative to the root
 PAGES = ("README.md", "docs/results.md")
