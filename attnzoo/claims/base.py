@@ -60,6 +60,7 @@ class Tables:
 
     def __init__(self, root: Path, declared: Sequence[str]) -> None:
         self.root, self.declared = Path(root), tuple(declared)
+        self._read: dict[str, list[dict[str, str]]] = {}  # each csv read once per instance
 
     def path(self, name: str) -> Path:
         if name not in self.declared:
@@ -67,9 +68,10 @@ class Tables:
         return self.root / RESULTS / name
 
     def rows(self, name: str, **where: str) -> list[dict[str, str]]:
-        with self.path(name).open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-        return [r for r in rows if all(r[k] == v for k, v in where.items())]
+        if name not in self._read:
+            with self.path(name).open(encoding="utf-8", newline="") as f:
+                self._read[name] = list(csv.DictReader(f))
+        return [dict(r) for r in self._read[name] if all(r[k] == v for k, v in where.items())]
 
     def one(self, name: str, **where: str) -> dict[str, str]:
         rows = self.rows(name, **where)
