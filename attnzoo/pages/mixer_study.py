@@ -9,14 +9,13 @@ report's of the run its seeds come from (mixer_ablation.md beside each runs.csv)
 
 from __future__ import annotations
 
-import csv
 import functools
 import json
 import shlex
 from pathlib import Path
 
-from attnzoo.pages.rank_collapse import name as stack_name
-from attnzoo.pages.words import fmt, listed, span, wrap
+from attnzoo.pages.rank_ablation import name
+from attnzoo.pages.words import fmt, listed, read_rows, seed_list, span, wrap
 from attnzoo.studies import MIXER_STUDY_CLAIMS
 
 FOLDER = Path("scripts/results/mixer_ablation")
@@ -28,10 +27,6 @@ TASKS = {
     "imdb": ("test_metric", "test_loss", "IMDB"),
 }
 ANCHOR = "docs/results.md#the-mixers-on-real-data"
-
-
-def name(mixer: str) -> str:
-    return "local attention" if mixer == "local" else stack_name(mixer)
 
 
 def lr_text(lr: float) -> str:
@@ -64,8 +59,8 @@ class Study:
         self.groups = {
             t["task"]: {g["mixer"]: g for g in t["groups"]} for t in self.header["tasks"]
         }
-        self.family = _rows(folder / "comparisons.csv")
-        self.runs = _rows(folder / "runs.csv")
+        self.family = read_rows(folder / "comparisons.csv")
+        self.runs = read_rows(folder / "runs.csv")
         self.flat = _flattened(root, self.header["command"])
         self.reference = self.family[0]["reference"].split(" ")[0]
 
@@ -112,11 +107,6 @@ class Study:
             self.reference,
             *sorted(rest, key=lambda m: sign * float(self.row(task, m, on)["diff"])),
         ]
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _flattened(root: Path, command: str) -> dict[tuple[str, str], bool]:
@@ -413,11 +403,6 @@ SHORT = {  # a verdict as the family paragraph names it
 WORDS = {1: "one", 2: "two", 3: "three"}
 
 
-def _seeds(seeds: list[int]) -> str:
-    run = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
-    return f"{seeds[0]}-{seeds[-1]}" if run and len(seeds) > 2 else listed(map(str, seeds))
-
-
 def _json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -439,7 +424,7 @@ def runs_paragraph(root: Path) -> str:
     """Where and how the study ran: its runs per task and their summed time, the grid, the
     tuning seeds, and whether every choice is interior; then the FAVOR+ rerun's."""
     study = _json(root / FOLDER / "mixer_ablation.json")
-    tune, fresh = _rows(root / FOLDER / "tune_runs.csv"), _rows(root / FOLDER / "runs.csv")
+    tune, fresh = read_rows(root / FOLDER / "tune_runs.csv"), read_rows(root / FOLDER / "runs.csv")
     per_task = []
     for t in study["tasks"]:
         task = t["task"]
@@ -458,7 +443,7 @@ def runs_paragraph(root: Path) -> str:
         f"**Measured {study['started'][:10]}** on {study['machine'].split(';')[0]}: "
         f"{len(tune) + len(fresh)} runs, {total:,.0f} s of runs summed: {'; '.join(per_task)}. "
         f"Learning rates: the grid {lrs[0]} to {lrs[-1]} on tuning seeds "
-        f"{listed([str(s) for s in study['tune_seeds']])}, fresh seeds {_seeds(study['seeds'])}, "
+        f"{listed([str(s) for s in study['tune_seeds']])}, fresh seeds {seed_list(study['seeds'])}, "
         "extended one step where a choice sat at "
         f"its edge{interior}."
     )
@@ -468,8 +453,8 @@ def runs_paragraph(root: Path) -> str:
 def favor_paragraph(root: Path, study: dict) -> str:
     """The FAVOR+ rerun against the study's own FAVOR+ rows: its runs, choices and test loss."""
     rerun = _json(root / RERUN / "mixer_ablation.json")
-    n_tune = len(_rows(root / RERUN / "tune_runs.csv"))
-    n_fresh = len(_rows(root / RERUN / "runs.csv"))
+    n_tune = len(read_rows(root / RERUN / "tune_runs.csv"))
+    n_fresh = len(read_rows(root / RERUN / "runs.csv"))
     said = []
     for t in rerun["tasks"]:
         (before,) = [x for x in study["tasks"] if x["task"] == t["task"]]
@@ -507,7 +492,7 @@ def family_paragraph(root: Path) -> str:
     """The one family: its size, what it holds per task, and which verdicts it changed from the
     study's own report (its families, one per kind of test)."""
     study = Study(root)
-    before = _rows(root / FOLDER / "comparisons.csv")
+    before = read_rows(root / FOLDER / "comparisons.csv")
     per_task = []
     for task in study.tasks():
         ons = sorted({r["on"] for r in study.family if r["task"] == task})

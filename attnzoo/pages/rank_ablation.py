@@ -6,7 +6,6 @@ are the table's means over the seeds, with no comparison between them (the sweep
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -14,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from attnzoo.pages.rank_collapse import name as stack_name
-from attnzoo.pages.words import fmt, listed, span, wrap
+from attnzoo.pages.words import fmt, listed, read_rows, seed_list, span, wrap
 
 FOLDER = Path("scripts/results/rank_ablation")
 MEASURES = ("relative_residual", "effective_rank", "stable_rank", "token_similarity")
@@ -72,8 +71,7 @@ class Study:
         folder = root / FOLDER
         header = json.loads((folder / "rank_ablation.json").read_text(encoding="utf-8"))
         self.header = {k: v for k, v in header.items() if k != "configurations"}
-        with (folder / "rank_ablation.csv").open(encoding="utf-8", newline="") as f:
-            self.configs = [Config(r) for r in csv.DictReader(f)]
+        self.configs = [Config(r) for r in read_rows(folder / "rank_ablation.csv")]
         self.mixers = list(dict.fromkeys(c.mixer for c in self.configs))
         self.residuals = [r for r in dict.fromkeys(c.residual for c in self.configs) if r != "none"]
 
@@ -104,18 +102,13 @@ class Study:
         return "" if n == 1 else f", {WORDS.get(n, str(n))} at a time"
 
 
-def _seeds(seeds: list[int]) -> str:
-    consecutive = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
-    return f"{seeds[0]}-{seeds[-1]}" if consecutive and len(seeds) > 2 else listed(map(str, seeds))
-
-
 def scope(study: Study) -> str:
     """The sweep's size and budget, as the table's header records them."""
     s = study.header["scope"]
     return (
         f"width {s['dim']}, depth {s['depth']}, {s['heads']} heads, context {s['seq_len']}, "
         f"batch {s['batch_size']}, {s['max_steps']:,} AdamW steps at lr {s['lr']:g} (one "
-        f"learning rate for every configuration, not tuned), seeds {_seeds(study.header['seeds'])}"
+        f"learning rate for every configuration, not tuned), seeds {seed_list(study.header['seeds'])}"
     )
 
 

@@ -214,7 +214,7 @@ def rate_table(t: Tables) -> str:
     for mixer in RATE_ROWS:
         r = t.one(RATE, mixer=mixer)
         fitted = not math.isnan(num(r, "k"))
-        cells = [mixer, _kind(r["verdict"]).removeprefix("collapses ").removesuffix("ly")]
+        cells = [mixer, r["verdict"].removeprefix("collapses ").removesuffix("ly")]
         cells += [_k(r), _k(r, "paper_k")] if fitted else ["–", "–"]
         lines.append("| " + " | ".join(cells) + " |")
     keep = [r for r in t.rows(RATE) if r["mixer"] in KEEP_RANK]
@@ -228,14 +228,6 @@ def rate_table(t: Tables) -> str:
 
 def _verdict_of(t: Tables, mixer: str) -> str:
     return t.one(RATE, mixer=mixer)["verdict"]
-
-
-def _kind(verdict: str) -> str:
-    """ "doubly", "singly", or the verdict's words."""
-    for word in ("doubly", "singly"):
-        if word in verdict:
-            return f"{verdict.removesuffix(' exponentially')} exponentially"
-    return verdict
 
 
 def _floor_by(t: Tables, mixer: str, floor: float = 1e-14) -> int | None:
@@ -274,9 +266,9 @@ def eps_finding(t: Tables) -> str:
         ("with eps = 0", [f"{m} (eps 0)" for m in EPS]),
     ):
         rows = [t.one(RATE, mixer=m) for m in mixers]
-        kinds = {_kind(r["verdict"]) for r in rows}
+        kinds = {r["verdict"] for r in rows}
         k = " and ".join(fmt(num(r, "k"), ".2f") for r in rows)
-        words = kinds.pop() if len(kinds) == 1 else "; ".join(_kind(r["verdict"]) for r in rows)
+        words = kinds.pop() if len(kinds) == 1 else "; ".join(r["verdict"] for r in rows)
         parts.append(f"{label} {words.replace('collapses', 'collapse')} (k = {k})")
     return f"**Linear attention and FAVOR+** {parts[0]}; {parts[1]}."
 
@@ -294,8 +286,8 @@ def nystrom_finding(t: Tables) -> str:
 def control_finding(t: Tables) -> str:
     control, local = t.one(RATE, mixer=CONTROL), t.one(RATE, mixer="local")
     return (
-        f"**The frozen random row-stochastic control** {_kind(control['verdict'])} (k = "
-        f"{fmt(num(control, 'k'), '.2f')}), **local attention** {_kind(local['verdict'])} (k = "
+        f"**The frozen random row-stochastic control** {control['verdict']} (k = "
+        f"{fmt(num(control, 'k'), '.2f')}), **local attention** {local['verdict']} (k = "
         f"{fmt(num(local, 'k'), '.2f')}); after 3 blocks local attention's log10 r is "
         f"{log10_after(t, 'local', 3, '.2f')} against scaled-dot's "
         f"{log10_after(t, 'scaled_dot', 3, '.1f')} (mean [95%] over seeds, `cubic_rate.csv`)."

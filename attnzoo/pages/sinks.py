@@ -10,12 +10,11 @@ page says which cutoffs between CUTOFFS' ends give the same verdict."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
 
-from attnzoo.pages.words import fmt, listed, span, wrap
+from attnzoo.pages.words import fmt, listed, read_rows, span, wrap
 from attnzoo.studies import seeds_projection
 
 FOLDER = Path("scripts/results/sinks")
@@ -32,13 +31,13 @@ class Study:
         folder = root / FOLDER
         self.folder = folder
         self.header = json.loads((folder / "sinks.json").read_text(encoding="utf-8"))
-        self.runs = _rows(folder / "runs.csv")
-        self.tune_runs = _rows(folder / "tune_runs.csv")
-        self.family = _rows(folder / "comparisons.csv")
-        self.layers = _rows(folder / "layers.csv")
-        self.logits = _rows(folder / "sink_logits.csv")
+        self.runs = read_rows(folder / "runs.csv")
+        self.tune_runs = read_rows(folder / "tune_runs.csv")
+        self.family = read_rows(folder / "comparisons.csv")
+        self.layers = read_rows(folder / "layers.csv")
+        self.logits = read_rows(folder / "sink_logits.csv")
         self.controls = {
-            (r["control"], r["stat"]): float(r["value"]) for r in _rows(folder / "controls.csv")
+            (r["control"], r["stat"]): float(r["value"]) for r in read_rows(folder / "controls.csv")
         }
         self.reference = self.header["reference"]
         self.arms = list(self.header["arms"])
@@ -104,11 +103,6 @@ def _tokens(n: float) -> str:
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f}"
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _verdict_text(study: Study, arm: str) -> str:

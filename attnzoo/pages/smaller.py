@@ -4,10 +4,9 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
-from attnzoo.pages.words import fmt, listed, wrap
+from attnzoo.pages.words import fmt, listed, read_rows, wrap
 
 ARCHITECTURES = Path("scripts/results/architectures/architectures.csv")
 BENCH = Path("scripts/results/bench_train/shakespeare.md")
@@ -17,14 +16,9 @@ FLOAT64_FLOOR = 1e-14
 MODELS = {"bert": "BERT", "albert": "ALBERT", "xlnet": "XLNet", "gpt2": "GPT-2", "vit": "ViT"}
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def architectures(root: Path) -> str:
     """Which models' pure attention ends at float64's floor, and where the others end."""
-    rows = _rows(root / ARCHITECTURES)
+    rows = read_rows(root / ARCHITECTURES)
     last: dict[str, dict[str, str]] = {}
     for r in (r for r in rows if r["variant"] == "pure_attention"):
         if r["model"] not in last or int(r["layer"]) > int(last[r["model"]]["layer"]):

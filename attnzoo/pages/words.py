@@ -4,7 +4,9 @@ hand-written text around them is."""
 
 from __future__ import annotations
 
+import csv
 import textwrap
+from pathlib import Path
 
 from attnzoo.analysis.tables import fmt as table_fmt
 
@@ -41,3 +43,15 @@ def wrap(text: str, bullet: bool = False) -> str:
             break_long_words=False,
         )
     )
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A committed csv table's rows."""
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def seed_list(seeds: list[int]) -> str:
+    """ "0-4" for a run of three or more consecutive seeds, else "100 and 101"."""
+    run = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"{seeds[0]}-{seeds[-1]}" if run and len(seeds) > 2 else listed(map(str, seeds))
