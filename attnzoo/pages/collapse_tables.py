@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from attnzoo.claims.base import Tables, num, span
-from attnzoo.pages.words import fmt
+from attnzoo.pages.tables import Tables, num
+from attnzoo.pages.words import fmt, span
 
 RATE = "rank_collapse/collapse_rate.csv"
 SEEDS = "rank_collapse/rank_collapse_seeds.csv"
@@ -27,7 +27,7 @@ KEPT, COLLAPSED = 0.5, 0.2  # attnzoo.analysis.verdicts' thresholds on r_L / r_0
 
 
 def k_span(t: Tables, mixers: Sequence[str], column: str = "k") -> str:
-    return span((num(t.one(RATE, mixer=m), column) for m in mixers), ".2f")
+    return span([num(t.one(RATE, mixer=m), column) for m in mixers], ".2f")
 
 
 def skip_shares(t: Tables) -> dict[tuple[str, str, str], list[float]]:

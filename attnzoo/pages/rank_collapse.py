@@ -8,11 +8,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from attnzoo.claims.base import Tables, num
 from attnzoo.pages.collapse_tables import (
     COLLAPSE,
     COLLAPSED,
-    CUBIC,
     DOUBLY,
     KEEP_RANK,
     KEPT,
@@ -29,6 +27,7 @@ from attnzoo.pages.collapse_tables import (
     skip_alone_shares,
     skip_shares,
 )
+from attnzoo.pages.tables import Tables, num
 from attnzoo.pages.words import fmt, listed, span, wrap
 
 NOT_RESOLVED = "collapses, rate not resolved"
@@ -143,7 +142,7 @@ def skip_sentence(t: Tables) -> str:
 
 def headline(root: Path) -> str:
     """README's Results line for rank collapse at init."""
-    t = Tables(root, (RATE, SEEDS, LAMBDA))
+    t = Tables(root)
     first = t.one(RATE, mixer=SOFTMAX[0])
     k = span([num(t.one(RATE, mixer=m), "k") for m in SOFTMAX], ".2f")
     paper = span([num(t.one(RATE, mixer=m), "paper_k") for m in SOFTMAX], ".2f")
@@ -360,7 +359,7 @@ def say_no_finding(t: Tables) -> str:
 def findings(root: Path) -> str:
     """docs/results.md's rate table and what it shows, for the row-stochastic mixers, the skip
     stacks and the mixers that may say no."""
-    t = Tables(root, (RATE, SEEDS, COLLAPSE, CUBIC))
+    t = Tables(root)
     bullets = [
         softmax_finding(t),
         eps_finding(t),
@@ -468,7 +467,7 @@ def lambda_finding(t: Tables) -> str:
 def options(root: Path) -> str:
     """docs/results.md's table and findings for the stacks that are not row-stochastic, the
     recurrent ones and the λ-skips."""
-    t = Tables(root, (RATE, SEEDS, LAMBDA))
+    t = Tables(root)
     sinks = ("scaled_dot (sink learned)", "scaled_dot (sink zero_kv)")
     same = (
         f" At init a learned sink's stacks are {name(sinks[1])}'s, number for number."
