@@ -57,7 +57,8 @@ cubic_rate.png (the measured residual of the doubly exponential stacks on a log(
 beside the cubic rate, and log r_{l+1} against log r_l beside slope 3), path_counts.md (the
 share of paths of each length in a depth-L, H-head network, C(L,k)·H^k / (1+H)^L),
 lambda_skip.csv (the λ sweep's reading per stack, λ and norm), lambda_skip_seeds.csv (its
-residuals per seed and block), lambda_skip.png (r_L / r_0 against λ).
+residuals per seed and block), lambda_skip.png (r_L / r_0 against λ), rank_collapse.json (the
+command, the machine and the settings every number depends on).
 
     python scripts/rank_collapse.py --out scripts/results/rank_collapse   # the committed run
     python scripts/rank_collapse.py --depth 12 --seeds 10 --dim 128 --tokens 64   # full size
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import shlex
 import sys
@@ -206,6 +208,20 @@ def price(rows_of: dict[str, Stack], args: argparse.Namespace) -> None:
     )
 
 
+# the options every number of the report depends on, recorded in rank_collapse.json
+SETTINGS = (
+    "dim",
+    "heads",
+    "tokens",
+    "depth",
+    "seeds",
+    "rate_seeds",
+    "batch",
+    "vocab",
+    "rate_input_std",
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mixers", nargs="+", default=list(ZOO_MIXERS), choices=list(MIXERS))
@@ -297,9 +313,16 @@ def main() -> None:
         writer.writerow(["mixer", "variant", "norm", "seed", "depth", *names])
         writer.writerows(per_seed)
 
+    command = f"python {' '.join(shlex.quote(a) for a in sys.argv)}"
+    header = {  # what the numbers depend on, for the results page to state
+        "command": command,
+        "machine": machine(),
+        **{k: getattr(args, k) for k in SETTINGS},
+    }
+    (args.out / "rank_collapse.json").write_text(json.dumps(header, indent=2) + "\n")
     lines = [
-        f"Command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`  ",
-        f"Machine: {machine()}",
+        f"Command: `{command}`  ",
+        f"Machine: {header['machine']}",
         "",
         f"Relative residual at init (float64 probe, mean [Student-t 95% interval] over "
         f"{args.seeds} seeds, sample std with ddof = 1; dim {args.dim}, {args.heads} heads, "

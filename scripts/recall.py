@@ -21,10 +21,8 @@ mamba2, gla and deltanet; the causal mixers only, MQAR is read left to right):
    on validation accuracy most often, the best mean among those.
 
 The task is the trainer's `task=mqar` (its defaults: vocabulary 256, 64 tokens, 8 key-value
-pairs, every key queried) on blocks with the MLP switched off (model.mlp=false: the mixers alone
-have to recall; in one-seed pilots a 2-block scaled-dot model with its MLP on stayed on the 1/8
-plateau of guessing among the sequence's values for 1,500-2,500 steps, without it it crossed to
-0.99 by step 800; docs/results.md has the commands). Everything else is the trainer's default block (pre-norm,
+pairs, every key queried) on blocks with the MLP switched off (model.mlp=false: the study asks
+what the mixers recall alone). Everything else is the trainer's default block (pre-norm,
 LayerNorm, learned positions, 4 heads).
 
 Outputs (in --out): recall.md (the report), recall.json, runs.csv and tune_runs.csv (every
@@ -36,20 +34,28 @@ The run folders are in <out>/dim<W>_depth<L>/; the same command again skips comp
 its tables (runs.csv, curves.csv; tune_runs.csv, checked against its choices), all comparisons
 in one family.
 
-    python scripts/recall.py --parallel 2                   # the CPU study (docs/results.md)
-    python scripts/recall.py --widths 32 --add-to scripts/results/recall   # one more width
+    python scripts/recall.py --parallel 2                   # the six-mixer screen (results/recall/screen)
+    python scripts/recall.py --widths 32 --add-to scripts/results/recall/screen   # one more width
     python scripts/recall.py --smoke                        # the pipeline at toy size, ~1 min
-    python scripts/recall.py --success 0.9 --seeds 0,1,2,3,4,5,6,7,8,9  # success rates, exact tests
     python scripts/recall.py --preset gpu --parallel 4      # one GPU: widths 64-512, depths 2, 4
-    python scripts/recall.py --pilot 3000 --out results/recall-pilot   # the budget's pilot
-    python scripts/recall.py --budget-from results/recall-pilot        # the study at its budget
+
+The study committed in scripts/results/recall (docs/results.md), success rates on 10 fresh
+seeds at a budget its pilot chose (STUDY is the same arguments in both commands):
+
+    STUDY="--mixers scaled_dot mamba2 deltanet --lrs 1e-3,3e-3,1e-2,3e-2 --tune-seeds 100,101,102
+           --seeds 0,1,2,3,4,5,6,7,8,9 --success 0.9 --parallel 2"
+    python scripts/recall.py $STUDY --pilot 2000 --out results/recall/pilot   # the budget's pilot
+    python scripts/recall.py $STUDY --budget-from results/recall/pilot --out results/recall
 
 The budget: --pilot STEPS trains every mixer at every learning rate of the grid, on the first
 tuning seed, for STEPS steps in every cell, and writes the validation curves (curves.csv) and the
-step by which every curve has flattened (pilot.json, pilot.md: from that step on each stays
-within a band narrower than --margin, seen over at least the last fifth of the pilot;
-attnzoo.analysis.convergence.budget_from). --budget-from PILOT then trains the study for that
-many steps; a pilot in which some curve had not flattened gives no budget and is refused.
+step by which each mixer's best curve (the learning rate whose validation accuracy ends highest)
+has flattened (pilot.json, pilot.md: from that step on it stays within a band narrower than
+--margin, seen over at least the last fifth of the pilot; attnzoo.analysis.convergence.
+budget_from): the budget is for the runs the study reports, at a mixer's chosen rate, and curves
+at other rates still moving are named, not waited for. --budget-from PILOT then trains the study
+for that many steps; a pilot in which a best curve had not flattened gives no budget and is
+refused.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ import shlex
 from pathlib import Path
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct, successes
+from attnzoo.analysis.convergence import still_moving
 from attnzoo.analysis.figures import recall_figure
 from attnzoo.analysis.groups import group_row, groups_from_rows
 from attnzoo.analysis.report import protocol_text, write_runs
@@ -147,7 +154,8 @@ SMOKE = [
     "task.test_size=8",
 ]
 CURVE_COLUMNS = ["width", "depth", "mixer", "seed", "step", "val_accuracy"]
-COMMITTED = Path(__file__).resolve().parent / "results" / "recall"  # the CPU preset's report
+# the committed report of the defaults' protocol (the screen: six mixers, 3 seeds, four cells)
+COMMITTED = Path(__file__).resolve().parent / "results" / "recall" / "screen"
 ON = "test_metric"  # test accuracy: the quantity the study is about
 MARGIN_REASON = "5 points of accuracy: a difference in recall a reader of the figure acts on"
 
@@ -334,7 +342,22 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
                 }
                 for s, v in points
             ]
-    budget, flat = budget_from(curves, args.margin)
+    # The budget is for the runs the study reports, at each mixer's chosen rate: it is read off
+    # each mixer's best pilot curve (the rate whose validation accuracy ends highest; of equal
+    # ends, the one that settles first); a curve at another rate still moving is named, not
+    # waited for.
+    _, flat = budget_from(curves, args.margin)
+    ranked: dict[tuple, tuple[float, float, tuple]] = {}
+    for (w, d, m, lr), points in curves.items():
+        end = points[-1][1] if points else float("-inf")
+        settled = flat[(w, d, m, lr)]
+        rank = (end, -(settled if settled is not None else float("inf")))
+        if (w, d, m) not in ranked or rank > ranked[(w, d, m)][2]:
+            ranked[(w, d, m)] = (lr, end, rank)
+    best = {key: (lr, end) for key, (lr, end, _) in ranked.items()}
+    budget, _ = budget_from(
+        {(w, d, m, lr): curves[(w, d, m, lr)] for (w, d, m), (lr, _) in best.items()}, args.margin
+    )
     write_csv(
         args.out / "curves.csv", ["width", "depth", "mixer", "lr", "step", "val_accuracy"], rows
     )
@@ -343,22 +366,45 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
         "pilot_steps": args.pilot,
         "pilot_seed": seed,
         "budget": budget if budget is None else int(budget),
+        "best": [
+            {"width": w, "depth": d, "mixer": m, "lr": lr, "final": end}
+            for (w, d, m), (lr, end) in best.items()
+        ],
         "flat_from": [
             {"width": w, "depth": d, "mixer": m, "lr": lr, "step": step}
             for (w, d, m, lr), step in flat.items()
         ],
     }
     (args.out / "pilot.json").write_text(json.dumps(record, indent=2) + "\n")
-    moving = [
-        f"{m} at lr {lr:g} (width {w}, depth {d})" for (w, d, m, lr), v in flat.items() if v is None
+    chosen = {(w, d, m, lr) for (w, d, m), (lr, _) in best.items()}
+    stuck = [key for key, v in flat.items() if v is None]
+    moving_best = [
+        f"{m} at lr {lr:g} (width {w}, depth {d})"
+        for w, d, m, lr in stuck
+        if (w, d, m, lr) in chosen
     ]
-    verdict = (
-        f"Budget: {int(budget)} steps, the step by which every curve stays within a band "
-        f"narrower than ±{args.margin:g} of accuracy (each curve's step: `pilot.json`)."
-        if budget is not None
-        else "No budget: not flattened within the pilot (moving by the margin or more in its "
-        f"last fifth): {'; '.join(moving)}. A longer pilot is needed."
+    others = [
+        f"{m} at lr {lr:g} (width {w}, depth {d})"
+        for w, d, m, lr in stuck
+        if (w, d, m, lr) not in chosen
+    ]
+    best_text = "; ".join(
+        f"{m} {lr:g} ({end:.3f}, width {w}, depth {d})" for (w, d, m), (lr, end) in best.items()
     )
+    verdict = (
+        f"Budget: {int(budget)} steps, the step by which each mixer's best curve (the rate whose "
+        f"validation accuracy ends highest: {best_text}) stays within a band narrower than "
+        f"±{args.margin:g} of accuracy (each curve's step: `pilot.json`)."
+        if budget is not None
+        else "No budget: a mixer's best curve had not flattened within the pilot (moving by the "
+        f"margin or more in its last fifth): {'; '.join(moving_best)}. A longer pilot is needed."
+    )
+    if budget is not None and others:
+        verdict += (
+            f" Still moving at the pilot's end, at rates that were not a mixer's best: "
+            f"{'; '.join(others)}; the study's report names every fresh seed still moving at "
+            "the budget."
+        )
     lines = [
         "# Recall: the budget's pilot",
         "",
@@ -516,27 +562,9 @@ def cell_lines(cell: dict, family: list[dict], args: argparse.Namespace) -> list
     return lines + ["", moving_line(cell, args.margin), ""]
 
 
-def still_moving(cell: dict, margin: float, tail: float = 0.2) -> list[tuple[str, int, float]]:
-    """(mixer, seed, change) of every fresh seed whose sampled validation accuracy moved by
-    `margin` or more over the last `tail` of training (attnzoo.analysis.convergence): a budget
-    at which that seed had not flattened, by the difference the study calls worth acting on."""
-    from attnzoo.analysis.convergence import points_change
-
-    curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
-    for r in cell["curves"]:
-        key = (r["mixer"], int(r["seed"]))
-        curves.setdefault(key, []).append((float(r["step"]), float(r["val_accuracy"])))
-    out = []
-    for (mixer, seed), points in curves.items():
-        change = points_change(points, tail)
-        if change is not None and abs(change) >= margin:
-            out.append((mixer, seed, change))
-    return out
-
-
 def moving_line(cell: dict, margin: float) -> str:
     """Which fresh seeds had not flattened at the end of training, in words."""
-    moving = still_moving(cell, margin)
+    moving = still_moving(cell["curves"], margin)
     if not moving:
         return (
             "Flattened: every fresh seed's sampled validation accuracy moved by less than the "
@@ -663,7 +691,7 @@ def main() -> None:
         default=None,
         metavar="STEPS",
         help="run the budget's pilot instead of the study: every mixer at every learning rate, "
-        "one seed, STEPS steps; writes the step by which every curve has flattened",
+        "one seed, STEPS steps; writes the step by which each mixer's best curve has flattened",
     )
     parser.add_argument(
         "--budget-from",

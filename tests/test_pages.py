@@ -4,6 +4,7 @@ the words a region says (which paths are worst) follow its table."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,16 @@ import pytest
 from csv_tables import alter
 
 from attnzoo import pages
-from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, sinks, smaller
+from attnzoo.pages import (
+    architectures,
+    bench,
+    mixer_study,
+    path_length,
+    rank_ablation,
+    rank_collapse,
+    recall,
+    sinks,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "pages.py"
@@ -231,28 +241,63 @@ def test_a_model_whose_pure_attention_keeps_a_residual_is_said_apart(tmp_path):
     """BERT, ALBERT, XLNet and ViT reach float64's floor, GPT-2 ends at 0.013 (as committed);
     BERT's last layer set to 0.2 moves it out of the floor's list, with its value."""
     root = copy(tmp_path)
-    line = flat(smaller.architectures(root))
+    line = flat(architectures.headline(root))
     assert "in BERT, ALBERT, XLNet and ViT pure attention falls to float64's floor" in line
     assert "GPT-2's ends at 0.013 after 12 layers" in line
     alter(
-        root / smaller.ARCHITECTURES,
+        root / architectures.FOLDER / "architectures.csv",
         {"model": "bert", "variant": "pure_attention", "layer": "12"},
         "relative_residual",
         "0.2",
     )
-    line = flat(smaller.architectures(root))
+    line = flat(architectures.headline(root))
     assert "in ALBERT, XLNet and ViT pure attention falls" in line
     assert "BERT's ends at 0.2 after 12 layers; GPT-2's ends at 0.013" in line
+    section = flat(architectures.results_section(root))
+    assert "| bert | 0.57 → 0.40 |" in section and "4.8e−16 → 0.20 |" in section
+    assert "**BERT's pure attention does not reach the floor.**" in section
+    assert "In ALBERT, XLNet and ViT pure attention falls to float64's floor" in section
+
+
+def test_the_architectures_findings_read_how_each_curve_falls(tmp_path):
+    """As committed: XLNet singly exponential, ViT slowing before the floor; XLNet's curve made
+    to fall three times as far each layer (doubly exponential) leaves its bullet, and GPT-2
+    reaching the floor at its last layer joins the floor's list."""
+    root = copy(tmp_path)
+    text = flat(architectures.results_section(root))
+    assert (
+        "**XLNet's pure attention falls singly exponentially** (decrement ratio k = 0.97)" in text
+    )
+    assert "**ViT's pure attention slows before the floor**" in text
+    table = root / architectures.FOLDER / "architectures.csv"
+    # log10 r falls by 0.1, 0.3, 0.9, 2.7, ...: each decrement three times the last (k = 3)
+    for layer, value in enumerate([1.0, 0.794, 0.631, 0.316, 0.0398, 7.9e-5, 6.3e-13, 1e-30]):
+        where = {"model": "xlnet", "variant": "pure_attention", "layer": str(layer)}
+        alter(table, where, "relative_residual", str(value))
+    where = {"model": "gpt2", "variant": "pure_attention", "layer": "12"}
+    alter(table, where, "relative_residual", "1e-15")
+    text = flat(architectures.results_section(root))
+    assert "XLNet's pure attention" not in text and "XLNet by layer 7" in text
+    assert "**GPT-2's pure attention falls singly exponentially**" in text
+    assert "BERT, ALBERT, GPT-2, XLNet and ViT" not in text  # the floor's list is in model order
+    assert "In BERT, ALBERT, XLNet, GPT-2 and ViT pure attention falls to float64's floor" in text
+    assert "GPT-2 by layer 12" in text
 
 
 def test_the_benchmark_line_reads_its_table(tmp_path):
     root = copy(tmp_path)
-    assert "val loss 1.770 at 1.03× the time of a plain PyTorch GPT" in flat(smaller.bench(root))
-    path = root / smaller.BENCH
-    text = path.read_text(encoding="utf-8").replace("| 1.7698 | 107.7", "| 1.8123 | 107.7")
+    assert "val loss 1.770 at 1.03× the time of a plain PyTorch GPT" in flat(bench.bench(root))
+    path = root / bench.BENCH
+    assert "`scaled_dot` reaches 1.770 at 1.03× (meets both targets)" in flat(
+        bench.results_section(root)
+    )
+    text = path.read_text(encoding="utf-8").replace("| 1.7698 | 107.7", "| 1.9123 | 107.7")
     path.write_text(text.replace("| 1.03x |", "| 1.10x |", 1), encoding="utf-8")
-    assert "val loss 1.812 at 1.10× the time" in flat(smaller.bench(root))
-    assert pages.stale(root) == ["README.md"]
+    assert "val loss 1.912 at 1.10× the time" in flat(bench.bench(root))
+    section = flat(bench.results_section(root))
+    assert "| scaled_dot | 816,193 | 1.912 | 66.4 | 0.986 | 1.10× | 0.37% |" in section
+    assert "reaches 1.912 at 1.10× (meets the time target, not the loss target)" in section
+    assert pages.stale(root) == ["README.md", "docs/results.md"]
 
 
 def test_a_preset_changed_since_the_runs_is_refused_not_restated(tmp_path):
@@ -369,3 +414,84 @@ def test_the_sink_rule_reads_the_controls_and_says_where_it_hinges(tmp_path, rea
         assert f"gate in 1 of {len(study.seeds)} seeds" in sentence
     else:
         assert f"gate in 0 to 1 of {len(study.seeds)} seeds, depending on the cutoff" in sentence
+
+
+RECALL_RUNS = recall.FOLDER / "runs.csv"
+
+
+def recall_seed(root: Path, mixer: str, succeeded: bool) -> str:
+    """A fresh seed of `mixer` whose committed test accuracy did (or did not) reach the study's
+    threshold."""
+    study = recall.Study(root)
+    rows = [r for r in study.runs if r["mixer"] == mixer]
+    return next(r["seed"] for r in rows if (float(r["final_test_metric"]) >= 0.9) == succeeded)
+
+
+def test_the_recall_section_counts_each_mixers_successes_from_its_seeds(tmp_path):
+    """A seed that recalled set to 0.5 test accuracy: one success fewer in the table, the
+    sentence and the README line, its value in the table, and the failures' range."""
+    root = copy(tmp_path)
+    study = recall.Study(root)
+    (cell,) = study.cells
+    mixer = max(study.mixers, key=lambda m: study.reached(cell, m)[0])
+    k, n = study.reached(cell, mixer)
+    before = flat(recall.results_section(root))
+    assert f"{recall.name(mixer)} in {k} of {n}" in before
+    alter(
+        root / RECALL_RUNS,
+        {"mixer": mixer, "seed": recall_seed(root, mixer, True)},
+        "final_test_metric",
+        "0.5",
+    )
+    text = flat(recall.results_section(root))
+    assert f"{recall.name(mixer)} in {k - 1} of {n}" in text
+    assert f"| {mixer} | " in text and f"| {k - 1} of {n} |" in text and "0.500" in text
+    assert f"{recall.name(mixer)} in {k - 1} of {n}" in flat(recall.headline(root))
+    assert {"README.md", "docs/results.md"} <= set(pages.stale(root))
+
+
+def test_a_recall_verdict_and_a_seed_still_moving_follow_their_tables(tmp_path):
+    """A comparison made "worse" in the family is said so on both pages; a fresh seed whose
+    last evaluation is 0.3 below the one before is named as still moving."""
+    root = copy(tmp_path)
+    study = recall.Study(root)
+    other = next(m for m in study.mixers if m != study.reference)
+    config = next(r["config"] for r in study.family if r["config"].startswith(other + " "))
+    alter(root / recall.FOLDER / "comparisons.csv", {"config": config}, "verdict", "worse")
+    assert f"{recall.name(other)} worse (Δ rate" in flat(recall.results_section(root))
+    assert f"{recall.name(other)} worse (Δ rate" in flat(recall.headline(root))
+    curves = root / recall.FOLDER / "curves.csv"
+    last = max(int(r["step"]) for r in study.curves)
+    point = {"mixer": study.reference, "seed": "3", "step": str(last)}
+    value = next(
+        float(r["val_accuracy"]) for r in study.curves if all(r[k] == v for k, v in point.items())
+    )
+    alter(curves, point, "val_accuracy", str(value - 0.3))
+    text = flat(recall.results_section(root))
+    assert "Still moving at the end" in text
+    assert (
+        f"{recall.name(study.reference)} seed 3 (" in text
+        or f"{recall.name(study.reference)} seeds" in text
+    )
+
+
+def test_the_recall_page_refuses_runs_whose_preset_has_changed(tmp_path):
+    """Runs recorded with other tokens than their overrides compose to today: the preset has
+    changed since the runs, and no page is written from them."""
+    root = copy(tmp_path)
+    row = recall.Study(root).runs[0]
+    alter(root / RECALL_RUNS, {"job": row["job"]}, "tokens", "12345")
+    with pytest.raises(recall.RecallPageError, match="the preset has changed"):
+        recall.results_section(root)
+
+
+def test_the_rank_collapse_scope_is_its_headers_and_must_match_its_tables(tmp_path):
+    root = copy(tmp_path)
+    header = root / "scripts/results/rank_collapse/rank_collapse.json"
+    data = json.loads(header.read_text())
+    assert "**5 seeds** (`--seeds`)" in flat(rank_collapse.scope(root))
+    header.write_text(json.dumps(data | {"dim": 96}))
+    assert "width 96, 4 heads" in flat(rank_collapse.scope(root))
+    header.write_text(json.dumps(data | {"seeds": 6}))
+    with pytest.raises(ValueError, match="the tables hold 5"):
+        rank_collapse.scope(root)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from attnzoo.analysis.convergence import still_moving
 from attnzoo.studies import read_rows
 from attnzoo.tuned import selection_from_rows, tuning_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "recall.py"
-COMMITTED = ROOT / "scripts" / "results" / "recall"
+COMMITTED = ROOT / "scripts" / "results" / "recall" / "screen"  # the default protocol's report
 MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"]
 
 
@@ -251,14 +252,14 @@ def test_the_report_names_the_fresh_seeds_still_moving_at_the_end_of_their_budge
     recall = runpy.run_path(str(SCRIPT))
     rows = read_rows(COMMITTED / "curves.csv")
     cell = {"curves": [r for r in rows if r["width"] == "128"]}
-    moving = {(m, s) for m, s, _ in recall["still_moving"](cell, 0.05)}
+    moving = {(m, s) for m, s, _ in still_moving(cell["curves"], 0.05)}
     assert moving == {("mamba2", 0), ("mamba2", 1), ("mamba2", 2), ("scaled_dot", 2)}
     assert "mamba2 seed(s) 0 (+0.08), 1 (+0.14), 2 (+0.14)" in recall["moving_line"](cell, 0.05)
     flat = [
         {"mixer": "m", "seed": "0", "step": str(s), "val_accuracy": str(v)}
         for s, v in [(0, 0.1), (200, 0.9), (800, 0.97), (900, 0.98), (1000, 0.98)]
     ]
-    assert recall["still_moving"]({"curves": flat}, 0.05) == []
+    assert still_moving(flat, 0.05) == []
     assert recall["moving_line"]({"curves": flat}, 0.05).startswith("Flattened: every fresh seed")
 
 
@@ -334,8 +335,20 @@ def test_the_pilot_writes_every_curve_and_the_step_they_flatten_by(tmp_path):
     assert {int(r["step"]) for r in curves} >= {0, 30}
     record = json.loads((out / "pilot.json").read_text())
     assert record["pilot_steps"] == 30 and len(record["flat_from"]) == 4
-    flat = [f["step"] for f in record["flat_from"]]
-    assert record["budget"] == (None if None in flat else max(flat))
+    # the budget is read off each mixer's best curve: the rate whose accuracy ends highest
+    steps = {(f["mixer"], f["lr"]): f["step"] for f in record["flat_from"]}
+    ends = {
+        (m, float(lr)): float(r["val_accuracy"])
+        for r in curves
+        for m, lr in [(r["mixer"], r["lr"])]
+        if int(r["step"]) == 30
+    }
+    for b in record["best"]:
+        assert ends[(b["mixer"], b["lr"])] == max(
+            v for (m, _), v in ends.items() if m == b["mixer"]
+        )
+    flat = [steps[(b["mixer"], b["lr"])] for b in record["best"]]
+    assert len(flat) == 2 and record["budget"] == (None if None in flat else max(flat))
     assert ("Budget:" if record["budget"] is not None else "No budget:") in (
         out / "pilot.md"
     ).read_text()

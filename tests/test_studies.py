@@ -58,8 +58,12 @@ def test_rank_collapse_study_writes_tables_and_pure_attention_falls_below_skip(t
         "path_counts.md",
         "lambda_skip.csv",
         "lambda_skip_seeds.csv",
+        "rank_collapse.json",
         "lambda_skip.png",
     }
+    header = json.loads((out / "rank_collapse.json").read_text())
+    assert (header["dim"], header["heads"], header["tokens"], header["depth"]) == (16, 2, 8, 6)
+    assert (header["seeds"], header["rate_seeds"]) == (2, 3) and "--depth 6" in header["command"]
     rows = list(csv.DictReader((out / "rank_collapse.csv").read_text().splitlines()))
     # (two mixers + scaled_dot's option rows: causal, two sinks, two gates) x variants x norms
     # x (depth + 1)

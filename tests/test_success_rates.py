@@ -91,7 +91,7 @@ def test_compare_rates_reports_the_difference_its_interval_and_p():
 def test_a_study_compares_success_rates_read_off_its_per_seed_values():
     """The committed recall study at width 64: each mixer's seeds that reach 0.9 test accuracy,
     counted here from runs.csv, against scaled-dot's, in one Holm family."""
-    path = ROOT / "scripts/results/recall/runs.csv"
+    path = ROOT / "scripts/results/recall/screen/runs.csv"
     rows = [r for r in csv.DictReader(path.open()) if (r["width"], r["depth"]) == ("64", "2")]
     rows = [r | {"group": f"mixer={r['mixer']}"} for r in rows]
     rows = [{k: v for k, v in r.items() if k not in ("width", "depth")} for r in rows]

@@ -23,7 +23,16 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from attnzoo.pages import mixer_study, path_length, rank_ablation, rank_collapse, sinks, smaller
+from attnzoo.pages import (
+    architectures,
+    bench,
+    mixer_study,
+    path_length,
+    rank_ablation,
+    rank_collapse,
+    recall,
+    sinks,
+)
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout
 COMMAND = "python scripts/pages.py"
@@ -37,6 +46,7 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "path-length": path_length.results_section,
     "path-length-headline": path_length.headline,
     "rank-collapse-headline": rank_collapse.headline,
+    "rank-collapse-scope": rank_collapse.scope,
     "rank-collapse-findings": rank_collapse.findings,
     "rank-collapse-options": rank_collapse.options,
     "rank-ablation": rank_ablation.results_section,
@@ -46,8 +56,13 @@ REGIONS: dict[str, Callable[[Path], str]] = {
     "mixers-shakespeare": mixer_study.shakespeare,
     "mixers-imdb": mixer_study.imdb,
     "mixers-headline": mixer_study.headline,
-    "architectures-headline": smaller.architectures,
-    "bench-headline": smaller.bench,
+    "architectures": architectures.results_section,
+    "architectures-headline": architectures.headline,
+    "bench": bench.results_section,
+    "bench-headline": bench.bench,
+    "recall-screen": recall.screen_paragraph,
+    "recall": recall.results_section,
+    "recall-headline": recall.headline,
     "sinks": sinks.results_section,
     "sinks-headline": sinks.headline,
 }

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from attnzoo.pages.tables import Tables, num
 from attnzoo.pages.words import fmt, span
 
+HEADER = "rank_collapse/rank_collapse.json"  # the command, machine and settings
 RATE = "rank_collapse/collapse_rate.csv"
 SEEDS = "rank_collapse/rank_collapse_seeds.csv"
 CUBIC = "rank_collapse/cubic_rate.csv"

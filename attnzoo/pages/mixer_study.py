@@ -9,12 +9,12 @@ report's of the run its seeds come from (mixer_ablation.md beside each runs.csv)
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 from pathlib import Path
 
 from attnzoo.pages.rank_ablation import name
+from attnzoo.pages.tables import composed
 from attnzoo.pages.words import fmt, listed, read_rows, seed_list, span, wrap
 from attnzoo.studies import MIXER_STUDY_CLAIMS
 
@@ -33,12 +33,9 @@ def lr_text(lr: float) -> str:
     return f"{lr:.0e}".replace("e-0", "e-")
 
 
-@functools.lru_cache(maxsize=8)
 def _scope(overrides: tuple[str, ...]) -> dict:
     """The size and budget a run's recorded overrides compose to."""
-    from attnzoo.train.cli import compose
-
-    cfg = compose(list(overrides))
+    cfg = composed(overrides)
     return {
         "dim": cfg.model.dim,
         "depth": cfg.model.depth,

@@ -5,13 +5,16 @@ table's (attnzoo.analysis.verdicts read them from the curves); the words here on
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from attnzoo.pages.collapse_tables import (
     COLLAPSE,
     COLLAPSED,
+    CUBIC,
     DOUBLY,
+    HEADER,
     KEEP_RANK,
     KEPT,
     LAMBDA,
@@ -161,6 +164,32 @@ def headline(root: Path) -> str:
     )
     assert not math.isnan(num(first, "k"))
     return wrap(text, bullet=True) + "\n"
+
+
+def scope(root: Path) -> str:
+    """The results page's settings sentence: the study's header (rank_collapse.json), refused
+    unless the per-seed tables hold its seeds and depth."""
+    t = Tables(root)
+    h = json.loads((root / "scripts/results" / HEADER).read_text(encoding="utf-8"))
+    seeds = {int(r["seed"]) for r in t.rows(SEEDS)}
+    depth = max(int(r["depth"]) for r in t.rows(SEEDS))
+    rate_seeds = {int(r["seed"]) for r in t.rows(CUBIC)}
+    if (len(seeds), depth, len(rate_seeds)) != (h["seeds"], h["depth"], h["rate_seeds"]):
+        raise ValueError(
+            f"{HEADER} says {h['seeds']} seeds, depth {h['depth']}, {h['rate_seeds']} rate "
+            f"seeds; the tables hold {len(seeds)}, {depth} and {len(rate_seeds)}"
+        )
+    where, software = h["machine"].split("; ")[:2]
+    return (
+        wrap(
+            f"Measured on {where} ({software}) by `{h['command']}`; **{h['seeds']} seeds** "
+            f"(`--seeds`) for the variant table, **{h['rate_seeds']} seeds** (`--rate-seeds`) "
+            f"for the kind of collapse below; width {h['dim']}, {h['heads']} heads, "
+            f"{h['tokens']} tokens, depth {h['depth']}, float64 probe. Every interval is "
+            "Student-t 95% over seeds with the sample standard deviation (ddof = 1)."
+        )
+        + "\n"
+    )
 
 
 # ---- the results page: what the rate table and the skip stacks show ---------------------------

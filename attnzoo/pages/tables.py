@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 from attnzoo.pages.words import read_rows
 
@@ -34,3 +36,12 @@ class Tables:
 def num(row: dict[str, str], key: str) -> float:
     """A table cell as a number."""
     return float(row[key])
+
+
+@functools.lru_cache(maxsize=8)
+def composed(overrides: tuple[str, ...]) -> Any:
+    """The trainer's config that a run's recorded overrides compose to today (cached: a page
+    reads one recipe many times)."""
+    from attnzoo.train.cli import compose
+
+    return compose(list(overrides))
