@@ -65,6 +65,7 @@ import itertools
 import json
 import os
 import shlex
+import sys
 from pathlib import Path
 
 from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct, successes
@@ -79,6 +80,7 @@ from attnzoo.studies import (
     STUDY_REFERENCE,
     add_tuned_options,
     int_list,
+    machine,
     price,
     read_rows,
     run_overrides,
@@ -362,6 +364,8 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
         args.out / "curves.csv", ["width", "depth", "mixer", "lr", "step", "val_accuracy"], rows
     )
     record = {
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "machine": machine(),
         **protocol(args),
         "pilot_steps": args.pilot,
         "pilot_seed": seed,
@@ -407,6 +411,9 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
         )
     lines = [
         "# Recall: the budget's pilot",
+        "",
+        f"Command: `{record['command']}`  ",
+        f"Machine: {record['machine']}",
         "",
         f"Every mixer ({', '.join(args.mixers)}) at every learning rate "
         f"({', '.join(format(lr, 'g') for lr in args.lrs)}), seed {seed}, {args.pilot} steps, "

@@ -335,6 +335,8 @@ def test_the_pilot_writes_every_curve_and_the_step_they_flatten_by(tmp_path):
     assert {int(r["step"]) for r in curves} >= {0, 30}
     record = json.loads((out / "pilot.json").read_text())
     assert record["pilot_steps"] == 30 and len(record["flat_from"]) == 4
+    assert "--pilot 30" in record["command"] and "cores available" in record["machine"]
+    assert f"Command: `{record['command']}`" in (out / "pilot.md").read_text()
     # the budget is read off each mixer's best curve: the rate whose accuracy ends highest
     steps = {(f["mixer"], f["lr"]): f["step"] for f in record["flat_from"]}
     ends = {
