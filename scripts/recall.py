@@ -349,17 +349,18 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
     # ends, the one that settles first); a curve at another rate still moving is named, not
     # waited for.
     _, flat = budget_from(curves, args.margin)
-    ranked: dict[tuple, tuple[float, float, tuple]] = {}
-    for (w, d, m, lr), points in curves.items():
-        end = points[-1][1] if points else float("-inf")
-        settled = flat[(w, d, m, lr)]
-        rank = (end, -(settled if settled is not None else float("inf")))
-        if (w, d, m) not in ranked or rank > ranked[(w, d, m)][2]:
-            ranked[(w, d, m)] = (lr, end, rank)
-    best = {key: (lr, end) for key, (lr, end, _) in ranked.items()}
-    budget, _ = budget_from(
-        {(w, d, m, lr): curves[(w, d, m, lr)] for (w, d, m), (lr, _) in best.items()}, args.margin
-    )
+
+    def rank(key: tuple) -> tuple[float, float]:
+        settled = flat[key]
+        end = curves[key][-1][1] if curves[key] else float("-inf")
+        return end, -(settled if settled is not None else float("inf"))
+
+    best_key: dict[tuple, tuple] = {}
+    for key in curves:
+        if key[:3] not in best_key or rank(key) > rank(best_key[key[:3]]):
+            best_key[key[:3]] = key
+    best = {cell: (key[3], rank(key)[0]) for cell, key in best_key.items()}
+    budget, _ = budget_from({key: curves[key] for key in best_key.values()}, args.margin)
     write_csv(
         args.out / "curves.csv", ["width", "depth", "mixer", "lr", "step", "val_accuracy"], rows
     )
@@ -380,18 +381,14 @@ def run_pilot(cells: list, args: argparse.Namespace, env: dict[str, str]) -> Pat
         ],
     }
     (args.out / "pilot.json").write_text(json.dumps(record, indent=2) + "\n")
-    chosen = {(w, d, m, lr) for (w, d, m), (lr, _) in best.items()}
-    stuck = [key for key, v in flat.items() if v is None]
-    moving_best = [
-        f"{m} at lr {lr:g} (width {w}, depth {d})"
-        for w, d, m, lr in stuck
-        if (w, d, m, lr) in chosen
-    ]
-    others = [
-        f"{m} at lr {lr:g} (width {w}, depth {d})"
-        for w, d, m, lr in stuck
-        if (w, d, m, lr) not in chosen
-    ]
+    moving = {
+        (w, d, m, lr): f"{m} at lr {lr:g} (width {w}, depth {d})"
+        for (w, d, m, lr), step in flat.items()
+        if step is None
+    }
+    chosen = set(best_key.values())
+    moving_best = [text for key, text in moving.items() if key in chosen]
+    others = [text for key, text in moving.items() if key not in chosen]
     best_text = "; ".join(
         f"{m} {lr:g} ({end:.3f}, width {w}, depth {d})" for (w, d, m), (lr, end) in best.items()
     )

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from attnzoo.analysis.compare import successes
 from attnzoo.analysis.convergence import still_moving
 from attnzoo.pages.tables import composed
 from attnzoo.pages.words import fmt, listed, read_rows, seed_list, span, wrap
 
 FOLDER = Path("scripts/results/recall")
 PILOT = FOLDER / "pilot"
+# the overrides a run's cell, arm, rate and seed set: the rest is the scope every run shares
+CELL_AND_ARM = ("model.dim=", "model.depth=", "mixer=", "train.lr=", "train.seed=")
 TAIL = 0.2  # the last fifth of training, over which a curve that still moves is named
 NAMES = {
     "scaled_dot": "scaled-dot",
@@ -81,12 +84,7 @@ class Study:
         the runs differ, or when the recorded tokens are not steps × batch × length."""
         scopes = {}
         for r in self.runs + self.tune_runs:
-            kept = tuple(
-                o
-                for o in r["overrides"].split(" ")
-                if not o.startswith(("model.dim=", "model.depth=", "mixer=", "train.lr="))
-                and not o.startswith("train.seed=")
-            )
+            kept = tuple(o for o in r["overrides"].split(" ") if not o.startswith(CELL_AND_ARM))
             scope = _composed(kept)
             tokens = scope["max_steps"] * scope["batch_size"] * scope["seq_len"]
             if r["status"] == "completed" and float(r["tokens"]) != tokens:
@@ -111,8 +109,8 @@ class Study:
         return [float(r["final_test_metric"]) for r in sorted(rows, key=lambda r: int(r["seed"]))]
 
     def reached(self, cell: dict, mixer: str) -> tuple[int, int]:
-        values = self.values(cell, mixer)
-        return sum(v >= self.threshold for v in values), len(values)
+        """(fresh seeds that reached the threshold, fresh seeds), as the report counts them."""
+        return successes(dict(enumerate(self.values(cell, mixer))), self.threshold, False)
 
     def verdict(self, cell: dict, mixer: str) -> dict[str, str]:
         (row,) = [
