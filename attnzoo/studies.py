@@ -284,62 +284,6 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_tuned_options(
-    parser: argparse.ArgumentParser, name: str, margin: str, seeds: list[int] | None = None
-) -> None:
-    """The options of a tuned study driver (scripts/recall.py, scripts/sinks.py) after its own:
-    the learning-rate grid, tuning and fresh seeds (default `seeds`, else 0, 1, 2), grid
-    extensions, the equivalence margin (`margin`: what it is on, for --help; default 0.05), the
-    interval's confidence and the family's correction, then add_run_options, --out (default
-    results/`name`/) and --smoke."""
-    parser.add_argument(
-        "--lrs", type=float_list, default=None, help="the train.lr grid (default: the preset's)"
-    )
-    parser.add_argument("--tune-seeds", type=int_list, default=[100, 101])
-    seeds = seeds or [0, 1, 2]
-    parser.add_argument(
-        "--seeds",
-        type=int_list,
-        default=seeds,
-        help=f"fresh seeds (default {','.join(map(str, seeds))})",
-    )
-    parser.add_argument("--max-extensions", type=int, default=1)
-    parser.add_argument(
-        "--margin", type=float, default=0.05, help=f"equivalence margin on {margin} (default 0.05)"
-    )
-    parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--correction", choices=("holm", "bonferroni", "none"), default="holm")
-    add_run_options(parser)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=default_out(name),
-        help=f"report folder (default results/{name}/)",
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="the whole pipeline at toy size (3 steps), fresh seeds 0,1",
-    )
-
-
-def tuned_options_problem(args: argparse.Namespace) -> str | None:
-    """Why add_tuned_options' values cannot run a study (None when they can): the grid, the
-    seeds (check_seeds), the margin, the confidence and the extensions, each named with what is
-    allowed."""
-    if len(args.lrs) < 2 or min(args.lrs) <= 0:
-        return f"--lrs {args.lrs}: the study needs ≥ 2 positive learning rates"
-    if problem := check_seeds(args.tune_seeds, args.seeds):
-        return problem
-    if not args.margin > 0:
-        return f"--margin {args.margin}: the equivalence margin must be a positive number"
-    if not 0 < args.confidence < 1:
-        return f"--confidence {args.confidence}: allowed: a level strictly between 0 and 1"
-    if args.max_extensions < 0:
-        return f"--max-extensions {args.max_extensions}: allowed: an int ≥ 0"
-    return None
-
-
 def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note: str = "") -> str:
     """What a study will cost, before it runs: each sweep's jobs and seconds per job (`sweeps`:
     name, jobs, seconds per job), the total, and the wall time at `parallel` jobs at a time

@@ -1,8 +1,7 @@
-"""The tuned-study pipeline that every tuned study runs (scripts/mixer_ablation.py,
-scripts/recall.py, scripts/sinks.py): a study is cells (runs that share their overrides: a task,
-a model size) and in each cell arms (a mixer, with options); this module tunes, reruns and
-collects a cell, and writes what every such report opens with. A study script adds only what is
-its own: its cells and arms, its comparisons and its tables and figures.
+"""The tuned-study pipeline of one cell, as the engine (attnzoo.engine) runs it for every tuned
+study: a study is cells (runs that share their overrides: a task, a model size) and in each cell
+arms (a mixer, with options); this module tunes, reruns and collects a cell, and writes the
+lines every such report opens with and its learning-rate section.
 
 Per cell (`run_cell`):
 
@@ -35,11 +34,13 @@ from attnzoo.studies import lr_text, machine, sweep
 @dataclass(frozen=True)
 class Arm:
     """One configuration a study compares: `mixer` with `options` (trainer overrides), called
-    `name` in the report (the mixer's name where it has no options)."""
+    `name` in the report (the mixer's name where it has no options), `about` what it is in
+    words (for the report; "" where the name says it)."""
 
     name: str
     mixer: str
     options: tuple[str, ...] = ()
+    about: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class CellRuns:
         ]
 
 
-def _by_options(arms: list[Arm]) -> dict[tuple[str, ...], list[Arm]]:
+def by_options(arms: list[Arm]) -> dict[tuple[str, ...], list[Arm]]:
+    """The arms by their options: arms with the same options share one sweep (`mixer=a,b`)."""
     out: dict[tuple[str, ...], list[Arm]] = {}
     for arm in arms:
         out.setdefault(arm.options, []).append(arm)
@@ -111,7 +113,7 @@ def run_cell(
     root = out / name if name else out
     scope = ", ".join(f"{k} {v}" for k, v in where.items())
     seeds = ",".join(map(str, plan.seeds))
-    for options, same in _by_options(arms).items():
+    for options, same in by_options(arms).items():
         folder = root / same[0].name if options else root
         mixers = [a.mixer for a in same]
         what = " ".join(options) or ", ".join(mixers)

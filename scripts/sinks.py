@@ -46,70 +46,44 @@ sweeps.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import shlex
 from pathlib import Path
 
-from attnzoo.analysis.compare import COMPARISON_COLUMNS, comparisons, correct
-from attnzoo.analysis.groups import group_row
-from attnzoo.analysis.report import protocol_text, write_runs
-from attnzoo.analysis.tables import ci_text, fmt, write_csv
-from attnzoo.studies import (
-    SMOKE_SIZE,
-    add_tuned_options,
-    data_dir_of,
-    has_corpus,
-    run_overrides,
-    seeds_projection,
-    tuned_options_problem,
-    tuned_study_price,
-    write_smoke_data,
-)
-from attnzoo.tuned import Arm, CellRuns, Clock, Plan, head_lines, run_cell, seeds_line, tuning_lines
+from attnzoo.analysis.tables import write_csv
+from attnzoo.engine import LOSS, Cell, Preset, Spec, main
+from attnzoo.studies import SMOKE_SIZE, data_dir_of, has_corpus, seeds_projection
+from attnzoo.tuned import Arm
 
-# Seconds per job of --smoke for --dry-run (price divides by the jobs run at a time), measured:
-# its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs and 8 grid extensions.
-SMOKE_JOB_S = (
-    13.0,
-    "measured: its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs and 8 grid extensions",
-)
-
-SUMMARIZE = shlex.quote(os.path.relpath(Path(__file__).resolve().with_name("summarize.py")))
-# arm: (mixer, its option, what it is); the first is the reference
 ARMS = {
-    "none": ("scaled_dot", [], "plain softmax (the reference)"),
-    "learned": ("scaled_dot", ["mixer.sink=learned"], "a learned sink logit per head"),
-    "zero_kv": ("scaled_dot", ["mixer.sink=zero_kv"], "an all-zero key and value"),
-    "sigmoid": ("sigmoid", [], "sigmoid attention, b = −log N"),
-    "gate": ("scaled_dot", ["mixer.gate=headwise"], "an output gate per head"),
-    "softpick": ("softpick", [], "softpick: rows may sum to less than 1"),
+    "none": Arm("none", "scaled_dot", (), "plain softmax (the reference)"),
+    "learned": Arm(
+        "learned", "scaled_dot", ("mixer.sink=learned",), "a learned sink logit per head"
+    ),
+    "zero_kv": Arm("zero_kv", "scaled_dot", ("mixer.sink=zero_kv",), "an all-zero key and value"),
+    "sigmoid": Arm("sigmoid", "sigmoid", (), "sigmoid attention, b = −log N"),
+    "gate": Arm("gate", "scaled_dot", ("mixer.gate=headwise",), "an output gate per head"),
+    "softpick": Arm("softpick", "softpick", (), "softpick: rows may sum to less than 1"),
 }
-DEFAULT_ARMS = list(ARMS)
 REFERENCE = "none"
-SEEDS = [0, 1, 2, 3, 4]  # fresh seeds: seeds_projection's count from the committed pilot
 # The pilot: the first design's fresh-seed runs (none, learned, zero_kv, sigmoid; 3 seeds each,
 # the CPU preset), whose spread of test loss sizes the seeds
 PILOT = Path(__file__).resolve().parent / "results" / "sinks" / "pilot" / "runs.csv"
 ON = "final_test_loss"
 PRESETS = {
-    "cpu": {
-        "overrides": ["experiment=shakespeare_char"],
-        "lrs": [1e-3, 2e-3, 4e-3],
-        "seconds": 130.0,
-        "basis": "the mixer study's Shakespeare runs, 2 CPU cores",
-    },
-    "gpu": {
-        "overrides": ["experiment=shakespeare_char_study_gpu"],
-        "lrs": [5e-4, 1e-3, 2e-3],
-        "seconds": 65.0,
-        "basis": "estimated for one H100",
-    },
+    "cpu": Preset(
+        ("experiment=shakespeare_char",),
+        (1e-3, 2e-3, 4e-3),
+        130.0,
+        "the mixer study's Shakespeare runs, 2 CPU cores",
+    ),
+    "gpu": Preset(
+        ("experiment=shakespeare_char_study_gpu",),
+        (5e-4, 1e-3, 2e-3),
+        65.0,
+        "estimated for one H100",
+    ),
 }
-SMOKE = [*SMOKE_SIZE, "model.depth=2"]  # the default measures: the weights are captured
-# layers.csv's columns: the metrics.jsonl key of each, per block k (the trainer's default
-# train.rank_measures: the weights' statistics are captured with the attention entropy)
+
 STATS = {
     "first_token_excess": "attention/first_token_excess/layer_{k}",
     "first_token_excess_max": "attention/first_token_excess_max/layer_{k}",
@@ -135,26 +109,6 @@ SHOWN = {
     "effective_rank": "effective rank (Roy & Vetterli)",
 }  # report and figure
 SINK_MEASURES = ("first_token_excess", "first_token_excess_max", "sink_share")
-MARGIN_REASON = "0.05 nats, a 5% change of perplexity, as the mixer study"
-
-
-def run_arms(args: argparse.Namespace, env: dict[str, str]) -> CellRuns:
-    """Tune and rerun every arm at fresh seeds; its jobs and the numbers for the report. The
-    groups are labelled by arm (`arm`: the axis every comparison is on)."""
-    base = [
-        *PRESETS[args.preset]["overrides"],
-        *run_overrides(args, args.data_dir),
-        *(SMOKE if args.smoke else []),
-        *args.override,
-    ]
-    arms = [Arm(a, ARMS[a][0], tuple(ARMS[a][1])) for a in args.arms]
-    plan = Plan(
-        args.lrs, args.tune_seeds, args.seeds, args.max_extensions, "val_loss", False, SUMMARIZE
-    )
-    cell = run_cell(args.out, "", {}, base, arms, plan, env)
-    for arm, g in cell.groups.items():
-        g.label = {"arm": arm}
-    return cell
 
 
 def hypotheses(args: argparse.Namespace) -> int:
@@ -166,14 +120,21 @@ def projection(args: argparse.Namespace) -> tuple[int | None, str]:
     """The fresh seeds the committed pilot's spread says resolve ±margin on test loss in this
     family, and a sentence that says so (studies.seeds_projection)."""
     return seeds_projection(
-        PILOT, REFERENCE, args.arms, ON, args.margin, args.confidence, hypotheses(args), args.seeds
+        PILOT,
+        REFERENCE,
+        args.arms,
+        ON,
+        args.margins["loss"],
+        args.confidence,
+        hypotheses(args),
+        args.seeds,
     )
 
 
-def layer_rows(cell: CellRuns) -> list[dict]:
+def layer_rows(cells: list[dict]) -> list[dict]:
     """Every evaluation of every completed fresh seed, per block: the statistics (STATS)."""
     rows = []
-    for arm, job in cell.completed():
+    for arm, job in completed(cells):
         seed = job.config.get("train", {}).get("seed")
         for rec in job.records:
             for k in range(1, 1 + int(job.config.get("model", {}).get("depth", 0))):
@@ -195,15 +156,15 @@ def layer_rows(cell: CellRuns) -> list[dict]:
     return rows
 
 
-def sink_logits(cell: CellRuns) -> list[dict]:
+def sink_logits(cells: list[dict]) -> list[dict]:
     """Every learned sink logit at the end of every completed fresh seed (its last checkpoint),
     per block and head: how far training moved them from their init, 0 (= zero_kv's sink)."""
     from attnzoo.checkpoint import read_checkpoint
 
     rows = []
-    for arm, job in cell.completed():
+    for arm, job in completed(cells):
         path = job.folder / "checkpoints" / "last.pt"
-        if "mixer.sink=learned" not in ARMS[arm][1] or not path.is_file():
+        if "mixer.sink=learned" not in ARMS[arm].options or not path.is_file():
             continue
         state = read_checkpoint(path)["model"]
         for name, value in state.items():
@@ -339,85 +300,38 @@ def calibration_lines(controls: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
-def arms_text(names: list[str]) -> str:
-    """`none (mixer=scaled_dot: plain softmax (the reference)); learned (...)`."""
-    return "; ".join(
-        f"{a} ({' '.join(['mixer=' + ARMS[a][0], *ARMS[a][1]])}: {ARMS[a][2]})" for a in names
+def completed(cells: list[dict]) -> list[tuple[str, object]]:
+    """(arm, job) for every fresh seed that completed, in arm order."""
+    return [
+        (g.label["arm"], job)
+        for c in cells
+        for g in c["groups"]
+        for job, r in g.members
+        if r["status"] == "completed"
+    ]
+
+
+def header(args: argparse.Namespace) -> str:
+    return (
+        projection(args)[1]
+        + " The rank measures are described, not tested: the plain model keeps its rank at "
+        "this recipe, so there is no collapse for an arm to prevent."
     )
 
 
-def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path:
-    groups = list(cell.groups.values())
-    on_loss = comparisons(
-        groups, "arm", "test_loss", args.confidence, args.margin, REFERENCE, "none"
-    )
-    family = correct(on_loss, args.correction)
-    layers = layer_rows(cell)
+def report(cells: list[dict], args: argparse.Namespace) -> list[str]:
+    """layers.csv, controls.csv, sink_logits.csv and sinks.png, and the report's section per
+    block at init and at the end, with the measures' controls."""
+    layers = layer_rows(cells)
     names = list(args.arms)
-    write_runs(cell.runs, args.out / "runs.csv", ("arm",))
-    write_runs(cell.tune_runs, args.out / "tune_runs.csv", ("arm",))
-    write_csv(args.out / "comparisons.csv", COMPARISON_COLUMNS, family)
     columns = ["arm", "seed", "step", "layer", *STATS, GATE_MEAN[0]]
     write_csv(args.out / "layers.csv", columns, layers)
     controls = control_rows()
     write_csv(args.out / "controls.csv", ["control", "stat", "value"], controls)
-    logits = sink_logits(cell)
+    logits = sink_logits(cells)
     write_csv(args.out / "sink_logits.csv", ["arm", "seed", "block", "head", "logit"], logits)
     figure(layers, names, args.out / "sinks.png")
-    lines = [
-        *head_lines(
-            "Sinks: attention that may go nowhere, its rank and its first-token sink",
-            header,
-            cell.tune_runs,
-            cell.runs,
-        ),
-        f"Every run: `{' '.join(PRESETS[args.preset]['overrides'])}`"
-        + (" + the --smoke toy size" if args.smoke else "")
-        + (f" + `{' '.join(args.override)}`" if args.override else "")
-        + f"; arms: {arms_text(names)}.",
-        seeds_line(args.tune_seeds, args.seeds)
-        + " Equivalence margin on test loss, fixed before the runs: "
-        f"±{args.margin:g} ({MARGIN_REASON}). "
-        + projection(args)[1]
-        + " The rank measures are described, not tested: the plain model keeps its rank at "
-        "this recipe, so there is no collapse for an arm to prevent. "
-        + protocol_text(family, args.confidence, args.margin, args.correction)
-        + " Per-seed values: `runs.csv`; tuning runs: `tune_runs.csv`; the family: "
-        "`comparisons.csv`; every evaluation per block: `layers.csv`; the figure: `sinks.png`.",
-        "",
-    ]
-    if args.smoke:
-        lines += ["**Smoke run**: toy sizes; the numbers mean nothing.", ""]
-    lines += tuning_lines(
-        vars(cell), args.lrs, args.tune_seeds, "whole-split val loss (min)", args.max_extensions
-    )
-    lines += [
-        "## Fresh seeds: test loss, final rank",
-        "",
-        "Mean [Student-t interval] over the fresh seeds, then every seed; test loss on the "
-        "held-out test split (read once at the end of each run), val loss on the whole "
-        "validation split, final rank = the last block's relative residual at the end.",
-        "",
-        "| arm | train.lr | n | test loss | per seed | val loss | final rank | params | note |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for g in groups:
-        r = group_row(g, args.confidence)
-        seeds = ", ".join(
-            f"{fmt(x['seed'])}: {x['final_test_loss']:.3f}"
-            for x in g.completed
-            if x["final_test_loss"] is not None
-        )
-        lines.append(
-            f"| {g.label['arm']} | {fmt(g.config.get('train.lr'))} | {r['n_seeds']} | "
-            f"{ci_text(r['test_loss_mean'], r['test_loss_ci_low'], r['test_loss_ci_high'])} | "
-            f"{seeds} | {ci_text(r['val_loss_mean'], r['val_loss_ci_low'], r['val_loss_ci_high'])}"
-            f" | {ci_text(r['rank_mean'], r['rank_ci_low'], r['rank_ci_high'])} | "
-            f"{fmt(r['params'])} | {r['note']} |"
-        )
-    lines += ["", f"Against {REFERENCE} (one {args.correction} family):"]
-    lines += [f"- {c['sentence']}" for c in family] or ["- nothing to compare"]
-    lines += ["", "## Per block, at init and at the end of training", ""]
+    lines = ["## Per block, at init and at the end of training", ""]
     lines += calibration_lines(controls)
     for stat in SHOWN:
         lines += [f"{SHOWN[stat]}: every fresh seed (seed order), `a / b / c`.", ""]
@@ -435,90 +349,51 @@ def write_report(cell: CellRuns, args: argparse.Namespace, header: dict) -> Path
             f"{max(values):+.3f}.",
             "",
         ]
-    path = args.out / "sinks.md"
-    path.write_text("\n".join(lines) + "\n")
-    plain = {
-        arm: {
-            "chosen_lr": cell.chosen.get(arm),
-            "extensions": [e for e in cell.extensions if arm in e["mixers"]],
-            "groups": [group_row(g, args.confidence) for a, g in cell.groups.items() if a == arm],
-        }
-        for arm in args.arms
-    }
-    (args.out / "sinks.json").write_text(
-        json.dumps(
-            {
-                **header,
-                "reference": REFERENCE,
-                "arm_text": {a: ARMS[a][2] for a in args.arms},
-                "arms": plain,
-            },
-            indent=2,
-            default=str,
-        )
-        + "\n"
-    )
-    return path
+    return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+def check(args: argparse.Namespace) -> str | None:
+    if args.smoke or args.dry_run or has_corpus("shakespeare_char", data_dir_of(args)):
+        return None
+    return (
+        f"--data-dir {data_dir_of(args)}: no Tiny Shakespeare there "
+        "(tinyshakespeare/input.txt); docs/data.md says how to fetch it"
     )
-    parser.add_argument(
-        "--arms",
-        type=lambda s: s.split(","),
-        default=DEFAULT_ARMS,
-        help=f"comma-separated, of {', '.join(ARMS)} (default: {','.join(DEFAULT_ARMS)})",
-    )
-    add_tuned_options(parser, "sinks", "test loss, nats", seeds=SEEDS)
-    args = parser.parse_args()
-    preset = PRESETS[args.preset]
-    args.lrs = args.lrs or preset["lrs"]
-    if bad := [a for a in args.arms if a not in ARMS]:
-        parser.error(f"--arms: {', '.join(bad)} unknown; allowed: {', '.join(ARMS)}")
-    if REFERENCE not in args.arms:
-        parser.error(f"--arms must include the reference, {REFERENCE}")
-    args.arms = [a for a in ARMS if a in args.arms]  # the reference first
-    if problem := tuned_options_problem(args):
-        parser.error(problem)
-    if args.smoke:
-        args.seeds = args.seeds[:2]
-    if args.dry_run:
-        seconds, basis = SMOKE_JOB_S if args.smoke else (preset["seconds"], preset["basis"])
-        print(
-            tuned_study_price(
-                args, [(f"{len(args.arms)} arms", len(args.arms), seconds, "")], basis
-            )
-        )
-        print(projection(args)[1])
-        return
-    env = dict(os.environ)
-    if args.smoke:
-        args.data_dir = args.out / "smoke_data"
-        env |= write_smoke_data(args.data_dir)
-    else:
-        args.data_dir = data_dir_of(args)
-        if not has_corpus("shakespeare_char", args.data_dir):
-            parser.error(
-                f"--data-dir {args.data_dir}: no Tiny Shakespeare there "
-                "(tinyshakespeare/input.txt); docs/data.md says how to fetch it"
-            )
-    clock = Clock()
-    args.out.mkdir(parents=True, exist_ok=True)
-    cell = run_arms(args, env)
-    header = clock.header(
-        preset=args.preset,
-        lrs=args.lrs,
-        tune_seeds=args.tune_seeds,
-        seeds=args.seeds,
-        margin=args.margin,
-        margin_reason=MARGIN_REASON,
-        confidence=args.confidence,
-        correction=args.correction,
-    )
-    print(write_report(cell, args, header).read_text())
 
+
+def cells(args: argparse.Namespace) -> list[Cell]:
+    """One cell: every arm on Tiny Shakespeare, its learning rate chosen on val loss."""
+    if not args.smoke:
+        args.data_dir = str(data_dir_of(args))
+    arms = tuple(ARMS[a] for a in args.arms)
+    return [Cell("", {}, arms, choice=LOSS, measures=("test_loss",))]
+
+
+SPEC = Spec(
+    name="sinks",
+    title="Sinks: attention that may go nowhere, its rank and its first-token sink",
+    doc=__doc__,
+    presets=PRESETS,
+    arms=ARMS,
+    default_arms=list(ARMS),
+    reference=REFERENCE,
+    cells=cells,
+    margins={"loss": 0.05},
+    margin_reason="0.05 nats, a 5% change of perplexity, as the mixer study",
+    smoke=(*SMOKE_SIZE, "model.depth=2"),  # the default measures: the weights are captured
+    # measured: its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs, 8 grid extensions
+    smoke_job_s=(
+        13.0,
+        "measured: its --smoke at --parallel 2 on 2 CPU cores: 204 s for 32 jobs and 8 grid "
+        "extensions",
+    ),
+    shown=("test_loss",),
+    seeds=(0, 1, 2, 3, 4),  # seeds_projection's count from the committed pilot
+    check=check,
+    header=header,
+    report=report,
+    files="; every evaluation per block: `layers.csv`; the figure: `sinks.png`",
+)
 
 if __name__ == "__main__":
-    main()
+    main(SPEC)

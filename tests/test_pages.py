@@ -462,7 +462,7 @@ def test_a_recall_verdict_and_a_seed_still_moving_follow_their_tables(tmp_path):
     assert f"{recall.name(other)} worse (Δ rate" in flat(recall.headline(root))
     curves = root / recall.FOLDER / "curves.csv"
     last = max(int(r["step"]) for r in study.curves)
-    point = {"mixer": study.reference, "seed": "3", "step": str(last)}
+    point = {"arm": study.reference, "seed": "3", "step": str(last)}
     value = next(
         float(r["val_accuracy"]) for r in study.curves if all(r[k] == v for k, v in point.items())
     )

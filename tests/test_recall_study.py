@@ -3,6 +3,7 @@ tier, its whole pipeline at toy size."""
 
 import csv
 import json
+import runpy
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def recall(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         (["--depths", "-1"], "--depths: [-1] are not positive"),
         (["--lrs", "1e-3"], "needs ≥ 2 positive learning rates"),
         (["--mixers", "linear", "gla"], "--mixers must include the reference, scaled_dot"),
-        (["--mixers", "scaled_dot", "nystrom"], "invalid choice: 'nystrom'"),  # not causal
+        (["--mixers", "scaled_dot", "nystrom"], "--mixers: nystrom unknown; allowed: scaled_dot"),
         (["--tune-seeds", "0,100", "--seeds", "0,1"], "share seed(s) 0"),
         (["--success", "0"], "--success 0.0: allowed: an accuracy in (0, 1]"),
         (["--success", "90"], "--success 90.0: allowed: an accuracy in (0, 1]"),
@@ -73,9 +74,9 @@ def test_the_price_reads_each_committed_cells_seconds_and_scales_the_others(run_
     code, printed, err = run_script(SCRIPT, "--dry-run", "--widths", "32,1024", "--depths", "2")
     assert code == 0, err
     assert (
-        f"width 32, depth 2 tuning (measured): 36 jobs × ~{sum(cell) / len(cell):.0f} s" in printed
+        f"Width 32, depth 2 tuning (measured): 36 jobs × ~{sum(cell) / len(cell):.0f} s" in printed
     )
-    assert "width 1024, depth 2 tuning (scaled): 36 jobs × ~2816 s" in printed  # 176 × 16
+    assert "Width 1024, depth 2 tuning (scaled): 36 jobs × ~2816 s" in printed  # 176 × 16
     assert "grid extensions add up to 24 runs more" in printed
 
 
@@ -167,9 +168,9 @@ def test_the_smoke_study_tunes_reruns_compares_and_resumes(smoke_study):
     assert {r["correction"] for r in family} == {"holm"} and {r["tests"] for r in family} == {"6"}
     assert (out / "recall.png").stat().st_size > 10_000
     curves = read_rows(out / "curves.csv")  # every fresh run's sampled validation accuracy
-    assert {(r["mixer"], r["seed"]) for r in curves} == {(r["mixer"], r["seed"]) for r in runs}
+    assert {(r["arm"], r["seed"]) for r in curves} == {(r["mixer"], r["seed"]) for r in runs}
     for mixer, seed in {(r["mixer"], r["seed"]) for r in runs}:
-        steps = [int(r["step"]) for r in curves if (r["mixer"], r["seed"]) == (mixer, seed)]
+        steps = [int(r["step"]) for r in curves if (r["arm"], r["seed"]) == (mixer, seed)]
         assert len(steps) >= 2 and steps == sorted(set(steps))
     assert all(0.0 <= float(r["val_accuracy"]) <= 1.0 for r in curves)
     again = recall(*SMOKE, "--out", str(out))  # every sweep completed
@@ -197,9 +198,7 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(smoke_study, tmp_path
     assert [r for r in runs if r["depth"] == "2"] == read_rows(first / "runs.csv")
     curves = read_rows(second / "curves.csv")  # the committed cell's curves carried over
     assert [r for r in curves if r["depth"] == "2"] == read_rows(first / "curves.csv")
-    assert {(r["depth"], r["mixer"]) for r in curves} == {
-        (d, m) for d in "12" for m in SMOKE_MIXERS
-    }
+    assert {(r["depth"], r["arm"]) for r in curves} == {(d, m) for d in "12" for m in SMOKE_MIXERS}
     family = read_rows(second / "comparisons.csv")
     assert len(family) == 4 and {r["tests"] for r in family} == {"12"}
     old = {r["config"]: float(r["p"]) for r in read_rows(first / "comparisons.csv")}
@@ -210,36 +209,34 @@ def test_a_new_cell_joins_a_committed_report_in_one_family(smoke_study, tmp_path
 def test_success_compares_each_cells_success_rates_with_an_exact_test():
     """--success 0.9 on the committed cells: each mixer's seeds at ≥ 0.9 test accuracy against
     scaled-dot's by Boschloo's exact test, in one Holm family, and the protocol says so."""
-    import argparse
-    import importlib.util
-
+    from attnzoo import engine
     from attnzoo.analysis.compare import correct
-    from attnzoo.analysis.groups import groups_from_rows
     from attnzoo.analysis.report import protocol_text
     from attnzoo.stats import rate_p
 
-    spec = importlib.util.spec_from_file_location("recall_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    args = argparse.Namespace(success=0.9, confidence=0.95, margin=0.05)
-    family = []
-    runs = read_rows(COMMITTED / "runs.csv")
-    for cell in {(r["width"], r["depth"]) for r in runs}:
-        here = [r for r in runs if (r["width"], r["depth"]) == cell]
-        family += module.compare_cell(groups_from_rows(here), args)
-    family = correct(family, "holm")
-    assert len(family) == 5 * len({(r["width"], r["depth"]) for r in runs})
+    spec = runpy.run_path(str(SCRIPT))["SPEC"]
+    runs = [r | {"arm": r["mixer"]} for r in read_rows(COMMITTED / "runs.csv")]
+    where = sorted({(int(r["width"]), int(r["depth"])) for r in runs})
+    args = engine.parse(spec, ["--success", "0.9", "--widths", "64", "--depths", "2"])
+    (cell,) = spec.cells(args)
+
+    def compared(w: int, d: int) -> list[dict]:
+        here = [r for r in runs if (int(r["width"]), int(r["depth"])) == (w, d)]
+        groups = engine.groups_of(here, args.arms)
+        return engine.cell_numbers(cell, args, {}, groups, [])["compared"]
+
+    family = correct([r for w, d in where for r in compared(w, d)], "holm")
+    assert len(family) == 5 * len(where)
     assert all(r["method"] == "Boschloo exact" and r["tests"] == len(family) for r in family)
     text = protocol_text(family, 0.95, None, "holm")
     assert "Boschloo's exact test" in text and f"{len(family)} hypotheses" in text
     # one by hand: DeltaNet against scaled-dot at width 64, depth 2, from the per-seed values
-    cell = [r for r in runs if (r["width"], r["depth"]) == ("64", "2")]
+    here = [r for r in runs if (r["width"], r["depth"]) == ("64", "2")]
     hits = {
-        m: sum(float(r["final_test_metric"]) >= 0.9 for r in cell if r["mixer"] == m)
+        m: sum(float(r["final_test_metric"]) >= 0.9 for r in here if r["mixer"] == m)
         for m in ("deltanet", "scaled_dot")
     }
-    mine = module.compare_cell(groups_from_rows(cell), args)
-    row = next(r for r in mine if r["value"] == "deltanet")
+    row = next(r for r in compared(64, 2) if r["value"] == "deltanet")
     assert row["p"] == pytest.approx(rate_p(hits["deltanet"], 3, hits["scaled_dot"], 3))
 
 
@@ -247,20 +244,23 @@ def test_the_report_names_the_fresh_seeds_still_moving_at_the_end_of_their_budge
     """On the committed width-128 curves: every Mamba-2 seed and scaled-dot's seed 2 rose by 5
     points of accuracy or more over the last fifth of the 1000 steps (the results page's "still
     rising at step 1000"); a curve that rose early and then held is flattened."""
-    import runpy
+    from attnzoo import engine
 
-    recall = runpy.run_path(str(SCRIPT))
+    spec = runpy.run_path(str(SCRIPT))["SPEC"]
+    args = engine.parse(spec, [])
+    (meta,) = spec.cells(args)
     rows = read_rows(COMMITTED / "curves.csv")
-    cell = {"curves": [r for r in rows if r["width"] == "128"]}
+    cell = {"cell": meta, "curves": [r for r in rows if r["width"] == "128"]}
     moving = {(m, s) for m, s, _ in still_moving(cell["curves"], 0.05)}
     assert moving == {("mamba2", 0), ("mamba2", 1), ("mamba2", 2), ("scaled_dot", 2)}
-    assert "mamba2 seed(s) 0 (+0.08), 1 (+0.14), 2 (+0.14)" in recall["moving_line"](cell, 0.05)
+    assert "mamba2 seed(s) 0 (+0.08), 1 (+0.14), 2 (+0.14)" in engine.moving_line(cell, args)
     flat = [
-        {"mixer": "m", "seed": "0", "step": str(s), "val_accuracy": str(v)}
+        {"arm": "m", "seed": "0", "step": str(s), "val_accuracy": str(v)}
         for s, v in [(0, 0.1), (200, 0.9), (800, 0.97), (900, 0.98), (1000, 0.98)]
     ]
     assert still_moving(flat, 0.05) == []
-    assert recall["moving_line"]({"curves": flat}, 0.05).startswith("Flattened: every fresh seed")
+    line = engine.moving_line({"cell": meta, "curves": flat}, args)
+    assert line.startswith("Flattened: every fresh seed")
 
 
 def pilot_record(folder: Path, **changes) -> Path:
@@ -304,7 +304,6 @@ def test_a_budget_is_taken_only_from_a_pilot_of_this_protocol_that_found_one(
 def test_the_budget_of_a_pilot_sets_the_steps_and_the_price(tmp_path, run_script):
     """2,400 steps from the pilot against the preset's 1,000: each run costs 2.4 times the
     committed cell's mean, and the runs train that many steps."""
-    import runpy
 
     pilot = pilot_record(tmp_path / "pilot")
     code, with_budget, err = run_script(SCRIPT, "--budget-from", str(pilot), "--dry-run")
@@ -313,9 +312,11 @@ def test_the_budget_of_a_pilot_sets_the_steps_and_the_price(tmp_path, run_script
     per = lambda text: float(text.split("fresh seeds: 18 jobs × ~")[1].split(" s")[0])  # noqa: E731
     assert per(with_budget) == pytest.approx(2.4 * per(without), rel=0.01)
     assert "scaled to the budget" in with_budget
-    recall = runpy.run_path(str(SCRIPT))
-    args = __import__("argparse").Namespace(preset="cpu", smoke=True, pilot=None, budget=2400)
-    steps = [o for o in recall["preset_overrides"](args) if o.startswith("train.max_steps=")]
+    from attnzoo import engine
+
+    args = engine.parse(runpy.run_path(str(SCRIPT))["SPEC"], ["--smoke"])
+    args.budget = 2400
+    steps = [o for o in engine.preset_overrides(args) if o.startswith("train.max_steps=")]
     assert steps == ["train.max_steps=2400"]  # the smoke's 3 steps and the preset's 1000 give way
 
 
@@ -327,7 +328,7 @@ def test_the_pilot_writes_every_curve_and_the_step_they_flatten_by(tmp_path):
     proc = recall("--pilot", "30", "--smoke", *mixers, *grid)
     assert proc.returncode == 0, proc.stderr[-3000:]
     curves = read_rows(out / "curves.csv")
-    assert {(r["mixer"], float(r["lr"])) for r in curves} == {
+    assert {(r["arm"], float(r["lr"])) for r in curves} == {
         (m, lr)
         for m in json.loads((out / "pilot.json").read_text())["mixers"]
         for lr in (1e-3, 1e-2)
@@ -338,18 +339,16 @@ def test_the_pilot_writes_every_curve_and_the_step_they_flatten_by(tmp_path):
     assert "--pilot 30" in record["command"] and "cores available" in record["machine"]
     assert f"Command: `{record['command']}`" in (out / "pilot.md").read_text()
     # the budget is read off each mixer's best curve: the rate whose accuracy ends highest
-    steps = {(f["mixer"], f["lr"]): f["step"] for f in record["flat_from"]}
+    steps = {(f["arm"], f["lr"]): f["step"] for f in record["flat_from"]}
     ends = {
         (m, float(lr)): float(r["val_accuracy"])
         for r in curves
-        for m, lr in [(r["mixer"], r["lr"])]
+        for m, lr in [(r["arm"], r["lr"])]
         if int(r["step"]) == 30
     }
     for b in record["best"]:
-        assert ends[(b["mixer"], b["lr"])] == max(
-            v for (m, _), v in ends.items() if m == b["mixer"]
-        )
-    flat = [steps[(b["mixer"], b["lr"])] for b in record["best"]]
+        assert ends[(b["arm"], b["lr"])] == max(v for (m, _), v in ends.items() if m == b["arm"])
+    flat = [steps[(b["arm"], b["lr"])] for b in record["best"]]
     assert len(flat) == 2 and record["budget"] == (None if None in flat else max(flat))
     assert ("Budget:" if record["budget"] is not None else "No budget:") in (
         out / "pilot.md"

@@ -70,9 +70,10 @@ def test_the_fresh_seeds_are_what_the_committed_pilot_projects(run_script):
         statistics.stdev(loss[(a, s)] - loss[("none", s)] for s in ("0", "1", "2"))
         for a in ("learned", "zero_kv", "sigmoid")
     ]
-    args = SimpleNamespace(arms=EVERY_ARM, margin=0.05, confidence=0.95, seeds=module.SEEDS)
+    seeds = list(module.SPEC.seeds)
+    args = SimpleNamespace(arms=EVERY_ARM, margins={"loss": 0.05}, confidence=0.95, seeds=seeds)
     n, sentence = module.projection(args)
-    assert n == len(module.SEEDS) == 5 and f"{max(sds):.4f}" in sentence and "m = 15" in sentence
+    assert n == len(seeds) == 5 and f"{max(sds):.4f}" in sentence and "m = 15" in sentence
     q = 1 - 0.05 / (2 * 15)
     assert t_ppf(q, n - 1) * max(sds) / n**0.5 <= 0.05 < t_ppf(q, n - 2) * max(sds) / (n - 1) ** 0.5
     code, out, _ = run_script(SCRIPT, "--dry-run")
@@ -85,7 +86,7 @@ def test_the_smoke_study_tunes_reruns_compares_logs_every_block_and_resumes(tmp_
     proc = sinks(*SMOKE, "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (out / "sinks.md").read_text()
-    assert "**Smoke run**" in md and "Equivalence margin on test loss" in md
+    assert "**Smoke run**" in md and "Equivalence margin, fixed before the runs: ±0.05 loss" in md
     runs = rows(out / "runs.csv")
     assert sorted((r["arm"], r["seed"]) for r in runs) == sorted(
         (a, s) for a in EVERY_ARM for s in ("0", "1")

@@ -26,17 +26,17 @@ def points_change(points: list[tuple[float, float]], tail: float = 0.2) -> float
 def still_moving(
     rows: list[dict[str, Any]], margin: float, tail: float = 0.2, key: str = "val_accuracy"
 ) -> list[tuple[str, int, float]]:
-    """(mixer, seed, change) of every curve among `rows` (points with `mixer`, `seed`, `step`
+    """(arm, seed, change) of every curve among `rows` (points with `arm`, `seed`, `step`
     and `key`, as a study's curves.csv holds them) whose value moved by `margin` or more over
     its last `tail` of training (`points_change`), sorted: the seeds a budget left unsettled by
     the difference a study calls worth acting on."""
     curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for r in rows:
         point = (float(r["step"]), float(r[key]))
-        curves.setdefault((r["mixer"], int(r["seed"])), []).append(point)
+        curves.setdefault((r["arm"], int(r["seed"])), []).append(point)
     return [
-        (mixer, seed, change)
-        for (mixer, seed), points in sorted(curves.items())
+        (arm, seed, change)
+        for (arm, seed), points in sorted(curves.items())
         if (change := points_change(points, tail)) is not None and abs(change) >= margin
     ]
 

@@ -653,8 +653,8 @@ def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
     apart by a fixed share of a width step, every depth on the same width axis), then, per depth
     that kept them, the sampled validation accuracy against training step at its widest width
     with curves (every fresh seed a line); one legend of the mixers below. A cell is a dict with
-    width, depth, chosen (mixer: lr), groups and curves (rows of mixer, seed, step,
-    val_accuracy)."""
+    width, depth, chosen (arm: lr), groups (labelled by arm) and curves (rows of arm, seed,
+    step, val_accuracy)."""
     depths = sorted({c["depth"] for c in cells})
     widths = sorted({c["width"] for c in cells})
     mixers = list(dict.fromkeys(m for c in cells for m in c["chosen"]))
@@ -671,7 +671,7 @@ def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
         for i, mixer in enumerate(mixers):
             xs, means = [], []
             for c in (c for c in by_width if c["depth"] == depth):
-                for g in (g for g in c["groups"] if g.config.get("mixer.name") == mixer):
+                for g in (g for g in c["groups"] if g.label.get("arm") == mixer):
                     values = list(g.values(on).values())
                     x = c["width"] * 2 ** (0.06 * (i - (len(mixers) - 1) / 2))
                     ax.scatter([x] * len(values), values, s=12, color=f"C{i}", alpha=0.6)
@@ -695,7 +695,7 @@ def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
                 curve = [
                     (float(r["step"]), float(r["val_accuracy"]))
                     for r in cell["curves"]
-                    if r["mixer"] == mixer and r["seed"] == seed
+                    if r["arm"] == mixer and r["seed"] == seed
                 ]
                 if curve:
                     ax.plot(*zip(*curve, strict=True), color=f"C{i}", lw=1, alpha=0.7)

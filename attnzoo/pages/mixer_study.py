@@ -412,7 +412,7 @@ def _grid(study: dict, task: dict, mixer: str) -> list[float]:
 def _interior(study: dict) -> bool:
     return all(
         min(_grid(study, t, m)) < lr < max(_grid(study, t, m))
-        for t in study["tasks"]
+        for t in study["cells"]
         for m, lr in t["chosen_lr"].items()
     )
 
@@ -423,7 +423,7 @@ def runs_paragraph(root: Path) -> str:
     study = _json(root / FOLDER / "mixer_ablation.json")
     tune, fresh = read_rows(root / FOLDER / "tune_runs.csv"), read_rows(root / FOLDER / "runs.csv")
     per_task = []
-    for t in study["tasks"]:
+    for t in study["cells"]:
         task = t["task"]
         n_tune = sum(r["task"] == task for r in tune)
         n_fresh = sum(r["task"] == task for r in fresh)
@@ -453,8 +453,8 @@ def favor_paragraph(root: Path, study: dict) -> str:
     n_tune = len(read_rows(root / RERUN / "tune_runs.csv"))
     n_fresh = len(read_rows(root / RERUN / "runs.csv"))
     said = []
-    for t in rerun["tasks"]:
-        (before,) = [x for x in study["tasks"] if x["task"] == t["task"]]
+    for t in rerun["cells"]:
+        (before,) = [x for x in study["cells"] if x["task"] == t["task"]]
         new, old = t["chosen_lr"]["favor"], before["chosen_lr"]["favor"]
         ext = [e for e in t["extensions"] if "favor" in e["mixers"]]
         grid = (

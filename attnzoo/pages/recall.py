@@ -183,15 +183,15 @@ def _rate_verdict(study: Study, cell: dict, mixer: str, table: bool = False) -> 
 
 def _pilot_sentence(study: Study) -> str:
     p = study.pilot
-    steps = {(f["mixer"], f["lr"]): f["step"] for f in p["flat_from"]}
-    best = [(b["mixer"], b["lr"], steps[(b["mixer"], b["lr"])]) for b in p["best"]]
+    steps = {(f["arm"], f["lr"]): f["step"] for f in p["flat_from"]}
+    best = [(b["arm"], b["lr"], steps[(b["arm"], b["lr"])]) for b in p["best"]]
     last = max(best, key=lambda b: b[2])
     lrs = ", ".join(format(lr, "g") for lr in p["lrs"])
     chosen = listed([f"{name(m)} {lr:g}" for m, lr, _ in best])
     moving = [
-        f"{name(f['mixer'])} at {f['lr']:g}"
+        f"{name(f['arm'])} at {f['lr']:g}"
         for f in p["flat_from"]
-        if f["step"] is None and (f["mixer"], f["lr"]) not in {(m, lr) for m, lr, _ in best}
+        if f["step"] is None and (f["arm"], f["lr"]) not in {(m, lr) for m, lr, _ in best}
     ]
     return (
         f"The budget, {int(p['budget']):,} steps, is its pilot's (`pilot/`: each mixer at each "

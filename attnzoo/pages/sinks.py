@@ -40,7 +40,8 @@ class Study:
             (r["control"], r["stat"]): float(r["value"]) for r in read_rows(folder / "controls.csv")
         }
         self.reference = self.header["reference"]
-        self.arms = list(self.header["arms"])
+        (self.cell,) = self.header["cells"]  # the study's one cell: every arm on one task
+        self.arms = list(self.cell["chosen_lr"])
         self.seeds = sorted({int(r["seed"]) for r in self.runs})
         self.last = max(int(r["step"]) for r in self.layers)
         self.depth = max(int(r["layer"]) for r in self.layers)
@@ -67,7 +68,7 @@ class Study:
         ]
 
     def group(self, arm: str) -> dict:
-        (group,) = self.header["arms"][arm]["groups"]
+        (group,) = [g for g in self.cell["groups"] if g["arm"] == arm]
         return group
 
     def verdict(self, arm: str) -> dict[str, str]:
@@ -216,7 +217,7 @@ def results_section(root: Path) -> str:
         )
         against = "the reference" if arm == study.reference else _verdict_text(study, arm)
         per_seed = ", ".join(fmt(v, ".3f") for v in study.losses(arm))
-        lr = h["arms"][arm]["chosen_lr"]
+        lr = study.cell["chosen_lr"][arm]
         lines.append(f"| {arm} | {lr:g} | {interval} | {per_seed} | {against} |")
     lines += [
         "",
