@@ -2,8 +2,8 @@
 share: the machine a report names, one `python -m attnzoo.train -m` sweep that a second run of
 the same command skips when its jobs all completed and resumes otherwise, the tiny synthetic
 corpora and toy size of their --smoke runs, the options and trainer overrides every study run
-takes, and a tuned study's comparisons with its reference. The tuned-study pipeline itself
-(tune, choose, rerun, collect) is attnzoo.tuned."""
+takes, and a tuned study's comparisons with its reference. The tuned-study engine itself
+(tune, choose, rerun, collect, report) is attnzoo.engine."""
 
 from __future__ import annotations
 
@@ -247,6 +247,26 @@ def has_corpus(task: str, data_dir: Path) -> bool:
     return any((data_dir / p).exists() for p in CORPUS.get(task, []))
 
 
+class Clock:
+    """The command a study runs, the machine, when it started and its wall time so far."""
+
+    def __init__(self) -> None:
+        self.command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+        self.started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+        self._start = time.perf_counter()
+
+    def header(self, **protocol: Any) -> dict[str, Any]:
+        """What the report's JSON opens with: the command, machine, start and wall time, then
+        `protocol` (what the numbers depend on)."""
+        return {
+            "command": self.command,
+            "machine": machine(),
+            "started": self.started,
+            "wall_s": time.perf_counter() - self._start,
+            **protocol,
+        }
+
+
 def default_out(name: str) -> Path:
     """Where a study script writes when not told (`--out`): `results/<name>/` under the folder it
     is run from, which git ignores, so that a first try never overwrites the committed results
@@ -299,7 +319,7 @@ def price(sweeps: list[tuple[str, int, float]], parallel: int, basis: str, note:
 def tuned_study_price(
     args: argparse.Namespace, cells: list[tuple[str, int, float, str]], basis: str
 ) -> str:
-    """`price` for a tuned study (attnzoo.tuned): per cell (`cells`: its name, its arms, seconds
+    """`price` for a tuned study (attnzoo.engine): per cell (`cells`: its name, its arms, seconds
     per run and how they were had, or "") the tuning runs (arms × --lrs × --tune-seeds) and the
     fresh-seed runs (arms × --seeds); the grid extensions, which depend on the choices, as an
     upper bound beside."""
@@ -490,7 +510,7 @@ def reanalyse(
 
     from attnzoo.analysis.compare import correct
     from attnzoo.analysis.groups import groups_from_rows
-    from attnzoo.tuned import row_lr
+    from attnzoo.engine.cell import row_lr
 
     merged: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in runs_files:

@@ -48,12 +48,24 @@ from pathlib import Path
 
 from attnzoo import MIXERS
 from attnzoo.analysis import summarize
-from attnzoo.engine import ACCURACY, LOSS, SUMMARIZE, Cell, Preset, Spec, moving_arms, parse, study
+from attnzoo.engine import (
+    ACCURACY,
+    LOSS,
+    SUMMARIZE,
+    Arm,
+    Cell,
+    Preset,
+    Spec,
+    moving_arms,
+    parse,
+    study,
+)
 from attnzoo.studies import (
     CORPUS,
     MIXER_STUDY_CLAIMS,
     SMOKE_SIZE,
     STUDY_REFERENCE,
+    Clock,
     compared_measures,
     data_dir_of,
     has_corpus,
@@ -62,7 +74,6 @@ from attnzoo.studies import (
     study_mixers,
     write_reanalysis,
 )
-from attnzoo.tuned import Arm, Clock
 
 # What each task runs, per preset: its experiment, and what the claim under test needs on top.
 TASKS = {

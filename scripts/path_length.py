@@ -34,9 +34,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from attnzoo.paths import num_heads, num_paths, path_logits, sample_paths  # noqa: E402
-from attnzoo.studies import default_out  # noqa: E402
+from attnzoo.studies import (
+    Clock,  # noqa: E402
+    default_out,  # noqa: E402
+)
 from attnzoo.tasks import TASKS  # noqa: E402
-from attnzoo.tuned import Clock  # noqa: E402
 
 
 def overrides_for(task: str, args: argparse.Namespace) -> list[str]:

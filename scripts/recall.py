@@ -66,10 +66,9 @@ import argparse
 from pathlib import Path
 
 from attnzoo.analysis.figures import recall_figure
-from attnzoo.engine import ACCURACY, Cell, Preset, Spec, main
+from attnzoo.engine import ACCURACY, Arm, Cell, Preset, Spec, main
 from attnzoo.mixers import causal_mixers
 from attnzoo.studies import SMOKE_SIZE, STUDY_REFERENCE, int_list, read_rows
-from attnzoo.tuned import Arm
 
 RECALL_MIXERS = ["scaled_dot", "linear", "retention", "mamba2", "gla", "deltanet"]
 # What every run of a preset trains: the task at its size, the block, the budget. The CPU preset
@@ -182,7 +181,7 @@ def cells(args: argparse.Namespace) -> list[Cell]:
 
 
 def figure(results: list[dict], args: argparse.Namespace) -> None:
-    recall_figure(results, "test_metric", args.out / "recall.png")
+    recall_figure(results, "test_metric", args.out / "recall.png", args.success)
 
 
 # MQAR is read left to right: the causal mixers, the default ones first

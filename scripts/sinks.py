@@ -16,7 +16,8 @@ task), per arm:
 
 1. tune: `train.lr` over a log-spaced grid on ≥ 2 tuning seeds (default 100, 101), selected on
    whole-split val loss (min); a choice at an edge of a grid of more than two values extends it
-   one step (the tuned-study pipeline, attnzoo.tuned);
+   one step (the tuned-study engine, attnzoo.engine, runs every step; this file is the study's
+   spec: its arms, presets and tables of its own);
 2. rerun: fresh seeds (default 0-4: the committed pilot's spread of test loss projects that 5
    resolve the margin in this family, attnzoo.studies.seeds_projection) at the arm's chosen learning rate;
 3. report: test loss on the held-out test split, per seed and as a Student-t interval; each arm
@@ -50,9 +51,8 @@ import math
 from pathlib import Path
 
 from attnzoo.analysis.tables import write_csv
-from attnzoo.engine import LOSS, Cell, Preset, Spec, main
+from attnzoo.engine import LOSS, Arm, Cell, Preset, Spec, main
 from attnzoo.studies import SMOKE_SIZE, data_dir_of, has_corpus, seeds_projection
-from attnzoo.tuned import Arm
 
 ARMS = {
     "none": Arm("none", "scaled_dot", (), "plain softmax (the reference)"),

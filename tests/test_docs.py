@@ -145,15 +145,18 @@ def missing_names(page: Path) -> list[str]:
 
 def script_source(path: Path) -> str:
     """A script's text with that of the attnzoo modules it imports (`from attnzoo.studies import
-    ...`), where options shared by several scripts are declared."""
+    ...`; a package: every module of it), where options shared by several scripts are declared."""
     if not path.is_file():
         return ""
     text = path.read_text()
     modules = re.findall(r"^from (attnzoo(?:\.\w+)*) import", text, re.M)
-    files = [module_path(m) for m in modules]
-    return "\n".join(
-        [text] + [f.with_suffix(".py").read_text() for f in files if f.with_suffix(".py").is_file()]
-    )
+    files = [
+        f
+        for stem in map(module_path, modules)
+        for f in ([stem.with_suffix(".py")] if not stem.is_dir() else sorted(stem.glob("*.py")))
+        if f.is_file()
+    ]
+    return "\n".join([text] + [f.read_text() for f in files])
 
 
 def script_flags(text: str) -> Iterator[tuple[str, str]]:

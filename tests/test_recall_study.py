@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from attnzoo.analysis.convergence import still_moving
+from attnzoo.engine.cell import selection_from_rows
+from attnzoo.engine.report import tuning_lines
 from attnzoo.studies import read_rows
-from attnzoo.tuned import selection_from_rows, tuning_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "recall.py"
@@ -212,6 +213,7 @@ def test_success_compares_each_cells_success_rates_with_an_exact_test():
     from attnzoo import engine
     from attnzoo.analysis.compare import correct
     from attnzoo.analysis.report import protocol_text
+    from attnzoo.engine.compare import cell_numbers, groups_of
     from attnzoo.stats import rate_p
 
     spec = runpy.run_path(str(SCRIPT))["SPEC"]
@@ -222,8 +224,7 @@ def test_success_compares_each_cells_success_rates_with_an_exact_test():
 
     def compared(w: int, d: int) -> list[dict]:
         here = [r for r in runs if (int(r["width"]), int(r["depth"])) == (w, d)]
-        groups = engine.groups_of(here, args.arms)
-        return engine.cell_numbers(cell, args, {}, groups, [])["compared"]
+        return cell_numbers(cell, args, {}, groups_of(here, args.arms), [])["compared"]
 
     family = correct([r for w, d in where for r in compared(w, d)], "holm")
     assert len(family) == 5 * len(where)
@@ -313,10 +314,11 @@ def test_the_budget_of_a_pilot_sets_the_steps_and_the_price(tmp_path, run_script
     assert per(with_budget) == pytest.approx(2.4 * per(without), rel=0.01)
     assert "scaled to the budget" in with_budget
     from attnzoo import engine
+    from attnzoo.engine.options import preset_overrides
 
     args = engine.parse(runpy.run_path(str(SCRIPT))["SPEC"], ["--smoke"])
     args.budget = 2400
-    steps = [o for o in engine.preset_overrides(args) if o.startswith("train.max_steps=")]
+    steps = [o for o in preset_overrides(args) if o.startswith("train.max_steps=")]
     assert steps == ["train.max_steps=2400"]  # the smoke's 3 steps and the preset's 1000 give way
 
 

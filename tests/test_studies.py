@@ -377,7 +377,7 @@ def test_reanalysis_refuses_a_missing_file_and_writes_nothing(tmp_path, run_scri
 def test_a_study_of_one_mixer_reruns_it_at_its_choice():
     """A sweep of one mixer varies no mixer, so its selection rows have no mixer axis: the
     choice is still that mixer's (it once ran no fresh seeds and no grid extension)."""
-    from attnzoo.tuned import chosen_lrs, mixer_of
+    from attnzoo.engine.cell import chosen_lrs, mixer_of
 
     one = [{"axes": {}, "value": 0.001}]
     assert mixer_of(one[0], ["favor"]) == "favor" and mixer_of(one[0], ["favor", "linear"]) is None
@@ -419,8 +419,9 @@ def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_p
     """tune_lr's loop with the sweeps and the selection stubbed: a mixer whose best LR keeps
     sitting at the high edge gets one more step (the grid's factor) per round, up to the cap;
     one whose choice is interior gets none."""
-    from attnzoo import tuned
     from attnzoo.analysis import report
+    from attnzoo.engine import cell as tuned
+    from attnzoo.engine.report import tuning_lines
 
     ran = []
     monkeypatch.setattr(tuned, "sweep", lambda over, folder, *a: ran.append((over, folder)))
@@ -456,7 +457,7 @@ def test_the_lr_grid_extends_past_an_edge_choice_until_interior_or_the_cap(tmp_p
     assert "train.lr=0.016" in ran[-1][0] and "mixer=pooling" in ran[-1][0]
     assert "train.seed=100,101" in ran[-1][0]
     assert all("train.final_splits=[val]" in over for over, _ in ran)  # tuning never reads test
-    lines = tuned.tuning_lines(
+    lines = tuning_lines(
         {"selected": selected, "extensions": ext},
         [1e-3, 2e-3, 4e-3],
         [100, 101],
@@ -713,7 +714,7 @@ def test_a_grid_extension_line_names_what_is_tuned(monkeypatch, capsys, tmp_path
     """The sink study tunes one mixer under several arms: its extension lines name the arm, a
     study of mixers names the mixers."""
     import attnzoo.analysis.report
-    from attnzoo import tuned
+    from attnzoo.engine import cell as tuned
 
     at_edge = [{"axes": {}, "grid": [1e-3, 1e-2], "edge": "high"}]
     for label, says in [

@@ -647,14 +647,18 @@ def lambda_figure(sweep: list[Any], title: str) -> plt.Figure:
 # ---- the recall study -------------------------------------------------------------------------
 
 
-def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
+def recall_figure(
+    cells: list[dict[str, Any]], on: str, path: Path, success: float | None = None
+) -> None:
     """The recall study's figure (scripts/recall.py), one row of panels: per depth, the measure
     `on` against width (a line through each mixer's means, every seed a dot, the mixers nudged
     apart by a fixed share of a width step, every depth on the same width axis), then, per depth
     that kept them, the sampled validation accuracy against training step at its widest width
-    with curves (every fresh seed a line); one legend of the mixers below. A cell is a dict with
-    width, depth, chosen (arm: lr), groups (labelled by arm) and curves (rows of arm, seed,
-    step, val_accuracy)."""
+    with curves (every fresh seed a line); one legend of the mixers below. With `success` (a
+    threshold fixed before the runs) the line is each mixer's share of seeds that reached it,
+    the outcome the study compares, not a mean no seed has. A cell is a dict with width, depth,
+    chosen (arm: lr), groups (labelled by arm) and curves (rows of arm, seed, step,
+    val_accuracy)."""
     depths = sorted({c["depth"] for c in cells})
     widths = sorted({c["width"] for c in cells})
     mixers = list(dict.fromkeys(m for c in cells for m in c["chosen"]))
@@ -677,14 +681,24 @@ def recall_figure(cells: list[dict[str, Any]], on: str, path: Path) -> None:
                     ax.scatter([x] * len(values), values, s=12, color=f"C{i}", alpha=0.6)
                     if values:
                         xs.append(x)
-                        means.append(sum(values) / len(values))
-            ax.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
+                        if success is None:
+                            means.append(sum(values) / len(values))
+                        else:
+                            means.append(sum(v >= success for v in values) / len(values))
+            if success is None:
+                ax.plot(xs, means, "-o", color=f"C{i}", label=mixer, markersize=3)
+            else:  # a share is not a seed: a larger, outlined marker
+                ax.plot(xs, means, "-D", color=f"C{i}", label=mixer, markersize=7, mec="black")
+        if success is not None:
+            ax.axhline(success, color="0.5", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_xticks(widths, [str(w) for w in widths])
         ax.set_xlim(widths[0] / 2**0.5, widths[-1] * 2**0.5)
         ax.set(
             xlabel="model width (model.dim)",
-            ylabel="MQAR test accuracy (fresh seeds)",
+            ylabel="MQAR test accuracy (fresh seeds)"
+            if success is None
+            else f"test accuracy (dots); share of seeds ≥ {success:g} (◆)",
             ylim=(-0.02, 1.02),
             title=f"depth {depth}: test accuracy against width",
         )

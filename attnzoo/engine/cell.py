@@ -19,28 +19,14 @@ arms with options of their own run in a subfolder named after the arm.
 from __future__ import annotations
 
 import contextlib
-import shlex
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnzoo.analysis.groups import Group, group_jobs
 from attnzoo.analysis.runs import Job, find_sweep_jobs, row
-from attnzoo.studies import lr_text, machine, sweep
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One configuration a study compares: `mixer` with `options` (trainer overrides), called
-    `name` in the report (the mixer's name where it has no options), `about` what it is in
-    words (for the report; "" where the name says it)."""
-
-    name: str
-    mixer: str
-    options: tuple[str, ...] = ()
-    about: str = ""
+from attnzoo.engine.spec import Arm
+from attnzoo.studies import lr_text, sweep
 
 
 @dataclass(frozen=True)
@@ -196,9 +182,6 @@ def _located(
     return r | where | {"arm": arm.name if arm else "", "job": str(place)}
 
 
-# ---- the learning rate: tuned on the tuning seeds, chosen per mixer -----------------------------
-
-
 def mixer_of(choice: dict[str, Any], mixers: list[str]) -> str | None:
     """The mixer a selection row is for: its `mixer` axis, or the one mixer of a study of one
     (whose sweep varies no mixer, so its rows have no mixer axis)."""
@@ -307,117 +290,3 @@ def selection_from_rows(
     if any(m not in got or m not in chosen or abs(got[m] / chosen[m] - 1) > 1e-9 for m in mixers):
         return None
     return selected
-
-
-def tuning_lines(
-    result: dict[str, Any], lrs: list[float], tune_seeds: list[int], on: str, cap: int
-) -> list[str]:
-    """The report's learning-rate section for one cell: the grid, what the choice was made on,
-    every extension of the grid past an edge, and per mixer (or arm, where a selection row names
-    one) the choice and its candidates."""
-    from attnzoo.analysis.tables import fmt
-
-    success = next((s["success"] for s in result["selected"] if s.get("success") is not None), None)
-    rule = (
-        "the value with the best mean over the tuning seeds"
-        if success is None
-        else f"the value whose tuning seeds reach {success:g} most often, then the best mean"
-    )
-    lines = [
-        "### Learning rate: grid and selection",
-        "",
-        f"Grid `train.lr` = {', '.join(map(lr_text, lrs))} on tuning seeds "
-        f"{', '.join(map(str, tune_seeds))}; per mixer {rule}, "
-        f"selected on {on} (attnzoo.analysis.selection.select). A choice at an "
-        f"edge of a grid of more than two values extends it one step beyond that edge (the "
-        f"grid's factor), at most {cap} time(s). Every tuning run: `tune_runs.csv`.",
-        "",
-    ]
-    ext = result.get("extensions", [])
-    lines += [
-        f"- Extension {e['round']}: train.lr={lr_text(e['lr'])} for {', '.join(e['mixers'])} "
-        f"(beyond the {e['edge']} edge)"
-        for e in ext
-    ] or ["- No extension: every choice was interior (or the grid has two values)."]
-    mixers = list(result.get("chosen", {}))
-    # an arm with options (the sink study's) is named by its arm, not its mixer
-    named = any(
-        s.get("arm", mixer_of(s, mixers)) != mixer_of(s, mixers) for s in result["selected"]
-    )
-    lines += [
-        "",
-        f"| {'arm' if named else 'mixer'} | chosen train.lr | mean {on} (tuning) | "
-        f"candidates (lr: mean{'' if success is None else ', seeds reaching it'}) | note |",
-        "|---|---|---|---|---|",
-    ]
-    for s in result["selected"]:
-        cands = ", ".join(
-            f"{fmt(c['value'])}: {fmt(c['mean'])}"
-            + (
-                f" ({round(c['success_rate'] * c['n_seeds'])}/{c['n_seeds']})"
-                if "success_rate" in c
-                else ""
-            )
-            for c in s["candidates"]
-        )
-        note = s["note"] + (f"; still at an edge after {cap} extension(s)" if s.get("edge") else "")
-        lines.append(
-            f"| {s.get('arm') or mixer_of(s, mixers)} | {fmt(s['value'])} | {fmt(s['mean'])} | {cands} | "
-            f"{note.strip('; ')} |"
-        )
-    return lines + [""]
-
-
-# ---- what every tuned report opens with -------------------------------------------------------
-
-
-class Clock:
-    """The command a study runs, the machine, when it started and its wall time so far."""
-
-    def __init__(self) -> None:
-        self.command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-        self.started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-        self._start = time.perf_counter()
-
-    def header(self, **protocol: Any) -> dict[str, Any]:
-        """What the report's JSON opens with: the command, machine, start and wall time, then
-        `protocol` (what the numbers depend on)."""
-        return {
-            "command": self.command,
-            "machine": machine(),
-            "started": self.started,
-            "wall_s": time.perf_counter() - self._start,
-            **protocol,
-        }
-
-
-def head_lines(
-    title: str,
-    header: dict[str, Any],
-    tune_runs: list[dict[str, Any]],
-    runs: list[dict[str, Any]],
-    earlier: list[str] = (),
-) -> list[str]:
-    """A report's first lines: its title, the command, the machine, `earlier` (lines on runs
-    this report reads from an earlier one's tables), the wall time, and how many tuning and
-    fresh-seed runs it holds with their seconds summed."""
-    summed = sum(float(r.get("wall_s") or 0) for r in [*tune_runs, *runs])
-    return [
-        f"# {title}",
-        "",
-        f"Command: `{header['command']}`",
-        f"Machine: {header['machine']}",
-        *earlier,
-        f"Wall time: {header['wall_s']:.0f} s, this command (started {header['started']} UTC; "
-        f"runs done before it are kept); runs: {len(tune_runs)} tuning, {len(runs)} fresh, "
-        f"{summed:.0f} s summed.",
-    ]
-
-
-def seeds_line(tune_seeds: list[int], seeds: list[int]) -> str:
-    """Which seeds tuned and which are reported."""
-    return (
-        f"Seeds: tuning {', '.join(map(str, tune_seeds))}; reported "
-        f"{', '.join(map(str, seeds))} (fresh: the numbers below are not the ones the "
-        "learning rate was chosen on)."
-    )
