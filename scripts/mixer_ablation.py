@@ -209,6 +209,7 @@ SPEC = Spec(
     shown=("test_loss", "test_metric"),
     seeds=(0, 1, 2, 3, 4),
     max_extensions=2,
+    needs_reference=False,  # `--mixers favor`: a rerun, joined to the study by --reanalyse
     smoke_lrs=(1e-3, 3e-3),
     options=options,
     check=check,

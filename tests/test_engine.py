@@ -106,3 +106,29 @@ def test_the_pilot_runs_arms_with_options_in_their_own_folders(tmp_path):
     assert (out / "pilot.md").read_text().count("Budget:") + (out / "pilot.md").read_text().count(
         "No budget:"
     ) == 1
+
+
+COMMITTED = [
+    "mixer_ablation/mixer_ablation.json",
+    "mixer_ablation/favor_rerun/mixer_ablation.json",  # --mixers favor: no reference, rejoined
+    "recall/recall.json",
+    "recall/screen/recall.json",
+    "recall/pilot/pilot.json",
+    "sinks/sinks.json",
+]
+
+
+@pytest.mark.parametrize("report", COMMITTED)
+def test_every_committed_reports_command_is_still_a_command_of_its_study(report):
+    """The command a committed report records parses today, with the same protocol: a reader
+    can run it again (priced with --dry-run, so that no corpus or folder is needed)."""
+    import shlex
+
+    header = json.loads((ROOT / "scripts" / "results" / report).read_text())
+    words = shlex.split(header["command"])
+    script = Path(words[1]).stem
+    args = engine.parse(SPECS[script], [*words[2:], "--dry-run"])
+    mine = protocol(args)
+    for key in ("preset", "lrs", "tune_seeds", "seeds", "success", "budget"):
+        if key in header and not (key == "budget" and "pilot_steps" in header):  # its finding
+            assert mine[key] == header[key], key

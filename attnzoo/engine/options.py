@@ -35,7 +35,8 @@ def parser_of(spec: Spec) -> argparse.ArgumentParser:
         nargs="+",
         default=list(spec.default_arms),
         help=f"of {', '.join(spec.arms)}; space- or comma-separated (default: "
-        f"{' '.join(spec.default_arms)}); must include the reference, {spec.reference}",
+        f"{' '.join(spec.default_arms)}); compared with the reference, {spec.reference}"
+        + ("" if not spec.needs_reference else ", which they must include"),
     )
     parser.add_argument(
         "--lrs", type=float_list, default=None, help="the train.lr grid (default: the preset's)"
@@ -134,7 +135,7 @@ def parse(spec: Spec, argv: list[str] | None = None) -> argparse.Namespace:
     flag = f"--{spec.arms_flag}"
     if bad := [a for a in chosen if a not in spec.arms]:
         parser.error(f"{flag}: {', '.join(bad)} unknown; allowed: {', '.join(spec.arms)}")
-    if spec.reference not in chosen:
+    if spec.needs_reference and spec.reference not in chosen:
         parser.error(f"{flag} must include the reference, {spec.reference}")
     args.arms = [a for a in spec.arms if a in chosen]
     args.margins = {kind: getattr(args, f"margin_{kind}") for kind in spec.margins}

@@ -113,7 +113,9 @@ class Spec:
     other is compared with, fixed up front; `cells(args)`: its cells for the parsed options;
     `margins`: the default equivalence margin per kind (loss, accuracy) and why; `shown`: the
     fresh-seed table's test measures; `success`: whether --success may replace the means by
-    success rates. The hooks add what is the study's own: `options(parser)` its options,
+    success rates; `needs_reference`: whether every run must include the reference (False where
+    a run of some arms is joined to the study's runs later, as the mixer study's reanalysis
+    does). The hooks add what is the study's own: `options(parser)` its options,
     `check(args)` why they cannot run (None when they can), `header(args)` a sentence for the
     report's head, `cell_lines(cell, args)` lines after a cell's verdicts, `report(cells, args)`
     lines after the cells (its own tables, written to --out), `figure(cells, args)`."""
@@ -137,6 +139,7 @@ class Spec:
     max_extensions: int = 1
     smoke_lrs: tuple[float, ...] | None = None
     success: bool = False
+    needs_reference: bool = True  # False: a run of some arms, to be joined to its study later
     options: Callable[[argparse.ArgumentParser], None] | None = None
     check: Callable[[argparse.Namespace], str | None] | None = None
     header: Callable[[argparse.Namespace], str] | None = None
