@@ -29,7 +29,8 @@ LayerNorm, learned positions, 4 heads).
 Outputs (in --out): recall.md (the report), recall.json, runs.csv and tune_runs.csv (every
 fresh-seed and tuning run, with its width and depth), comparisons.csv (the family, raw and
 adjusted p), curves.csv (the fresh seeds' sampled validation accuracy), recall.png (test
-accuracy against width, a panel per depth, every seed a dot; validation curves below).
+accuracy against width, a panel per depth, every seed a dot and a line through each mixer's
+mean, or with --success its share of seeds that succeeded; the validation curves beside).
 The run folders are in <out>/dim<W>_depth<L>/; the same command again skips completed sweeps.
 --add-to REPORT adds cells to a committed report of the same protocol, its cells read back from
 its tables (runs.csv, curves.csv; tune_runs.csv, checked against its choices), all comparisons

@@ -19,7 +19,8 @@ task), per arm:
    one step (the tuned-study engine, attnzoo.engine, runs every step; this file is the study's
    spec: its arms, presets and tables of its own);
 2. rerun: fresh seeds (default 0-4: the committed pilot's spread of test loss projects that 5
-   resolve the margin in this family, attnzoo.studies.seeds_projection) at the arm's chosen learning rate;
+   resolve the margin in this family, attnzoo.studies.seeds_projection) at the arm's chosen
+   learning rate;
 3. report: test loss on the held-out test split, per seed and as a Student-t interval; each arm
    against `none`, paired by seed, on test loss (margin --margin, nats, stated before the runs),
    every hypothesis in one family (--correction, default holm); and, at every evaluation of
@@ -33,7 +34,7 @@ task), per arm:
 
 Outputs (in --out): sinks.md (the report), sinks.json, runs.csv and tune_runs.csv (every
 fresh-seed and tuning run, with its arm), comparisons.csv (the family, raw and adjusted p),
-layers.csv (arm, seed, step, block and the statistics), sink_logits.csv (every learned sink
+curves.csv (every fresh seed's sampled validation loss), layers.csv (arm, seed, step, block and the statistics), sink_logits.csv (every learned sink
 logit at the end), controls.csv (the sink measures on the planted sink and its negative),
 sinks.png. Run folders: the arms without an option share the sweeps in
 <out>/ (tune/, final/), the others are in <out>/<arm>/; the same command again skips completed

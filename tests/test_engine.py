@@ -2,6 +2,7 @@
 and their refusals, the names of cells and margins, what a cell's runs are given, and the budget's
 pilot on arms that carry options of their own."""
 
+import csv
 import json
 import runpy
 import subprocess
@@ -132,3 +133,53 @@ def test_every_committed_reports_command_is_still_a_command_of_its_study(report)
     for key in ("preset", "lrs", "tune_seeds", "seeds", "success", "budget"):
         if key in header and not (key == "budget" and "pilot_steps" in header):  # its finding
             assert mine[key] == header[key], key
+
+
+def example_spec() -> engine.Spec:
+    """The study docs/contributing.md shows, as its code block defines it."""
+    import re
+
+    text = (ROOT / "docs" / "contributing.md").read_text()
+    (block,) = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+    namespace = {"__name__": "example"}
+    exec(compile(block, "docs/contributing.md", "exec"), namespace)
+    return namespace["SPEC"]
+
+
+def test_the_contributing_pages_example_study_is_a_study(capsys):
+    """The spec docs/contributing.md shows prices and refuses a preset it does not have."""
+    spec = example_spec()
+    engine.study(engine.parse(spec, ["--dry-run", "--parallel", "2"]))
+    printed = capsys.readouterr().out
+    assert "tuning: 12 jobs × ~176 s" in printed and "fresh seeds: 6 jobs" in printed
+    with pytest.raises(SystemExit) as stop:
+        engine.parse(spec, ["--preset", "gpu"])
+    assert stop.value.code == 2 and "--preset gpu: allowed: cpu" in capsys.readouterr().err
+    assert engine.parse(spec, ["--success", "0.9", "--dry-run"]).success == 0.9
+
+
+@pytest.mark.slow  # ~40 s: 12 toy runs
+def test_the_example_study_runs_and_reports_with_no_code_of_its_own(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "gate"
+    argv = [
+        "--smoke",
+        "--lrs",
+        "1e-3,1e-2",
+        "--success",
+        "0.5",
+        "--parallel",
+        "2",
+        "--out",
+        str(out),
+    ]
+    engine.study(engine.parse(example_spec(), argv))
+    md = (out / "gate_recall.md").read_text()
+    assert "Against plain (success rate, test accuracy ≥ 0.5):" in md and "- gated vs plain" in md
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert sorted((r["arm"], r["seed"]) for r in runs) == [
+        (a, s) for a in ("gated", "plain") for s in ("0", "1")
+    ]
+    assert {r["job"].split("/")[0] for r in runs} == {"final", "gated"}  # the option: its folder
+    header = json.loads((out / "gate_recall.json").read_text())
+    assert header["arm_text"] == {"gated": "an output gate per head"} and header["success"] == 0.5

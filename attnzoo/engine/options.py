@@ -141,6 +141,8 @@ def parse(spec: Spec, argv: list[str] | None = None) -> argparse.Namespace:
     args.margins = {kind: getattr(args, f"margin_{kind}") for kind in spec.margins}
     args.success = getattr(args, "success", None)
     args.budget = None
+    if args.preset not in spec.presets:
+        parser.error(f"--preset {args.preset}: allowed: {', '.join(spec.presets)} (this study's)")
     preset = spec.presets[args.preset]
     if args.lrs is None:
         args.lrs = list(spec.smoke_lrs if args.smoke and spec.smoke_lrs else preset.lrs)

@@ -256,7 +256,11 @@ def write_report(cells: list[dict], args: argparse.Namespace, header: dict) -> P
             [r for c in cells for r in c["runs"]],
             earlier,
         ),
-        f"Every run: `{' '.join(preset_overrides(args))}`"
+        (
+            f"Every run: `{' '.join(preset_overrides(args))}`"
+            if preset_overrides(args)
+            else "Every run: its cell's overrides (below)"
+        )
         + (" (the --smoke toy size)" if args.smoke else "")
         + (f" + `{' '.join(args.override)}`" if args.override else "")
         + f"; arms: {arms_text(spec, args.arms)}.",

@@ -15,17 +15,11 @@ from typing import Any
 SUMMARIZE = shlex.quote(
     os.path.relpath(Path(__file__).resolve().parents[2] / "scripts" / "summarize.py")
 )
-
-
 # What a quantity's margin is in: a loss in nats, an accuracy in its fraction.
 KIND = {"test_loss": "loss", "test_metric": "accuracy", "val_loss": "loss", "metric": "accuracy"}
-
-
 # The sampled validation curve of what a learning rate is chosen on (metrics.jsonl key, and the
 # column curves.csv names it by).
 CURVE = {"val_loss": ("val/loss", "val_loss"), "metric": ("val/accuracy", "val_accuracy")}
-
-
 # How a report names a fresh-seed measure (the table's columns; a group_row key prefix).
 SHOWN = {
     "test_loss": "test loss",
@@ -69,19 +63,17 @@ class Choice:
 
 
 LOSS = Choice("val_loss", False, "whole-split val loss (min)")
-
-
 ACCURACY = Choice("metric", True, "whole-split val accuracy (max)")
 
 
 @dataclass(frozen=True)
 class Cell:
     """Runs that share their overrides: its folder under --out (`name`, "" for --out itself),
-    the columns its rows get (`where`, which also title its report section), its arms, its overrides (after the
-    preset's), what its learning rate is chosen on, what its arms are compared on (held-out
-    test), its seconds per run for the price (None: the preset's) and how they were had, and a
-    sentence for its section (what was left out). A cell with `skipped` does not run: it says
-    why."""
+    the columns its rows get (`where`, which also title its report section), its arms, its
+    overrides (after the preset's), what its learning rate is chosen on, what its arms are
+    compared on (held-out test), its seconds per run for the price (None: the preset's) and how
+    they were had, and a sentence for its section (what was left out). A cell with `skipped`
+    does not run: it says why."""
 
     name: str
     where: dict[str, Any]
