@@ -94,11 +94,21 @@ def run_pilot(
 
 
 def pilot_text(record: dict, best: dict, flat: dict, args: argparse.Namespace) -> str:
+    """pilot.md: the command, what ran, and the budget with each arm's best curve, or why there
+    is none, and the curves at other rates still moving."""
     chosen = set(best.values())
-    moving = {at: f"{at[1]} at lr {at[2]:g} ({at[0]})" for at, step in flat.items() if step is None}
-    ends = {b["arm"]: b for b in record["best"]}
-    best_text = "; ".join(
-        f"{a} {lr:g} ({fmt(ends[a]['final'])}, {t})" for (t, a), (_, _, lr) in best.items()
+
+    def where(cell: str) -> str:  # the cell a curve is in, where the study has several
+        return f", {cell}" if cell else ""
+
+    moving = {
+        at: f"{at[1]} at lr {at[2]:g}{f' ({at[0]})' if at[0] else ''}"
+        for at, step in flat.items()
+        if step is None
+    }
+    best_text = "; ".join(  # record["best"] lists the best curves in `best`'s order
+        f"{b['arm']} {b['lr']:g} ({fmt(b['final'])}{where(cell)})"
+        for (cell, _), b in zip(best, record["best"], strict=True)
     )
     margins = " or ".join(f"±{v:g} of {k}" for k, v in args.margins.items())
     if record["budget"] is not None:
