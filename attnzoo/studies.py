@@ -472,7 +472,6 @@ MIXER_STUDY_CLAIMS = [
         "test_loss",
     ),
 ]
-MARGIN_KIND = {"test_loss": "loss", "test_metric": "accuracy"}
 
 
 def compared_measures(task: str) -> tuple[str, ...]:
@@ -481,36 +480,20 @@ def compared_measures(task: str) -> tuple[str, ...]:
     return ("test_loss", "test_metric") if task == "imdb" else ("test_loss",)
 
 
-def against_reference(
-    groups: list, task: str, margins: dict[str, float], confidence: float
-) -> dict[str, list]:
-    """Each mixer against STUDY_REFERENCE on test, per measure (`margins`: by MARGIN_KIND),
-    uncorrected: the report corrects every task's rows together (compare.correct). A study that
-    did not run the reference (`--mixers favor`) has no comparisons."""
-    from attnzoo.analysis.compare import comparisons
-
-    if not any(g.config.get("mixer.name") == STUDY_REFERENCE for g in groups):
-        return {on: [] for on in compared_measures(task)}  # the reference did not run: none
-    out = {}
-    for on in compared_measures(task):
-        margin = margins[MARGIN_KIND[on]]
-        rows = comparisons(groups, "mixer.name", on, confidence, margin, STUDY_REFERENCE, "none")
-        out[on] = [r | {"task": task} for r in rows]
-    return out
-
-
 def reanalyse(
     runs_files: list[Path], margins: dict[str, float], confidence: float, correction: str
 ) -> dict[str, Any]:
     """A tuned study's comparisons recomputed from committed per-seed values, without its run
     folders: the rows of `runs_files` (runs.csv), where a later file's rows replace an earlier
     file's for the same task and mixer (a rerun of some mixers), grouped per task, each mixer
-    against the reference (`against_reference`) and every task's rows corrected as one family.
+    against the reference (attnzoo.engine.compare.against) and every task's rows corrected as
+    one family.
     Returns the merged rows, the corrected family and per task its groups."""
 
     from attnzoo.analysis.compare import correct
     from attnzoo.analysis.groups import groups_from_rows
     from attnzoo.engine.cell import row_lr
+    from attnzoo.engine.compare import against
 
     merged: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in runs_files:
@@ -528,10 +511,11 @@ def reanalyse(
         t: groups_from_rows([r for r in runs if r["task"] == t], by=("task",)) for t in tasks
     }
     family = [
-        row
+        r | {"task": t}
         for t in tasks
-        for rows in against_reference(by_task[t], t, margins, confidence).values()
-        for row in rows
+        for r in against(
+            by_task[t], "mixer.name", STUDY_REFERENCE, compared_measures(t), margins, confidence
+        )
     ]
     return {"runs": runs, "family": correct(family, correction), "groups": by_task}
 
@@ -542,6 +526,7 @@ def write_reanalysis(result: dict[str, Any], out: Path, header: dict[str, Any]) 
     from attnzoo.analysis.compare import COMPARISON_COLUMNS
     from attnzoo.analysis.report import protocol_text, write_runs
     from attnzoo.analysis.tables import ci_text, write_csv
+    from attnzoo.engine.spec import KIND
 
     out.mkdir(parents=True, exist_ok=True)
     family, confidence = result["family"], header["confidence"]
@@ -599,7 +584,7 @@ def write_reanalysis(result: dict[str, Any], out: Path, header: dict[str, Any]) 
             )
         lines += ["", f"### Against {STUDY_REFERENCE} (held-out test)", ""]
         for on in compared_measures(task):
-            lines.append(f"On {on.replace('_', ' ')} (margin ±{margins[MARGIN_KIND[on]]:g}):")
+            lines.append(f"On {on.replace('_', ' ')} (margin ±{margins[KIND[on]]:g}):")
             lines += [f"- {r['sentence']}" for r in family if r["task"] == task and r["on"] == on]
             lines.append("")
     (out / "reanalysis.json").write_text(

@@ -389,17 +389,17 @@ def test_a_study_of_one_mixer_reruns_it_at_its_choice():
     assert chosen_lrs(two, ["favor", "linear"])[1] == {0.001: ["favor"], 0.002: ["linear"]}
     # and it has nothing to compare with when the reference is not among its mixers
     from attnzoo.analysis.groups import groups_from_rows
-    from attnzoo.studies import against_reference
+    from attnzoo.engine.compare import against
 
     rows = [
         r
         for r in csv.DictReader((ROOT / "scripts/results/mixer_ablation/runs.csv").open())
         if r["mixer"] == "favor" and r["task"] == "imdb"
     ]
-    alone = against_reference(
-        groups_from_rows(rows), "imdb", {"loss": 0.05, "accuracy": 0.02}, 0.95
+    measures, margins = ("test_loss", "test_metric"), {"loss": 0.05, "accuracy": 0.02}
+    assert (
+        against(groups_from_rows(rows), "mixer.name", "scaled_dot", measures, margins, 0.95) == []
     )
-    assert alone == {"test_loss": [], "test_metric": []}
 
 
 def test_tuning_and_fresh_seeds_must_be_two_each_and_disjoint(run_script):
